@@ -1,0 +1,265 @@
+"""Device choice, array conversion between frameworks, and GPU memory budgets.
+
+Every public entry point goes through :func:`resolve_device` and :func:`as_backend_array`:
+
+* ``device="auto"`` uses the first GPU when CuPy and numba-cuda can both run on it, else the CPU;
+  ``"cpu"``, ``"cuda"`` and ``"cuda:N"`` force a choice (asking for a GPU that is not there raises).
+* Inputs may be NumPy arrays (memory-mapped ones too), CuPy arrays, PyTorch tensors (CPU or CUDA),
+  or anything exposing ``__cuda_array_interface__`` or DLPack. Device arrays are used in place, never
+  copied through the host.
+* Results come back in the caller's framework (:class:`ArrayKind` remembers which one it was).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Device", "resolve_device", "gpu_available", "ArrayKind", "array_kind", "as_numpy", "as_cupy",
+           "return_as", "default_memory_limit", "parse_memory"]
+
+
+@dataclass(frozen=True)
+class Device:
+    """Where work runs: ``kind`` is "cpu" or "cuda"; ``index`` is the GPU ordinal (0 for the CPU)."""
+
+    kind: str
+    index: int = 0
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.kind == "cuda"
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return "cpu" if self.kind == "cpu" else f"cuda:{self.index}"
+
+
+@functools.lru_cache(maxsize=1)
+def _gpu_probe() -> tuple[bool, str]:
+    """Whether CuPy and numba-cuda can both use a GPU; the reason when not."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return False, "the numba CUDA simulator is enabled (NUMBA_ENABLE_CUDASIM=1)"
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a CUDA library that fails to load
+        return False, f"CuPy is not importable ({type(exc).__name__}: {exc}); install knngraph[cuda12] or [cuda13]"
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return False, f"CuPy sees no CUDA device ({type(exc).__name__}: {exc})"
+    if n < 1:
+        return False, "CuPy sees no CUDA device"
+    try:
+        from numba import cuda
+
+        if not cuda.is_available():
+            return False, "numba-cuda reports no usable CUDA driver"
+    except Exception as exc:
+        return False, f"numba-cuda is not usable ({type(exc).__name__}: {exc})"
+    return True, ""
+
+
+def gpu_available() -> bool:
+    """True when a GPU is usable by knngraph (CuPy and numba-cuda both work)."""
+    return _gpu_probe()[0]
+
+
+def resolve_device(device="auto", *arrays) -> Device:
+    """Turn a ``device=`` argument into a :class:`Device`.
+
+    ``"auto"`` picks the GPU holding the first device array among ``arrays`` if any, else GPU 0 when
+    usable, else the CPU.
+    """
+    if isinstance(device, Device):
+        return device
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a string such as 'auto', 'cpu', 'cuda' or 'cuda:0', got {device!r}")
+    name = device.strip().lower()
+    if name == "cpu":
+        return Device("cpu")
+    if name == "auto":
+        if not gpu_available():
+            return Device("cpu")
+        for a in arrays:
+            idx = _cuda_device_of(a)
+            if idx is not None:
+                return Device("cuda", idx)
+        return Device("cuda", 0)
+    if name == "cuda" or name.startswith("cuda:"):
+        index = 0
+        if name.startswith("cuda:"):
+            try:
+                index = int(name[5:])
+            except ValueError:
+                raise ValueError(f"device {device!r}: expected 'cuda:N' with an integer N") from None
+        ok, why = _gpu_probe()
+        if not ok:
+            raise RuntimeError(f"device={device!r} was asked for but no GPU is usable: {why}")
+        import cupy
+
+        count = cupy.cuda.runtime.getDeviceCount()
+        if not 0 <= index < count:
+            raise ValueError(f"device {device!r}: GPU index out of range, this machine has {count} GPU(s)")
+        return Device("cuda", index)
+    raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+
+
+# --------------------------------------------------------------------------------------------------
+# array kinds
+
+
+@dataclass(frozen=True)
+class ArrayKind:
+    """The framework an input came from, so results can be handed back in it."""
+
+    framework: str  # "numpy" | "cupy" | "torch" | "other-cuda"
+    on_gpu: bool
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def _is_cupy(x) -> bool:
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
+def _cuda_device_of(x):
+    """GPU ordinal of a device array, or None for host arrays."""
+    if _is_cupy(x):
+        return x.device.id
+    if _is_torch(x):
+        return x.device.index if x.is_cuda else None
+    if hasattr(x, "__cuda_array_interface__"):
+        return 0
+    if hasattr(x, "__dlpack_device__"):
+        dev_type, dev_id = x.__dlpack_device__()
+        if dev_type in (2, 13):  # kDLCUDA, kDLCUDAManaged
+            return dev_id
+    return None
+
+
+def array_kind(x) -> ArrayKind:
+    if _is_cupy(x):
+        return ArrayKind("cupy", True)
+    if _is_torch(x):
+        return ArrayKind("torch", bool(x.is_cuda))
+    if isinstance(x, np.ndarray):
+        return ArrayKind("numpy", False)
+    if _cuda_device_of(x) is not None:
+        return ArrayKind("other-cuda", True)
+    return ArrayKind("numpy", False)
+
+
+def is_device_array(x) -> bool:
+    return _cuda_device_of(x) is not None
+
+
+def as_numpy(x) -> np.ndarray:
+    """A host NumPy view (or copy, for device arrays) of ``x``; memory maps stay memory maps."""
+    if isinstance(x, np.ndarray):
+        return x
+    if _is_torch(x):
+        t = x.detach()
+        if t.is_cuda:
+            t = t.cpu()
+        return t.numpy()
+    if _is_cupy(x):
+        return x.get()
+    if is_device_array(x):
+        return as_cupy(x).get()
+    if hasattr(x, "__dlpack__"):
+        try:
+            return np.from_dlpack(x)
+        except Exception:
+            pass
+    return np.asarray(x)
+
+
+def as_cupy(x, device: Device | None = None):
+    """A CuPy array for ``x``: device arrays are used in place; host arrays are copied to the GPU."""
+    import cupy
+
+    if _is_cupy(x):
+        return x
+    if _is_torch(x):
+        if x.is_cuda:
+            return cupy.from_dlpack(x.detach())
+        x = x.detach().numpy()
+    elif hasattr(x, "__cuda_array_interface__"):
+        return cupy.asarray(x)
+    elif _cuda_device_of(x) is not None:
+        return cupy.from_dlpack(x)
+    if device is not None:
+        with cupy.cuda.Device(device.index):
+            return cupy.asarray(np.asarray(x))
+    return cupy.asarray(np.asarray(x))
+
+
+def return_as(kind: ArrayKind, arr):
+    """Hand ``arr`` (NumPy or CuPy) back in the framework described by ``kind``."""
+    if kind.framework == "numpy":
+        return as_numpy(arr)
+    if kind.framework == "cupy":
+        return as_cupy(arr)
+    if kind.framework == "torch":
+        import torch
+
+        if kind.on_gpu:
+            return torch.from_dlpack(as_cupy(arr))
+        return torch.from_numpy(np.ascontiguousarray(as_numpy(arr)))
+    # any other CUDA array: CuPy implements both protocols, so it is the most useful answer
+    return as_cupy(arr)
+
+
+# --------------------------------------------------------------------------------------------------
+# memory budgets
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def parse_memory(value) -> int | None:
+    """Bytes from ``memory_limit=``: an int of bytes, a string like "8GB"/"512MiB", or None (automatic)."""
+    if value is None:
+        return None
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        if value <= 0:
+            raise ValueError(f"memory_limit must be positive, got {value}")
+        return int(value)
+    if isinstance(value, float) and value > 0:
+        return int(value)
+    if isinstance(value, str):
+        s = value.strip().lower().replace(" ", "")
+        num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+        unit = s[len(num):]
+        if num and unit in _UNITS:
+            try:
+                b = float(num) * _UNITS[unit]
+            except ValueError:
+                b = -1
+            if b > 0:
+                return int(b)
+    raise ValueError(f"memory_limit must be a positive number of bytes or a string such as '8GB', got {value!r}")
+
+
+def default_memory_limit(device: Device) -> int:
+    """Free memory of ``device`` minus a margin (10% and at least 256 MiB); host: 1/4 of RAM."""
+    if device.is_cuda:
+        import cupy
+
+        with cupy.cuda.Device(device.index):
+            pool = cupy.get_default_memory_pool()
+            free, total = cupy.cuda.runtime.memGetInfo()
+            free += pool.free_bytes()  # blocks cached by CuPy's pool are reusable by us
+        margin = max(256 << 20, total // 10)
+        return max(free - margin, 64 << 20)
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES")
+        page = os.sysconf("SC_PAGE_SIZE")
+        return max((pages * page) // 4, 256 << 20)
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 2 << 30

@@ -1,0 +1,78 @@
+"""Declarative parameter constraints for the frozen, keyword-only params dataclasses.
+
+Each algorithm's ``IndexParams`` / ``SearchParams`` is a ``@dataclass(frozen=True, kw_only=True)`` that
+subclasses :class:`Params` and lists its rules in ``_constraints``; ``__post_init__`` checks them and
+raises a message naming the field, the allowed values and the value given (scikit-learn style).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+
+from ._device import parse_memory
+from .metrics import canonical_metric
+
+__all__ = ["Interval", "Options", "Params", "MemoryLimit", "Metric"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    """A number in [low, high] (None = unbounded); ``integer`` requires an int."""
+
+    low: float | None = None
+    high: float | None = None
+    integer: bool = True
+    allow_none: bool = False
+
+    def check(self, owner: str, field: str, value):
+        if value is None and self.allow_none:
+            return value
+        kind = numbers.Integral if self.integer else numbers.Real
+        lo = "-inf" if self.low is None else self.low
+        hi = "inf" if self.high is None else self.high
+        what = "an int" if self.integer else "a number"
+        if isinstance(value, bool) or not isinstance(value, kind) or \
+                (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+            raise ValueError(f"The {field!r} parameter of {owner} must be {what} in the range [{lo}, {hi}]"
+                             f"{' or None' if self.allow_none else ''}. Got {value!r} instead.")
+        return int(value) if self.integer else float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """One of a fixed set of strings."""
+
+    values: tuple
+
+    def check(self, owner: str, field: str, value):
+        if value not in self.values:
+            raise ValueError(f"The {field!r} parameter of {owner} must be one of "
+                             f"{{{', '.join(repr(v) for v in self.values)}}}. Got {value!r} instead.")
+        return value
+
+
+class Metric:
+    """A metric name (aliases accepted, stored canonical)."""
+
+    def check(self, owner: str, field: str, value):
+        return canonical_metric(value)
+
+
+class MemoryLimit:
+    """None (automatic) or a byte count / size string; stored as int bytes or None."""
+
+    def check(self, owner: str, field: str, value):
+        return parse_memory(value)
+
+
+class Params:
+    """Base class: runs ``_constraints`` on construction and stores normalised values."""
+
+    _constraints: dict = {}
+
+    def __post_init__(self):
+        owner = type(self).__name__
+        for field, rule in self._constraints.items():
+            value = rule.check(owner, field, getattr(self, field))
+            object.__setattr__(self, field, value)

@@ -1,0 +1,144 @@
+"""Input checks shared by every public entry point.
+
+Rules (DESIGN.md "Conventions"): ``TypeError`` for unsupported types and dtypes, ``ValueError`` for bad
+shapes and values, each message naming the argument, what was expected and what was given.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._device import _is_cupy, array_kind, as_cupy, as_numpy, is_device_array
+
+__all__ = ["SUPPORTED_DTYPES", "check_vectors", "check_k", "check_int", "check_same_dim", "check_finite"]
+
+SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.uint8), np.dtype(np.int8))
+_DTYPE_NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+
+# rows checked for NaN/inf at a time on the host (keeps memory-mapped inputs streaming)
+_FINITE_CHUNK_ROWS = 1 << 16
+
+
+def _dtype_of(x):
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        return None
+    if type(dt).__module__.split(".")[0] == "torch":
+        import torch
+
+        mapping = {torch.float32: np.float32, torch.float16: np.float16, torch.uint8: np.uint8,
+                   torch.int8: np.int8, torch.float64: np.float64, torch.int32: np.int32,
+                   torch.int64: np.int64, torch.bfloat16: None, torch.bool: np.bool_}
+        t = mapping.get(dt, None)
+        return np.dtype(t) if t is not None else str(dt)
+    try:
+        return np.dtype(dt)
+    except TypeError:
+        return str(dt)
+
+
+def check_vectors(x, name: str, *, on_gpu: bool, allow_float64: bool = True):
+    """Validate a 2-D array of vectors and return it as a C-contiguous NumPy or CuPy array.
+
+    * ``TypeError`` for objects that are not arrays and for dtypes outside float32/float16/uint8/int8
+      (float64 is accepted and cast to float32 when ``allow_float64``, as users pass it constantly).
+    * ``ValueError`` for ndim != 2 and for empty arrays (no rows or no columns).
+    * Non-contiguous and negative-stride inputs are made contiguous (a copy), never rejected.
+
+    Host inputs stay on the host unless ``on_gpu``; device inputs are moved only when ``on_gpu`` is
+    False (the CPU path was asked for).
+    """
+    if x is None:
+        raise TypeError(f"{name} must be a 2-D array of vectors, got None")
+    if isinstance(x, (list, tuple)):
+        x = np.asarray(x)
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        raise TypeError(f"{name} must be an array (NumPy, CuPy, PyTorch or DLPack), got {type(x).__name__}")
+    dt = _dtype_of(x)
+    if isinstance(dt, np.dtype) and dt == np.float64 and allow_float64:
+        pass
+    elif dt not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} has dtype {dt}; supported vector dtypes are {_DTYPE_NAMES} (float64 is cast)")
+    shape = tuple(int(s) for s in x.shape)
+    if len(shape) != 2:
+        raise ValueError(f"{name} must be a 2-D array of shape (n_vectors, dim), got {len(shape)}-D shape {shape}")
+    if shape[0] == 0 or shape[1] == 0:
+        raise ValueError(f"{name} is empty (shape {shape}); it needs at least one vector of at least one dimension")
+
+    if on_gpu:
+        import cupy
+
+        arr = as_cupy(x)
+        if arr.dtype == np.float64:
+            arr = arr.astype(np.float32)
+        if not arr.flags.c_contiguous:
+            arr = cupy.ascontiguousarray(arr)
+        return arr
+    arr = as_numpy(x)
+    if arr.dtype == np.float64:
+        arr = arr.astype(np.float32)
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    return arr
+
+
+def check_finite(x, name: str) -> None:
+    """ValueError naming the first row that holds NaN or inf (float inputs only)."""
+    if x.dtype.kind != "f":
+        return
+    if _is_cupy(x):
+        import cupy
+
+        bad = ~cupy.isfinite(x).all(axis=1)
+        if bool(bad.any()):
+            row = int(cupy.argmax(bad))
+            raise ValueError(f"{name} row {row} contains NaN or inf; remove or fix non-finite vectors")
+        return
+    for start in range(0, x.shape[0], _FINITE_CHUNK_ROWS):
+        block = np.asarray(x[start:start + _FINITE_CHUNK_ROWS])
+        ok = np.isfinite(block).all(axis=1)
+        if not ok.all():
+            row = start + int(np.argmin(ok))
+            raise ValueError(f"{name} row {row} contains NaN or inf; remove or fix non-finite vectors")
+
+
+def check_same_dim(base, queries, base_name="base", query_name="queries") -> None:
+    if base.shape[1] != queries.shape[1]:
+        raise ValueError(f"{query_name} has {queries.shape[1]} dimensions but {base_name} has {base.shape[1]}; "
+                         "they must match")
+
+
+def check_int(value, name: str, *, low: int | None = None, high: int | None = None) -> int:
+    """An integer in [low, high] (inclusive), else a message with the allowed range and the value."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if (low is not None and value < low) or (high is not None and value > high):
+        lo = "-inf" if low is None else str(low)
+        hi = "inf" if high is None else str(high)
+        raise ValueError(f"{name} must be in the range [{lo}, {hi}], got {value}")
+    return value
+
+
+def check_k(k, n: int, *, graph: bool = False) -> int:
+    """k >= 1 and k <= n (k < n for a graph, where a node is not its own neighbour)."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"k must be an integer, got {type(k).__name__} {k!r}")
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    if graph and k >= n:
+        raise ValueError(f"k must be smaller than the number of vectors for a k-NN graph (self excluded): "
+                         f"k={k}, n={n}")
+    if k > n:
+        raise ValueError(f"k={k} is larger than the number of base vectors n={n}")
+    return k
+
+
+def same_framework_kind(x):
+    """The :class:`ArrayKind` results should be returned as (re-exported for callers)."""
+    return array_kind(x)
+
+
+def on_device(x) -> bool:
+    return is_device_array(x)

@@ -1,0 +1,350 @@
+"""Per-row k-selection kernels for exact k-NN on the GPU (numba-cuda).
+
+Two strategies, both one warp per task (a task = one query row, or one column split of a row when
+there are too few queries to fill the GPU), both reading rows of a distance tile produced by GEMM or
+rows of explicit (key, id) candidate lists:
+
+``quickselect`` - Komarov et al.'s GPU quick multi-select (paper 002, section "GPU-Based Quick
+    Multi-Select"). Each round partitions the active range of a row around a pivot with one read pass:
+    lane i holds element i of a 32-wide segment, ``ballot_sync(x < pivot)`` gives the vote, and
+    ``popc(vote & lanemask_lt)`` gives each lane's slot on its side, so the left part is written from
+    the range start upwards and the right part from the range end downwards, both coalesced. Keeping
+    the k-th element's side: if k < L recurse left, else accept the left part and recurse right for
+    k - L. Buffers ping-pong (no copy back). Where we differ from the paper, on purpose:
+    * the whole recursion runs inside one kernel (the paper launched one kernel per round and decided
+      on the host); a warp loops over its rounds, so there is no host round trip;
+    * the pivot is the median of three pseudo-random elements of the range and elements are compared
+      as (key, id) pairs, which are all distinct; so every round shrinks the range by at least two and
+      ties resolve deterministically (lower id first). Ranges of <= 32 elements finish with an
+      in-register rank select (each lane counts, via shuffles, the lanes holding smaller elements);
+    * accepted left parts are copied straight into the k-wide output (the paper kept a stack of
+      fragments and gathered them at the end: the same k writes);
+    * lanes write their slots directly; the paper staged each segment through a 32-wide shared array
+      to get two coalesced writes, which contiguous per-lane addresses already give on current GPUs.
+    The selected k are unsorted; the caller sorts them.
+
+``warp_filter`` - a single streaming pass in the style of current GPU top-k (threshold filtering with
+    warp-ballot compaction, bitonic merging, as in FAISS's WarpSelect family). Each warp keeps its
+    sorted top-K list and a K-slot candidate buffer in shared memory. An element is a candidate only
+    if it beats the current k-th best; candidates are compacted into the buffer with the same
+    ballot/popc prefix as above; a full buffer is merged into the list by a warp bitonic sort of the
+    2K slots, which also tightens the threshold. On typical data only O(k log(n/k)) elements ever pass
+    the filter, so the pass runs at memory bandwidth. Output is sorted. K = next power of two >= k,
+    at least 64, at most 1024 (shared memory).
+
+Keys: ``key_kind`` 0 ranks by ||x||^2 - 2<q,x>, 1 by -<q,x> (see metrics.py). Element (key, id) order
+is lexicographic; the row's own id (graph builds) is replaced by the filler (inf, ID_NONE), which never
+enters a result; missing results are reported as that filler.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import cuda, float32, int32
+
+WARP = 32
+FULL_MASK = 0xFFFFFFFF
+ID_NONE = 2**31 - 1
+INF = float32(np.inf)
+
+# sources a selection task can read elements from
+SRC_DOTS = 0    # a GEMM tile of dot products (+ base norms): ids are col_offset + column
+SRC_PAIRS = 1   # explicit (key, id) candidate rows
+SRC_BUF_A = 2   # quickselect ping-pong buffers
+SRC_BUF_B = 3
+
+
+@cuda.jit(device=True, inline=True)
+def _less(ka, ia, kb, ib):
+    return ka < kb or (ka == kb and ia < ib)
+
+
+@cuda.jit(device=True, inline=True)
+def _load(src, row, j, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, ai, bk, bi):
+    """Element j of ``row`` from source ``src`` as a (key, id) pair."""
+    if src == SRC_DOTS:
+        gid = col_offset + j
+        if gid == self_id:
+            return INF, int32(ID_NONE)
+        dot = dots[row, j]
+        if key_kind == 0:
+            return norms[j] - float32(2.0) * dot, int32(gid)
+        return -dot, int32(gid)
+    if src == SRC_PAIRS:
+        return ck[row, j], ci[row, j]
+    if src == SRC_BUF_A:
+        return ak[row, j], ai[row, j]
+    return bk[row, j], bi[row, j]
+
+
+@cuda.jit(device=True, inline=True)
+def _store_buf(dst, row, j, key, idx, ak, ai, bk, bi):
+    if dst == SRC_BUF_A:
+        ak[row, j] = key
+        ai[row, j] = idx
+    else:
+        bk[row, j] = key
+        bi[row, j] = idx
+
+
+@cuda.jit(device=True, inline=True)
+def _hash32(x):
+    """A small integer mixer (pivot positions are pseudo-random but reproducible)."""
+    x = (x ^ (x >> 16)) * 0x45D9F3B
+    x = x & 0xFFFFFFFF
+    x = (x ^ (x >> 16)) * 0x45D9F3B
+    x = x & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+# ---------------------------------------------------------------------------------------------------
+# quick multi-select (paper 002)
+
+
+@cuda.jit
+def quickselect_kernel(first_src, n_tasks, n_splits, split_len, n_cols, k,
+                       dots, norms, key_kind, col_offset, self_offset,
+                       ck, ci, ak, ai, bk, bi, out_k, out_i):
+    """One warp per task: select the k smallest (key, id) of the task's column range (unsorted)."""
+    lane = cuda.threadIdx.x % WARP
+    task = cuda.blockIdx.x * (cuda.blockDim.x // WARP) + cuda.threadIdx.x // WARP
+    if task >= n_tasks:
+        return  # whole warps leave together: no intrinsic below is left waiting
+    row = task // n_splits
+    lo = (task % n_splits) * split_len
+    hi = min(n_cols, lo + split_len)
+    self_id = self_offset + row if self_offset >= 0 else -1
+    src = first_src
+    k_rem = k
+    n_acc = 0
+    rnd = 0
+    while True:
+        length = hi - lo
+        if length <= k_rem:
+            # everything left is in the result
+            for t in range(lane, length, WARP):
+                key, idx = _load(src, row, lo + t, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, ai, bk, bi)
+                out_k[task, n_acc + t] = key
+                out_i[task, n_acc + t] = idx
+            n_acc += length
+            break
+        if length <= WARP:
+            # rank select in registers: lane t holds element t; its rank is how many lanes hold less
+            key = INF
+            idx = int32(ID_NONE)
+            if lane < length:
+                key, idx = _load(src, row, lo + lane, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, ai, bk, bi)
+            rank = 0
+            for other in range(WARP):
+                ok = cuda.shfl_sync(FULL_MASK, key, other)
+                oi = cuda.shfl_sync(FULL_MASK, idx, other)
+                if other < length and _less(ok, oi, key, idx):
+                    rank += 1
+            if lane < length and rank < k_rem:
+                out_k[task, n_acc + rank] = key
+                out_i[task, n_acc + rank] = idx
+            n_acc += k_rem
+            break
+
+        # pivot: median of three pseudo-random elements of the range (all lanes read the same three)
+        h = _hash32(task * 7919 + rnd * 104729 + 12345)
+        p1 = lo + h % length
+        p2 = lo + _hash32(h + 1) % length
+        p3 = lo + _hash32(h + 2) % length
+        if p2 == p1:
+            p2 = lo + (p1 - lo + 1) % length
+        if p3 == p1 or p3 == p2:
+            p3 = lo + (p2 - lo + 1) % length
+            if p3 == p1:
+                p3 = lo + (p3 - lo + 1) % length
+        k1, i1 = _load(src, row, p1, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, ai, bk, bi)
+        k2, i2 = _load(src, row, p2, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, ai, bk, bi)
+        k3, i3 = _load(src, row, p3, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, ai, bk, bi)
+        # median of three distinct pairs
+        if _less(k1, i1, k2, i2):
+            if _less(k2, i2, k3, i3):
+                pk, pi = k2, i2
+            elif _less(k1, i1, k3, i3):
+                pk, pi = k3, i3
+            else:
+                pk, pi = k1, i1
+        else:
+            if _less(k1, i1, k3, i3):
+                pk, pi = k1, i1
+            elif _less(k2, i2, k3, i3):
+                pk, pi = k3, i3
+            else:
+                pk, pi = k2, i2
+
+        # one partition pass: src[lo, hi) -> dst, "< pivot" from lo upwards, ">= pivot" from hi downwards
+        dst = SRC_BUF_B if src == SRC_BUF_A else SRC_BUF_A
+        n_left = 0
+        n_right = 0
+        for s in range(lo, hi, WARP):
+            j = s + lane
+            valid = j < hi
+            key = INF
+            idx = int32(ID_NONE)
+            if valid:
+                key, idx = _load(src, row, j, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, ai, bk, bi)
+            go_left = valid and _less(key, idx, pk, pi)
+            vote_l = cuda.ballot_sync(FULL_MASK, go_left)
+            vote_r = cuda.ballot_sync(FULL_MASK, valid and not go_left)
+            below = cuda.lanemask_lt()
+            if go_left:
+                _store_buf(dst, row, lo + n_left + cuda.popc(vote_l & below), key, idx, ak, ai, bk, bi)
+            elif valid:
+                _store_buf(dst, row, hi - 1 - (n_right + cuda.popc(vote_r & below)), key, idx, ak, ai, bk, bi)
+            n_left += cuda.popc(vote_l)
+            n_right += cuda.popc(vote_r)
+        cuda.syncwarp(FULL_MASK)  # the partition's writes are visible to every lane before re-reading
+
+        if n_left == 0:
+            # nothing below the pivot: the range holds only copies of the filler (the one element
+            # that may repeat in candidate rows), so the rest of the result is filler
+            break
+        if k_rem < n_left:
+            hi = lo + n_left                      # the k-th element is on the left
+        else:
+            for t in range(lane, n_left, WARP):   # accept the whole left part
+                key, idx = _load(dst, row, lo + t, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, ai, bk, bi)
+                out_k[task, n_acc + t] = key
+                out_i[task, n_acc + t] = idx
+            n_acc += n_left
+            k_rem -= n_left
+            lo = lo + n_left
+            if k_rem == 0:
+                break
+        src = dst
+        rnd += 1
+        cuda.syncwarp(FULL_MASK)
+
+    # fewer than k elements in the range: pad with the filler
+    for t in range(n_acc + lane, k, WARP):
+        out_k[task, t] = INF
+        out_i[task, t] = int32(ID_NONE)
+
+
+# ---------------------------------------------------------------------------------------------------
+# warp filter + bitonic merge
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_bitonic_sort(sk, si, base, size, lane):
+    """Sort sk/si[base : base + size] ascending by (key, id); ``size`` a power of two; one warp."""
+    span = 2
+    while span <= size:
+        stride = span // 2
+        while stride > 0:
+            for t in range(lane, size // 2, WARP):
+                i = 2 * stride * (t // stride) + (t % stride)
+                j = i + stride
+                ak = sk[base + i]
+                ai = si[base + i]
+                bk = sk[base + j]
+                bi = si[base + j]
+                if (i & span) == 0:
+                    swap = _less(bk, bi, ak, ai)
+                else:
+                    swap = _less(ak, ai, bk, bi)
+                if swap:
+                    sk[base + i] = bk
+                    si[base + i] = bi
+                    sk[base + j] = ak
+                    si[base + j] = ai
+            cuda.syncwarp(FULL_MASK)
+            stride //= 2
+        span *= 2
+
+
+def warps_per_block_for(cap: int) -> int:
+    """Warps per block so that a block's shared lists stay within 32 KiB."""
+    per_warp = 2 * cap * 8
+    return max(1, min(4, (32 << 10) // per_warp))
+
+
+@functools.lru_cache(maxsize=None)
+def warp_filter_kernel(cap: int):
+    """The warp-filter kernel for lists of ``cap`` slots (a power of two in [64, 1024])."""
+    assert cap & (cap - 1) == 0 and 64 <= cap <= 1024
+    wpb = warps_per_block_for(cap)
+    slots = 2 * cap  # list [0, cap) + candidate buffer [cap, 2 cap)
+    shared_len = wpb * slots
+
+    @cuda.jit
+    def kernel(first_src, n_tasks, n_splits, split_len, n_cols, k,
+               dots, norms, key_kind, col_offset, self_offset,
+               ck, ci, init_k, init_i, use_init, out_k, out_i):
+        sk = cuda.shared.array(shared_len, dtype=float32)
+        si = cuda.shared.array(shared_len, dtype=int32)
+        warp = cuda.threadIdx.x // WARP
+        lane = cuda.threadIdx.x % WARP
+        task = cuda.blockIdx.x * wpb + warp
+        if task >= n_tasks:
+            return  # whole warps only; the kernel has no block-wide barrier
+        row = task // n_splits
+        lo = (task % n_splits) * split_len
+        hi = min(n_cols, lo + split_len)
+        self_id = self_offset + row if self_offset >= 0 else -1
+        base = warp * slots
+
+        for t in range(lane, slots, WARP):
+            if use_init and t < k:
+                sk[base + t] = init_k[task, t]
+                si[base + t] = init_i[task, t]
+            else:
+                sk[base + t] = INF
+                si[base + t] = int32(ID_NONE)
+        cuda.syncwarp(FULL_MASK)
+        thr_k = sk[base + k - 1]
+        thr_i = si[base + k - 1]
+        count = 0
+        for s in range(lo, hi, WARP):
+            j = s + lane
+            key = INF
+            idx = int32(ID_NONE)
+            if j < hi:
+                key, idx = _load(first_src, row, j, dots, norms, key_kind, col_offset, self_id,
+                                 ck, ci, ck, ci, ck, ci)
+            take = _less(key, idx, thr_k, thr_i)
+            vote = cuda.ballot_sync(FULL_MASK, take)
+            if take:
+                pos = count + cuda.popc(vote & cuda.lanemask_lt())
+                sk[base + cap + pos] = key
+                si[base + cap + pos] = idx
+            count += cuda.popc(vote)
+            if count > cap - WARP:  # the next segment might not fit: merge now
+                cuda.syncwarp(FULL_MASK)
+                for t in range(count + lane, cap, WARP):
+                    sk[base + cap + t] = INF
+                    si[base + cap + t] = int32(ID_NONE)
+                cuda.syncwarp(FULL_MASK)
+                _warp_bitonic_sort(sk, si, base, slots, lane)
+                thr_k = sk[base + k - 1]
+                thr_i = si[base + k - 1]
+                count = 0
+        if count > 0:
+            cuda.syncwarp(FULL_MASK)
+            for t in range(count + lane, cap, WARP):
+                sk[base + cap + t] = INF
+                si[base + cap + t] = int32(ID_NONE)
+            cuda.syncwarp(FULL_MASK)
+            _warp_bitonic_sort(sk, si, base, slots, lane)
+        cuda.syncwarp(FULL_MASK)
+        for t in range(lane, k, WARP):
+            out_k[task, t] = sk[base + t]
+            out_i[task, t] = si[base + t]
+
+    kernel.warps_per_block = wpb
+    return kernel
+
+
+def list_capacity(k: int) -> int:
+    """Slots of the warp_filter list for ``k``: the next power of two, at least 64."""
+    return max(64, 1 << math.ceil(math.log2(max(k, 1))))
+
+
+MAX_FILTER_K = 1024

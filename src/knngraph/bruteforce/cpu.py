@@ -1,0 +1,156 @@
+"""Exact k-NN on the CPU: BLAS GEMM tiles + parallel bounded-heap selection in numba.
+
+Same scheme as the GPU path (Komarov et al., paper 002, "Distance Calculation"): dot products of a
+query block against a base tile come from one GEMM (NumPy's BLAS); each query row then scans the tile,
+ranking candidates by the key ||x||^2 - 2<q, x> (or -<q, x>), and keeps its k best in a bounded
+max-heap ordered by (key, id). Heaps persist across base tiles, so the base streams through memory
+tile by tile (memory-mapped files work) and the result is exact, ties broken by lower id.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from ..metrics import KEY_L2, expanded_key_kind, normalize_rows
+from .._progress import progress
+
+__all__ = ["knn_cpu"]
+
+_ID_NONE = np.int32(2**31 - 1)  # heap filler id: sorts after every real id on equal keys
+
+
+@numba.njit(inline="always")
+def _less(ka, ia, kb, ib):
+    """(key, id) lexicographic order: the total order every selector in knngraph uses."""
+    return ka < kb or (ka == kb and ia < ib)
+
+
+@numba.njit(inline="always")
+def _heap_replace_top(hk, hi, key, idx):
+    """Replace the max of a max-heap (hk, hi) by (key, idx) and sift it down."""
+    n = hk.shape[0]
+    pos = 0
+    while True:
+        child = 2 * pos + 1
+        if child >= n:
+            break
+        if child + 1 < n and _less(hk[child], hi[child], hk[child + 1], hi[child + 1]):
+            child += 1
+        if _less(key, idx, hk[child], hi[child]):
+            hk[pos] = hk[child]
+            hi[pos] = hi[child]
+            pos = child
+        else:
+            break
+    hk[pos] = key
+    hi[pos] = idx
+
+
+@numba.njit(parallel=True, fastmath=False, cache=True)
+def _scan_tile(dots, base_norm2, col_offset, key_kind, self_offset, heap_k, heap_i):
+    """Offer every column of ``dots`` [rows, cols] to each row's heap.
+
+    key = ||x||^2 - 2 dot (key_kind 0) or -dot (key_kind 1); column j is id col_offset + j; row r is
+    query id self_offset + r when building a graph (self_offset >= 0), and that id is skipped.
+    """
+    rows, cols = dots.shape
+    for r in numba.prange(rows):
+        hk = heap_k[r]
+        hi = heap_i[r]
+        self_id = self_offset + r if self_offset >= 0 else -1
+        for j in range(cols):
+            if key_kind == 0:
+                key = base_norm2[j] - np.float32(2.0) * dots[r, j]
+            else:
+                key = -dots[r, j]
+            if key <= hk[0]:
+                gid = col_offset + j
+                if gid != self_id and _less(key, gid, hk[0], hi[0]):
+                    _heap_replace_top(hk, hi, key, np.int32(gid))
+
+
+@numba.njit(parallel=True, cache=True)
+def _sort_heaps(heap_k, heap_i):
+    """Heap-sort each row in place into ascending (key, id) order."""
+    rows, k = heap_k.shape
+    for r in numba.prange(rows):
+        hk = heap_k[r]
+        hi = heap_i[r]
+        for end in range(k - 1, 0, -1):
+            tk = hk[0]
+            ti = hi[0]
+            # move the max to the end, then sift the former last element down over [0, end)
+            lk = hk[end]
+            li = hi[end]
+            hk[end] = tk
+            hi[end] = ti
+            pos = 0
+            while True:
+                child = 2 * pos + 1
+                if child >= end:
+                    break
+                if child + 1 < end and _less(hk[child], hi[child], hk[child + 1], hi[child + 1]):
+                    child += 1
+                if _less(lk, li, hk[child], hi[child]):
+                    hk[pos] = hk[child]
+                    hi[pos] = hi[child]
+                    pos = child
+                else:
+                    break
+            hk[pos] = lk
+            hi[pos] = li
+
+
+def _as_f32(block: np.ndarray, metric: str) -> np.ndarray:
+    block = np.asarray(block, dtype=np.float32)
+    return normalize_rows(block) if metric == "cosine" else block
+
+
+def _norm2(x: np.ndarray) -> np.ndarray:
+    return np.einsum("ij,ij->i", x, x, dtype=np.float32)
+
+
+def knn_cpu(base, queries, k: int, metric: str, *, graph: bool = False, memory_limit: int | None = None,
+            verbose: bool = True):
+    """Exact top-k of ``queries`` among ``base`` (host arrays); returns (distances, ids) float32/int32.
+
+    With ``graph=True`` ``queries`` must be ``base`` and row i never returns id i.
+    """
+    n, d = base.shape
+    nq = queries.shape[0]
+    budget = memory_limit or (1 << 30)
+    # one dot tile of about budget/4 (at most 256 MiB): large enough for BLAS to run at full speed
+    tile_bytes = max(1 << 20, min(budget // 4, 256 << 20))
+    q_block = int(min(nq, 4096))
+    b_tile = int(max(256, min(n, tile_bytes // (4 * max(q_block, 1)), 1 << 16)))
+    key_kind = expanded_key_kind(metric)
+
+    out_d = np.empty((nq, k), dtype=np.float32)
+    out_i = np.empty((nq, k), dtype=np.int32)
+    steps = ((nq + q_block - 1) // q_block) * ((n + b_tile - 1) // b_tile)
+    with progress(total=steps, desc="exact k-NN (cpu)", disable=not verbose) as bar:
+        for qs in range(0, nq, q_block):
+            qe = min(nq, qs + q_block)
+            q = _as_f32(queries[qs:qe], metric)
+            heap_k = np.full((qe - qs, k), np.inf, dtype=np.float32)
+            heap_i = np.full((qe - qs, k), _ID_NONE, dtype=np.int32)
+            for bs in range(0, n, b_tile):
+                be = min(n, bs + b_tile)
+                x = _as_f32(base[bs:be], metric)
+                dots = q @ x.T
+                norms = _norm2(x) if key_kind == KEY_L2 else np.empty(0, np.float32)
+                _scan_tile(dots, norms, bs, key_kind, qs if graph else -1, heap_k, heap_i)
+                bar.update(1)
+            _sort_heaps(heap_k, heap_i)
+            if key_kind == KEY_L2:
+                dist = np.maximum(heap_k + _norm2(q)[:, None], np.float32(0))
+                if metric == "euclidean":
+                    dist = np.sqrt(dist)
+            elif metric == "cosine":
+                dist = np.float32(1) + heap_k
+            else:
+                dist = heap_k
+            out_d[qs:qe] = dist
+            out_i[qs:qe] = heap_i
+    return out_d, out_i

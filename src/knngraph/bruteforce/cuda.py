@@ -1,0 +1,253 @@
+"""Exact k-NN on the GPU: cuBLAS GEMM tiles (through CuPy) + per-row selection kernels (numba-cuda).
+
+Loop (Komarov et al., paper 002; the paper kept the whole distance matrix in GPU memory, we stream):
+
+    for each query block Q (rows):                      # queries: device-resident or uploaded per block
+        best = (inf, none) x k per row
+        for each base tile X (columns):                 # base: resident if it fits the budget, else streamed
+            D = Q X^T                                   # one GEMM, float32
+            per row, select k of key(D, ||x||^2)        # selection kernel, see _select_kernels.py
+            best = k smallest of best U selected        # in the same kernel (warp_filter) or a merge pass
+        distances = key + ||q||^2 (sqeuclidean), ...
+
+Tile sizes come from ``memory_limit``; everything allocated is accounted for there. With
+``select="quickselect"`` each tile also needs two (key, id) ping-pong buffers of the tile's size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._progress import progress
+from ..metrics import KEY_L2, expanded_key_kind
+from . import _select_kernels as sk
+
+__all__ = ["knn_cuda", "SELECT_STRATEGIES", "plan_tiles"]
+
+SELECT_STRATEGIES = ("auto", "warp_filter", "quickselect")
+
+_MAX_TILE_BYTES = 2 << 30   # one dot tile; larger tiles gain nothing in GEMM speed
+_MAX_QUERY_BLOCK = 16384
+
+
+def _resolve_select(select: str, k: int) -> str:
+    if select == "auto":
+        return "warp_filter" if k <= sk.MAX_FILTER_K else "quickselect"
+    if select == "warp_filter" and k > sk.MAX_FILTER_K:
+        raise ValueError(f"select='warp_filter' supports k <= {sk.MAX_FILTER_K}, got k={k}; "
+                         "use select='quickselect' or 'auto'")
+    return select
+
+
+def plan_tiles(n: int, nq: int, d: int, k: int, budget: int, select: str, resident_bytes: int):
+    """Query block and base tile sizes that fit ``budget`` bytes (after ``resident_bytes``).
+
+    Per element of a tile: 4 bytes of dot products, plus 16 bytes of ping-pong buffers for quickselect.
+    Per query row: 4*d for the float32 queries, and the running best lists.
+    """
+    per_elem = 4 + (16 if select == "quickselect" else 0)
+    avail = budget - resident_bytes
+    qb = int(min(nq, _MAX_QUERY_BLOCK))
+    while True:
+        per_query = 4 * d + 8 * k * 4 + 8
+        tile_avail = avail - qb * per_query
+        bt = tile_avail // (qb * per_elem + 4 * d + 4) if tile_avail > 0 else 0
+        bt = int(min(n, bt, max(1, _MAX_TILE_BYTES // (4 * qb))))
+        if bt >= min(n, 1024) or qb <= 64:
+            break
+        qb = max(64, qb // 2)
+    if bt < 1:
+        need = resident_bytes + qb * (4 * d + 8 * k * 4) + (qb * per_elem + 4 * d) * min(n, 1024)
+        raise MemoryError(f"exact k-NN needs about {need / 2**20:.0f} MiB of GPU memory for k={k}, d={d}; "
+                          f"memory_limit allows {budget / 2**20:.0f} MiB")
+    return qb, bt
+
+
+def _sort_rows(keys, ids):
+    """Sort each row by (key, id) using one 64-bit composite key (order-preserving float bits | id)."""
+    import cupy as cp
+
+    u = keys.view(cp.uint32)
+    ordered = cp.where(u >> 31, ~u, u | cp.uint32(0x80000000))
+    comp = (ordered.astype(cp.uint64) << 32) | ids.view(cp.uint32).astype(cp.uint64)
+    comp = cp.sort(comp, axis=1)
+    ids_s = (comp & cp.uint64(0xFFFFFFFF)).astype(cp.uint32).view(cp.int32)
+    o = (comp >> 32).astype(cp.uint32)
+    u2 = cp.where(o >> 31, o & cp.uint32(0x7FFFFFFF), ~o)
+    return u2.view(cp.float32), ids_s
+
+
+def _splits_for(rows: int, cols: int, k: int, sm_count: int) -> int:
+    """Column splits per row so that at least ~32 warps per SM have work."""
+    target = sm_count * 32
+    if rows >= target:
+        return 1
+    splits = math.ceil(target / rows)
+    # keep every split long enough that selection, not the merge, dominates
+    max_splits = max(1, cols // max(4 * k, 1024))
+    return int(max(1, min(splits, max_splits)))
+
+
+class _Selector:
+    """Runs one selection strategy over tiles, keeping each query row's running best k."""
+
+    def __init__(self, select: str, k: int, sm_count: int):
+        import cupy as cp
+
+        self.cp = cp
+        self.select = select
+        self.k = k
+        self.sm_count = sm_count
+        self._dummy_f = cp.zeros((1, 1), dtype=cp.float32)
+        self._dummy_i = cp.zeros((1, 1), dtype=cp.int32)
+        self._dummy_n = cp.zeros(1, dtype=cp.float32)
+        if select == "warp_filter":
+            self.kernel = sk.warp_filter_kernel(sk.list_capacity(k))
+            self.wpb = self.kernel.warps_per_block
+        else:
+            self.kernel = sk.quickselect_kernel
+            self.wpb = 4
+
+    def _launch(self, first_src, rows, n_splits, split_len, n_cols, dots, norms, key_kind, col_offset,
+                self_offset, ck, ci, init_k, init_i, use_init, out_k, out_i):
+        cp = self.cp
+        tasks = rows * n_splits
+        blocks = (tasks + self.wpb - 1) // self.wpb
+        # numba launches go to the legacy default stream, the one CuPy uses here, so they stay ordered
+        if self.select == "warp_filter":
+            self.kernel[blocks, self.wpb * 32](first_src, tasks, n_splits, split_len, n_cols, self.k,
+                                                      dots, norms, key_kind, col_offset, self_offset,
+                                                      ck, ci, init_k, init_i, use_init, out_k, out_i)
+        else:
+            shape = (dots.shape if first_src == sk.SRC_DOTS else ck.shape)
+            ak = cp.empty(shape, cp.float32)
+            ai = cp.empty(shape, cp.int32)
+            bk = cp.empty(shape, cp.float32)
+            bi = cp.empty(shape, cp.int32)
+            self.kernel[blocks, self.wpb * 32](first_src, tasks, n_splits, split_len, n_cols, self.k,
+                                                      dots, norms, key_kind, col_offset, self_offset,
+                                                      ck, ci, ak, ai, bk, bi, out_k, out_i)
+
+    def offer_tile(self, dots, norms, key_kind, col_offset, self_offset, best_k, best_i, first_tile):
+        """Fold the tile ``dots`` [rows, cols] (ids col_offset + j) into the running best lists."""
+        cp = self.cp
+        rows, cols = dots.shape
+        n_splits = _splits_for(rows, cols, self.k, self.sm_count)
+        split_len = (cols + n_splits - 1) // n_splits
+        norms = norms if norms is not None else self._dummy_n
+        if self.select == "warp_filter" and n_splits == 1:
+            # the running best seeds the list and receives the result: no separate merge
+            self._launch(sk.SRC_DOTS, rows, 1, split_len, cols, dots, norms, key_kind, col_offset, self_offset,
+                         self._dummy_f, self._dummy_i, best_k, best_i, 0 if first_tile else 1, best_k, best_i)
+            return
+        part_k = cp.empty((rows * n_splits, self.k), cp.float32)
+        part_i = cp.empty((rows * n_splits, self.k), cp.int32)
+        self._launch(sk.SRC_DOTS, rows, n_splits, split_len, cols, dots, norms, key_kind, col_offset, self_offset,
+                     self._dummy_f, self._dummy_i, self._dummy_f, self._dummy_i, 0, part_k, part_i)
+        cand_k = part_k.reshape(rows, n_splits * self.k)
+        cand_i = part_i.reshape(rows, n_splits * self.k)
+        if not first_tile:
+            cand_k = cp.concatenate([best_k, cand_k], axis=1)
+            cand_i = cp.concatenate([best_i, cand_i], axis=1)
+        if cand_k.shape[1] == self.k:
+            best_k[...] = cand_k
+            best_i[...] = cand_i
+            return
+        m = cand_k.shape[1]
+        if self.select == "warp_filter":
+            self._launch(sk.SRC_PAIRS, rows, 1, m, m, self._dummy_f, self._dummy_n, 0, 0, -1,
+                         cand_k, cand_i, self._dummy_f, self._dummy_i, 0, best_k, best_i)
+        else:
+            self._launch(sk.SRC_PAIRS, rows, 1, m, m, self._dummy_f, self._dummy_n, 0, 0, -1,
+                         cand_k, cand_i, None, None, 0, best_k, best_i)
+
+    def finish(self, best_k, best_i):
+        if self.select == "quickselect":
+            return _sort_rows(best_k, best_i)
+        return best_k, best_i
+
+
+def _to_f32(block, metric):
+    import cupy as cp
+
+    x = block.astype(cp.float32, copy=False)
+    if metric == "cosine":
+        nrm = cp.sqrt(cp.einsum("ij,ij->i", x, x))
+        nrm[nrm == 0] = 1
+        x = x / nrm[:, None]
+    return x
+
+
+def _norm2(x):
+    import cupy as cp
+
+    return cp.einsum("ij,ij->i", x, x)
+
+
+def knn_cuda(base, queries, k: int, metric: str, *, graph: bool = False, memory_limit: int,
+             select: str = "auto", device_index: int = 0, verbose: bool = True, stats: dict | None = None):
+    """Exact top-k on the GPU. ``base``/``queries`` are CuPy arrays (used in place) or host arrays
+    (NumPy / memory-mapped, streamed). Returns CuPy (distances float32, ids int32) [nq, k]."""
+    import cupy as cp
+
+    select = _resolve_select(select, k)
+    n, d = base.shape
+    nq = queries.shape[0]
+    key_kind = expanded_key_kind(metric)
+    with cp.cuda.Device(device_index):
+        sm_count = cp.cuda.Device(device_index).attributes["MultiProcessorCount"]
+        budget = int(memory_limit)
+        base_on_gpu = isinstance(base, cp.ndarray)
+        # Keep a float32 copy of the base (plus norms) on the GPU when it takes at most half the budget;
+        # otherwise stream base tiles for each query block.
+        f32_bytes = n * (4 * d + 4)
+        resident = f32_bytes <= budget // 2
+        in_place = base_on_gpu and base.dtype == np.float32 and metric != "cosine"
+        resident_bytes = (0 if in_place else f32_bytes) if resident else 0
+        if not resident and base_on_gpu:
+            resident_bytes = 0  # the caller's array is already counted outside the budget
+        qb, bt = plan_tiles(n, nq, d, k, budget, select, resident_bytes)
+        if resident:
+            xb = base if in_place else _to_f32(cp.asarray(base), metric)
+            xb_norm = _norm2(xb) if key_kind == KEY_L2 else None
+        selector = _Selector(select, k, sm_count)
+        out_d = cp.empty((nq, k), cp.float32)
+        out_i = cp.empty((nq, k), cp.int32)
+        n_q_blocks = (nq + qb - 1) // qb
+        n_tiles = (n + bt - 1) // bt
+        if stats is not None:
+            stats.update(select=select, query_block=qb, base_tile=bt, base_resident=bool(resident))
+        with progress(n_q_blocks * n_tiles, "exact k-NN (cuda)", disable=not verbose) as bar:
+            for qs in range(0, nq, qb):
+                qe = min(nq, qs + qb)
+                q = _to_f32(cp.asarray(queries[qs:qe]), metric)
+                best_k = cp.empty((qe - qs, k), cp.float32)
+                best_i = cp.empty((qe - qs, k), cp.int32)
+                for t, bs in enumerate(range(0, n, bt)):
+                    be = min(n, bs + bt)
+                    if resident:
+                        x = xb[bs:be]
+                        xn = xb_norm[bs:be] if xb_norm is not None else None
+                    else:
+                        x = _to_f32(cp.asarray(base[bs:be]), metric)
+                        xn = _norm2(x) if key_kind == KEY_L2 else None
+                    dots = q @ x.T
+                    selector.offer_tile(dots, xn, key_kind, bs, qs if graph else -1, best_k, best_i,
+                                        first_tile=(t == 0))
+                    del dots
+                    bar.update(1)
+                keys, ids = selector.finish(best_k, best_i)
+                if key_kind == KEY_L2:
+                    dist = cp.maximum(keys + _norm2(q)[:, None], 0)
+                    if metric == "euclidean":
+                        dist = cp.sqrt(dist)
+                elif metric == "cosine":
+                    dist = 1 + keys
+                else:
+                    dist = keys
+                missing = ids == sk.ID_NONE
+                out_d[qs:qe] = cp.where(missing, cp.float32(np.inf), dist)
+                out_i[qs:qe] = cp.where(missing, -1, ids)
+        return out_d, out_i

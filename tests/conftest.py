@@ -1,0 +1,50 @@
+"""Test configuration.
+
+Two modes, chosen before numba.cuda is first imported:
+* default (CI, any machine): the numba CUDA simulator is on, so the CUDA kernels run on the CPU in the
+  ``sim`` tests, and ``gpu`` tests are skipped;
+* ``KNNGRAPH_GPU_TESTS=1`` (scripts/gpu_check.sh on a GPU machine): real CUDA; ``gpu`` tests run and
+  ``sim`` tests are skipped.
+"""
+
+import os
+
+GPU_MODE = os.environ.get("KNNGRAPH_GPU_TESTS") == "1"
+if not GPU_MODE:
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    if GPU_MODE:
+        from knngraph import gpu_available
+
+        skip_sim = pytest.mark.skip(reason="simulator tests run only without KNNGRAPH_GPU_TESTS=1")
+        no_gpu = None if gpu_available() else pytest.mark.skip(reason="no usable GPU (CuPy + numba-cuda)")
+        for item in items:
+            if "sim" in item.keywords:
+                item.add_marker(skip_sim)
+            if "gpu" in item.keywords and no_gpu is not None:
+                item.add_marker(no_gpu)
+    else:
+        from tests.support import cudasim_warp
+
+        cudasim_warp.install()
+        skip_gpu = pytest.mark.skip(reason="GPU tests need KNNGRAPH_GPU_TESTS=1 on a machine with an NVIDIA GPU")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip_gpu)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
+
+
+@pytest.fixture(scope="session")
+def sample():
+    from knngraph.datasets import load_sample
+
+    return load_sample()

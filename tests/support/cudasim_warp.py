@@ -1,0 +1,109 @@
+"""Warp intrinsics for the numba CUDA simulator (test support code, never imported by the library).
+
+numba-cuda's simulator runs each CUDA thread as a ``threading.Thread`` but implements no warp-level
+intrinsics. :func:`install` adds them to the simulator's fake ``cuda`` module: the lanes of a warp meet
+at a per-warp ``threading.Barrier``, publish their value in a shared slot array, and read what they
+need. As on hardware, every lane of the warp must reach a full-mask intrinsic.
+"""
+
+from __future__ import annotations
+
+import threading
+
+_lock = threading.Lock()
+_warps: dict = {}
+
+
+class _Warp:
+    def __init__(self, lanes: int):
+        self.lanes = lanes
+        self.barrier = threading.Barrier(lanes)
+        self.slots = [None] * 32
+
+
+def _current():
+    t = threading.current_thread()
+    mgr = t._manager
+    bx, by, bz = mgr._block_dim
+    nthreads = bx * by * bz
+    w = t.thread_id // 32
+    lanes = min(32, nthreads - 32 * w)
+    key = (id(mgr), w, lanes)
+    with _lock:
+        warp = _warps.get(key)
+        if warp is None or warp.lanes != lanes:
+            warp = _warps[key] = _Warp(lanes)
+    return warp, t.thread_id % 32
+
+
+def _exchange(value):
+    warp, lane = _current()
+    warp.slots[lane] = value
+    warp.barrier.wait()
+    snapshot = list(warp.slots)
+    warp.barrier.wait()  # nobody overwrites a slot before every lane has read
+    return snapshot, lane, warp.lanes
+
+
+def _syncwarp(self, mask=0xFFFFFFFF):
+    warp, _ = _current()
+    warp.barrier.wait()
+
+
+def _ballot_sync(self, mask, predicate):
+    values, _, lanes = _exchange(bool(predicate))
+    return sum(1 << i for i in range(lanes) if values[i])
+
+
+def _any_sync(self, mask, predicate):
+    values, _, lanes = _exchange(bool(predicate))
+    return int(any(values[:lanes]))
+
+
+def _all_sync(self, mask, predicate):
+    values, _, lanes = _exchange(bool(predicate))
+    return int(all(values[:lanes]))
+
+
+def _shfl_sync(self, mask, value, src_lane):
+    values, _, lanes = _exchange(value)
+    return values[int(src_lane) % 32 % lanes]
+
+
+def _shfl_xor_sync(self, mask, value, lane_mask):
+    values, lane, lanes = _exchange(value)
+    src = lane ^ int(lane_mask)
+    return values[src] if src < lanes else value
+
+
+def _shfl_down_sync(self, mask, value, delta):
+    values, lane, lanes = _exchange(value)
+    src = lane + int(delta)
+    return values[src] if src < lanes else value
+
+
+def _shfl_up_sync(self, mask, value, delta):
+    values, lane, lanes = _exchange(value)
+    src = lane - int(delta)
+    return values[src] if src >= 0 else value
+
+
+def _lanemask_lt(self):
+    lane = threading.current_thread().thread_id % 32
+    return (1 << lane) - 1
+
+
+def _activemask(self):
+    return (1 << _current()[0].lanes) - 1
+
+
+def install() -> None:
+    """Add the intrinsics to the simulator (idempotent). Requires NUMBA_ENABLE_CUDASIM=1."""
+    from numba.cuda.simulator import kernelapi
+
+    fake = kernelapi.FakeCUDAModule
+    for name, fn in {"syncwarp": _syncwarp, "ballot_sync": _ballot_sync, "any_sync": _any_sync,
+                     "all_sync": _all_sync, "shfl_sync": _shfl_sync, "shfl_xor_sync": _shfl_xor_sync,
+                     "shfl_down_sync": _shfl_down_sync, "shfl_up_sync": _shfl_up_sync,
+                     "lanemask_lt": _lanemask_lt, "activemask": _activemask}.items():
+        setattr(fake, name, fn)
