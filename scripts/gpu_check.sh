@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One script for every GPU check: the GPU tests (pytest -m gpu) and the GPU benchmarks.
+#
+#   scripts/gpu_check.sh [all|tests|bench] [FILTER]
+#
+#   tests  - pytest -m gpu with KNNGRAPH_GPU_TESTS=1 (FILTER is passed to -k)
+#   bench  - every GPU benchmark in GPU_BENCHMARKS below (FILTER: run only those whose name contains it)
+#   all    - both (default)
+#
+# Results (logs, JSON, PNG) go to $OUT (the lent machine's return folder) or ./out. Real data comes from
+# .data/ (make it with scripts/prepare_device_data.py and carry it) or from ../shared/datasets.
+# On the lent machine, carry .data and, if any, .whl (extra pure-Python wheels, installed to /tmp/site).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/out}
+mkdir -p "$OUT"
+export PYTHONPATH="$ROOT/scripts/device_env:$ROOT/src:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export KNNGRAPH_GPU_TESTS=1 PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+[ -d .data ] && export KNNGRAPH_DEVICE_DATA="$ROOT/.data"
+
+# name:command pairs; each benchmark writes its JSON/PNG under $OUT
+GPU_BENCHMARKS=(
+  "exact:python3 benchmarks/exact_gpu.py --out $OUT"
+)
+
+what=${1:-all}
+filter=${2:-}
+status=0
+python3 - <<'PY' 2>&1 | tee "$OUT/env.txt"
+import platform, numpy, numba, knngraph
+from knngraph._device import _gpu_probe
+print("python", platform.python_version(), "numpy", numpy.__version__, "numba", numba.__version__)
+try:
+    import cupy, numba_cuda
+    print("cupy", cupy.__version__, "numba-cuda", numba_cuda.__version__,
+          "gpu", cupy.cuda.runtime.getDeviceProperties(0)["name"].decode())
+except Exception as exc:
+    print("gpu stack:", exc)
+print("gpu usable:", _gpu_probe())
+PY
+
+if [ "$what" = all ] || [ "$what" = tests ]; then
+  echo "== GPU tests"
+  python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" tests ${filter:+-k "$filter"} 2>&1 | tee "$OUT/gpu_tests.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if [ "$what" = all ] || [ "$what" = bench ]; then
+  for entry in "${GPU_BENCHMARKS[@]}"; do
+    name=${entry%%:*}; cmd=${entry#*:}
+    if [ -n "$filter" ] && [ "$what" = bench ] && [[ "$name" != *"$filter"* ]]; then continue; fi
+    echo "== benchmark $name: $cmd"
+    eval "$cmd" 2>&1 | tee "$OUT/bench_$name.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
+fi
+exit $status
