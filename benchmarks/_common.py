@@ -1,0 +1,145 @@
+"""Shared helpers for benchmark scripts: timing protocol, JSON lines, environment description, data.
+
+Timing protocol: one warm-up call (its time is reported as ``first_call_s``: JIT compilation), then the
+median of ``repeats`` timed calls; GPU work is synchronised before the clock is read.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def sync():
+    try:
+        import cupy
+
+        cupy.cuda.runtime.deviceSynchronize()
+    except Exception:
+        pass
+
+
+def timed(fn, repeats=3, warmup=True):
+    """(median seconds, first-call seconds, last result) of ``fn()``, GPU-synchronised."""
+    first = None
+    result = None
+    if warmup:
+        sync()
+        t0 = time.perf_counter()
+        result = fn()
+        sync()
+        first = time.perf_counter() - t0
+    times = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        result = fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), first, result
+
+
+def environment() -> dict:
+    env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "python": platform.python_version(), "numpy": np.__version__, "machine": platform.machine(),
+           "cpu_count": os.cpu_count()}
+    try:
+        import numba
+
+        env["numba"] = numba.__version__
+    except Exception:
+        pass
+    try:
+        import knngraph
+
+        env["knngraph"] = knngraph.__version__
+    except Exception:
+        pass
+    try:
+        import cupy
+
+        env["cupy"] = cupy.__version__
+        env["gpu"] = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    except Exception:
+        env["gpu"] = None
+    return env
+
+
+class JsonLines:
+    """Append one JSON object per run to ``path`` (and echo a short line)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.env = environment()
+        self.rows = []
+
+    def write(self, **row):
+        row = {**row, "env": self.env}
+        self.rows.append(row)
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps(row, default=_json_default) + "\n")
+        brief = {k: v for k, v in row.items() if k != "env"}
+        print(json.dumps(brief, default=_json_default), flush=True)
+
+
+def _json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    return str(o)
+
+
+def device_data_dir() -> Path | None:
+    """Where a GPU run finds the cut real data (.data/ carried to the machine), if anywhere."""
+    for cand in (os.environ.get("KNNGRAPH_DEVICE_DATA"), Path(__file__).resolve().parents[1] / ".data"):
+        if cand and Path(cand).is_dir():
+            return Path(cand)
+    return None
+
+
+def load_sift(n_base: int):
+    """(base uint8, queries uint8, gt ids or None) for sift-photos with ``n_base`` rows, from .data or shared."""
+    from knngraph import io
+
+    dd = device_data_dir()
+    if dd is not None and n_base <= 450_000 and (dd / "sift450k-base.u8bin").exists():
+        base = np.ascontiguousarray(io.read(dd / "sift450k-base.u8bin", rows=(0, n_base)))
+        queries = np.ascontiguousarray(io.read(dd / "sift-query.u8bin"))
+        gt = io.read(dd / "sift450k-gt32.ibin") if n_base == 450_000 else None
+        return base, queries, (np.asarray(gt) if gt is not None else None)
+    from knngraph.datasets import load_sift_photos
+
+    s = load_sift_photos(n_base)
+    return np.ascontiguousarray(s.base), np.ascontiguousarray(s.queries), np.asarray(s.gt_indices)
+
+
+def gpu_peak_tracker():
+    """A CuPy memory-pool hook recording peak bytes in use (None without CuPy)."""
+    try:
+        import cupy
+    except Exception:
+        return None
+
+    class Peak:
+        """CuPy's pool keeps every block it allocated until freed, so after ``reset()`` its total size
+        is the peak of what the run allocated through CuPy (numba kernels allocate nothing)."""
+
+        def __init__(self):
+            self.pool = cupy.get_default_memory_pool()
+
+        def reset(self):
+            sync()
+            self.pool.free_all_blocks()
+            self.base = self.pool.total_bytes()
+
+        def peak_bytes(self):
+            return self.pool.total_bytes()
+
+    return Peak()

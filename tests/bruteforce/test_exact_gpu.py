@@ -1,0 +1,152 @@
+"""Exact k-NN on a real GPU (marker ``gpu``; run by scripts/gpu_check.sh with KNNGRAPH_GPU_TESTS=1)."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import knngraph
+from knngraph import metrics
+from knngraph.evaluate import recall_at_k
+
+pytestmark = pytest.mark.gpu
+
+SELECTS = ["warp_filter", "quickselect"]
+
+
+def _ref(base, queries, k, metric, graph=False):
+    d = metrics.pairwise_distances(queries, base, metric)
+    if graph:
+        np.fill_diagonal(d, np.inf)
+    order = np.argsort(d, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(d, order, 1), order
+
+
+@pytest.mark.parametrize("select", SELECTS)
+@pytest.mark.parametrize("k", [1, 10, 100])
+def test_sample_matches_ground_truth(sample, select, k):
+    d, i = knngraph.knn(sample.base, sample.queries, k, device="cuda", select=select)
+    assert isinstance(i, np.ndarray) and i.dtype == np.int32 and d.dtype == np.float32
+    gt_d = sample.gt_distances[:, :k]
+    np.testing.assert_array_equal(d, gt_d)  # integer distances: exact
+    assert recall_at_k(i, sample.gt_indices, k, distances=d, true_distances=sample.gt_distances) == 1.0
+
+
+@pytest.mark.parametrize("select", SELECTS)
+@pytest.mark.parametrize("metric", metrics.METRICS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.int8])
+def test_metrics_and_dtypes_match_reference(select, metric, dtype, rng):
+    if np.dtype(dtype).kind == "f":
+        base = rng.standard_normal((3000, 40)).astype(dtype)
+        queries = rng.standard_normal((70, 40)).astype(dtype)
+    else:
+        info = np.iinfo(dtype)
+        base = rng.integers(info.min, info.max, (3000, 40), endpoint=True).astype(dtype)
+        queries = rng.integers(info.min, info.max, (70, 40), endpoint=True).astype(dtype)
+    k = 17
+    d, i = knngraph.knn(base, queries, k, metric=metric, device="cuda", select=select)
+    ref_d, ref_i = _ref(base, queries, k, metric)
+    assert recall_at_k(i, ref_i, k, distances=_dist_of(base, queries, i, metric), true_distances=ref_d) == 1.0
+    np.testing.assert_allclose(d, ref_d, rtol=1e-4, atol=1e-2 * max(1.0, float(np.abs(ref_d).max()) * 1e-4))
+
+
+def _dist_of(base, queries, ids, metric):
+    full = metrics.pairwise_distances(queries, base, metric)
+    return np.take_along_axis(full, ids.astype(np.int64), 1)
+
+
+@pytest.mark.parametrize("select", SELECTS)
+def test_streaming_under_small_memory_limit(sample, select):
+    """A budget far below the base size forces streamed base tiles and several query blocks."""
+    d_ref, i_ref = knngraph.knn(sample.base, sample.queries, 10, device="cpu")
+    d, i = knngraph.knn(sample.base, sample.queries, 10, device="cuda", select=select, memory_limit="3MB")
+    np.testing.assert_array_equal(i, i_ref)
+    np.testing.assert_array_equal(d, d_ref)
+
+
+@pytest.mark.parametrize("select", SELECTS)
+def test_few_queries_use_column_splits(sample, select):
+    d_ref, i_ref = knngraph.knn(sample.base, sample.queries[:3], 100, device="cpu")
+    d, i = knngraph.knn(sample.base, sample.queries[:3], 100, device="cuda", select=select)
+    np.testing.assert_array_equal(i, i_ref)
+    np.testing.assert_array_equal(d, d_ref)
+
+
+def test_large_k_falls_back_to_quickselect(sample):
+    d_ref, i_ref = knngraph.knn(sample.base, sample.queries[:50], 1500, device="cpu")
+    d, i = knngraph.knn(sample.base, sample.queries[:50], 1500, device="cuda")
+    np.testing.assert_array_equal(i, i_ref)
+    with pytest.raises(ValueError, match="warp_filter.*k <= 1024"):
+        knngraph.knn(sample.base, sample.queries[:5], 1500, device="cuda", select="warp_filter")
+
+
+@pytest.mark.parametrize("select", SELECTS)
+def test_graph_matches_cpu_graph(sample, select):
+    base = sample.base[:5000]
+    g_cpu = knngraph.knn_graph(base, 16, device="cpu")
+    g = knngraph.knn_graph(base, 16, device="cuda", select=select)
+    np.testing.assert_array_equal(g.indices, g_cpu.indices)
+    np.testing.assert_array_equal(g.distances, g_cpu.distances)
+    assert not (g.indices == np.arange(len(base))[:, None]).any()
+
+
+def test_device_arrays_in_and_out(sample):
+    import cupy as cp
+
+    base = cp.asarray(sample.base)
+    q = cp.asarray(sample.queries[:100])
+    d, i = knngraph.knn(base, q, 5)
+    assert isinstance(d, cp.ndarray) and isinstance(i, cp.ndarray)
+    d_ref, i_ref = knngraph.knn(sample.base, sample.queries[:100], 5, device="cpu")
+    np.testing.assert_array_equal(i.get(), i_ref)
+    # mixed devices: host queries against a device base -> host results
+    d2, i2 = knngraph.knn(base, sample.queries[:100], 5)
+    assert isinstance(i2, np.ndarray)
+    np.testing.assert_array_equal(i2, i_ref)
+    # non-contiguous device input
+    d3, i3 = knngraph.knn(base, cp.asarray(sample.queries[:200])[::2], 5)
+    np.testing.assert_array_equal(i3.get(), knngraph.knn(sample.base, sample.queries[:200:2], 5, device="cpu")[1])
+    g = knngraph.knn_graph(base[:2000], 4)
+    assert isinstance(g.indices, cp.ndarray)
+
+
+def test_torch_tensors(sample):
+    torch = pytest.importorskip("torch")
+    tb = torch.from_numpy(sample.base.astype(np.float32)).cuda()
+    tq = torch.from_numpy(sample.queries[:64].astype(np.float32)).cuda()
+    d, i = knngraph.knn(tb, tq, 8)
+    assert isinstance(i, torch.Tensor) and i.is_cuda and i.dtype == torch.int32
+    i_ref = knngraph.knn(sample.base, sample.queries[:64], 8, device="cpu")[1]
+    np.testing.assert_array_equal(i.cpu().numpy(), i_ref)
+
+
+def test_nan_on_device_names_row():
+    import cupy as cp
+
+    x = cp.ones((100, 8), cp.float32)
+    x[42, 3] = cp.nan
+    with pytest.raises(ValueError, match="row 42"):
+        knngraph.knn(x, x[:3], 2)
+
+
+def _device_data():
+    p = os.environ.get("KNNGRAPH_DEVICE_DATA")
+    if p and (Path(p) / "sift450k-base.u8bin").exists():
+        return Path(p)
+    pytest.skip("sift-photos 450k cut not present (KNNGRAPH_DEVICE_DATA; scripts/prepare_device_data.py)")
+
+
+def test_sift450k_against_shared_ground_truth():
+    from knngraph import io
+
+    dd = _device_data()
+    base = io.read(dd / "sift450k-base.u8bin")
+    queries = np.ascontiguousarray(io.read(dd / "sift-query.u8bin"))
+    gt = io.read(dd / "sift450k-gt32.ibin")
+    d, i = knngraph.knn(base, queries, 32, device="cuda")
+    # distances of the true ids (recomputed) give the true k-th distance for tie handling
+    true_d = np.stack([((base[gt[r]].astype(np.int64) - queries[r].astype(np.int64)) ** 2).sum(1)
+                       for r in range(len(queries))]).astype(np.float32)
+    assert recall_at_k(i, gt, 32, distances=d, true_distances=true_d) == 1.0
+    np.testing.assert_array_equal(d, true_d)
