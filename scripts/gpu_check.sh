@@ -25,7 +25,7 @@ fi
 
 # name:command pairs; each benchmark writes its JSON/PNG under $OUT
 GPU_BENCHMARKS=(
-  "exact:python3 benchmarks/exact_gpu.py --out $OUT"
+  "exact:python3 benchmarks/exact_gpu.py --out $OUT ${BENCH_ARGS:-}"
 )
 
 what=${1:-all}

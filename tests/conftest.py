@@ -12,6 +12,8 @@ import os
 GPU_MODE = os.environ.get("KNNGRAPH_GPU_TESTS") == "1"
 if not GPU_MODE:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+# tests launch deliberately tiny grids
+os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

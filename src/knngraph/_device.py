@@ -12,13 +12,15 @@ Every public entry point goes through :func:`resolve_device` and :func:`as_backe
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Device", "resolve_device", "gpu_available", "ArrayKind", "array_kind", "as_numpy", "as_cupy",
+__all__ = ["quiet_launches", "Device", "resolve_device", "gpu_available", "ArrayKind", "array_kind", "as_numpy", "as_cupy",
            "return_as", "default_memory_limit", "parse_memory"]
 
 
@@ -263,3 +265,15 @@ def default_memory_limit(device: Device) -> int:
         return max((pages * page) // 4, 256 << 20)
     except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
         return 2 << 30
+
+
+@contextlib.contextmanager
+def quiet_launches():
+    """Silence numba-cuda's low-occupancy warning for launches inside the block.
+
+    knngraph sizes its grids on purpose (a few queries give a small grid); the warning would only
+    alarm users. Other warnings pass through.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*will likely result in GPU under-utilization")
+        yield

@@ -260,6 +260,35 @@ def _warp_bitonic_sort(sk, si, base, size, lane):
         span *= 2
 
 
+@cuda.jit(device=True, inline=True)
+def _flush(sk, si, base, cap, k, count, lane):
+    """Merge the first ``count`` buffer slots into the sorted list; returns the new threshold."""
+    cuda.syncwarp(FULL_MASK)
+    for t in range(count + lane, cap, WARP):
+        sk[base + cap + t] = INF
+        si[base + cap + t] = int32(ID_NONE)
+    cuda.syncwarp(FULL_MASK)
+    _warp_bitonic_sort(sk, si, base, 2 * cap, lane)
+    return sk[base + k - 1], si[base + k - 1]
+
+
+@cuda.jit(device=True, inline=True)
+def _offer(key, idx, sk, si, base, cap, k, count, thr_k, thr_i, lane):
+    """Offer one 32-wide segment (one element per lane) to the warp's list: ballot-compact the
+    elements that beat the threshold into the buffer; merge when the next segment might not fit."""
+    take = _less(key, idx, thr_k, thr_i)
+    vote = cuda.ballot_sync(FULL_MASK, take)
+    if take:
+        pos = count + cuda.popc(vote & cuda.lanemask_lt())
+        sk[base + cap + pos] = key
+        si[base + cap + pos] = idx
+    count += cuda.popc(vote)
+    if count > cap - WARP:
+        thr_k, thr_i = _flush(sk, si, base, cap, k, count, lane)
+        count = 0
+    return count, thr_k, thr_i
+
+
 def warps_per_block_for(cap: int) -> int:
     """Warps per block so that a block's shared lists stay within 32 KiB."""
     per_warp = 2 * cap * 8
@@ -302,37 +331,35 @@ def warp_filter_kernel(cap: int):
         thr_k = sk[base + k - 1]
         thr_i = si[base + k - 1]
         count = 0
-        for s in range(lo, hi, WARP):
-            j = s + lane
-            key = INF
-            idx = int32(ID_NONE)
-            if j < hi:
-                key, idx = _load(first_src, row, j, dots, norms, key_kind, col_offset, self_id,
-                                 ck, ci, ck, ci, ck, ci)
-            take = _less(key, idx, thr_k, thr_i)
-            vote = cuda.ballot_sync(FULL_MASK, take)
-            if take:
-                pos = count + cuda.popc(vote & cuda.lanemask_lt())
-                sk[base + cap + pos] = key
-                si[base + cap + pos] = idx
-            count += cuda.popc(vote)
-            if count > cap - WARP:  # the next segment might not fit: merge now
-                cuda.syncwarp(FULL_MASK)
-                for t in range(count + lane, cap, WARP):
-                    sk[base + cap + t] = INF
-                    si[base + cap + t] = int32(ID_NONE)
-                cuda.syncwarp(FULL_MASK)
-                _warp_bitonic_sort(sk, si, base, slots, lane)
-                thr_k = sk[base + k - 1]
-                thr_i = si[base + k - 1]
-                count = 0
+        # Four segments per step: the four loads of a lane are independent and issued together, so each
+        # warp keeps four times the bytes in flight (the pass is bound by memory latency otherwise).
+        for s in range(lo, hi, 4 * WARP):
+            j0 = s + lane
+            k0 = INF
+            i0 = int32(ID_NONE)
+            k1 = INF
+            i1 = int32(ID_NONE)
+            k2 = INF
+            i2 = int32(ID_NONE)
+            k3 = INF
+            i3 = int32(ID_NONE)
+            if j0 < hi:
+                k0, i0 = _load(first_src, row, j0, dots, norms, key_kind, col_offset, self_id, ck, ci, ck, ci, ck, ci)
+            if j0 + WARP < hi:
+                k1, i1 = _load(first_src, row, j0 + WARP, dots, norms, key_kind, col_offset, self_id,
+                               ck, ci, ck, ci, ck, ci)
+            if j0 + 2 * WARP < hi:
+                k2, i2 = _load(first_src, row, j0 + 2 * WARP, dots, norms, key_kind, col_offset, self_id,
+                               ck, ci, ck, ci, ck, ci)
+            if j0 + 3 * WARP < hi:
+                k3, i3 = _load(first_src, row, j0 + 3 * WARP, dots, norms, key_kind, col_offset, self_id,
+                               ck, ci, ck, ci, ck, ci)
+            count, thr_k, thr_i = _offer(k0, i0, sk, si, base, cap, k, count, thr_k, thr_i, lane)
+            count, thr_k, thr_i = _offer(k1, i1, sk, si, base, cap, k, count, thr_k, thr_i, lane)
+            count, thr_k, thr_i = _offer(k2, i2, sk, si, base, cap, k, count, thr_k, thr_i, lane)
+            count, thr_k, thr_i = _offer(k3, i3, sk, si, base, cap, k, count, thr_k, thr_i, lane)
         if count > 0:
-            cuda.syncwarp(FULL_MASK)
-            for t in range(count + lane, cap, WARP):
-                sk[base + cap + t] = INF
-                si[base + cap + t] = int32(ID_NONE)
-            cuda.syncwarp(FULL_MASK)
-            _warp_bitonic_sort(sk, si, base, slots, lane)
+            _flush(sk, si, base, cap, k, count, lane)
         cuda.syncwarp(FULL_MASK)
         for t in range(lane, k, WARP):
             out_k[task, t] = sk[base + t]

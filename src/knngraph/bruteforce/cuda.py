@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from .._device import quiet_launches
 from .._progress import progress
 from ..metrics import KEY_L2, expanded_key_kind
 from . import _select_kernels as sk
@@ -44,10 +45,10 @@ def _resolve_select(select: str, k: int) -> str:
 def plan_tiles(n: int, nq: int, d: int, k: int, budget: int, select: str, resident_bytes: int):
     """Query block and base tile sizes that fit ``budget`` bytes (after ``resident_bytes``).
 
-    Per element of a tile: 4 bytes of dot products, plus 16 bytes of ping-pong buffers for quickselect.
+    Per element of a tile: 2 x 4 bytes of dot products (double-buffered), plus 16 bytes of ping-pong buffers for quickselect.
     Per query row: 4*d for the float32 queries, and the running best lists.
     """
-    per_elem = 4 + (16 if select == "quickselect" else 0)
+    per_elem = 8 + (16 if select == "quickselect" else 0)  # two dot buffers (GEMM/selection overlap)
     avail = budget - resident_bytes
     qb = int(min(nq, _MAX_QUERY_BLOCK))
     while True:
@@ -103,6 +104,7 @@ class _Selector:
         self._dummy_f = cp.zeros((1, 1), dtype=cp.float32)
         self._dummy_i = cp.zeros((1, 1), dtype=cp.int32)
         self._dummy_n = cp.zeros(1, dtype=cp.float32)
+        self.stream = 0  # numba stream for launches; knn_cuda sets its selection stream
         if select == "warp_filter":
             self.kernel = sk.warp_filter_kernel(sk.list_capacity(k))
             self.wpb = self.kernel.warps_per_block
@@ -112,12 +114,17 @@ class _Selector:
 
     def _launch(self, first_src, rows, n_splits, split_len, n_cols, dots, norms, key_kind, col_offset,
                 self_offset, ck, ci, init_k, init_i, use_init, out_k, out_i):
-        cp = self.cp
         tasks = rows * n_splits
         blocks = (tasks + self.wpb - 1) // self.wpb
-        # numba launches go to the legacy default stream, the one CuPy uses here, so they stay ordered
+        with quiet_launches():
+            self._launch_raw(first_src, tasks, blocks, n_splits, split_len, n_cols, dots, norms, key_kind,
+                             col_offset, self_offset, ck, ci, init_k, init_i, use_init, out_k, out_i)
+
+    def _launch_raw(self, first_src, tasks, blocks, n_splits, split_len, n_cols, dots, norms, key_kind,
+                    col_offset, self_offset, ck, ci, init_k, init_i, use_init, out_k, out_i):
+        cp = self.cp
         if self.select == "warp_filter":
-            self.kernel[blocks, self.wpb * 32](first_src, tasks, n_splits, split_len, n_cols, self.k,
+            self.kernel[blocks, self.wpb * 32, self.stream](first_src, tasks, n_splits, split_len, n_cols, self.k,
                                                       dots, norms, key_kind, col_offset, self_offset,
                                                       ck, ci, init_k, init_i, use_init, out_k, out_i)
         else:
@@ -126,7 +133,7 @@ class _Selector:
             ai = cp.empty(shape, cp.int32)
             bk = cp.empty(shape, cp.float32)
             bi = cp.empty(shape, cp.int32)
-            self.kernel[blocks, self.wpb * 32](first_src, tasks, n_splits, split_len, n_cols, self.k,
+            self.kernel[blocks, self.wpb * 32, self.stream](first_src, tasks, n_splits, split_len, n_cols, self.k,
                                                       dots, norms, key_kind, col_offset, self_offset,
                                                       ck, ci, ak, ai, bk, bi, out_k, out_i)
 
@@ -219,35 +226,67 @@ def knn_cuda(base, queries, k: int, metric: str, *, graph: bool = False, memory_
         n_tiles = (n + bt - 1) // bt
         if stats is not None:
             stats.update(select=select, query_block=qb, base_tile=bt, base_resident=bool(resident))
+
+        # Two streams: GEMM of tile t+1 (compute-bound) runs while tile t is selected (memory-bound).
+        # Two dot buffers alternate; a buffer is overwritten only after its selection has finished.
+        from numba import cuda as nb_cuda
+
+        s_gemm = cp.cuda.Stream(non_blocking=True)
+        s_sel = cp.cuda.Stream(non_blocking=True)
+        selector.stream = nb_cuda.external_stream(s_sel.ptr)
+        ready = cp.cuda.get_current_stream().record()  # inputs and resident data are complete
+        s_gemm.wait_event(ready)
+        s_sel.wait_event(ready)
+        dot_bufs = [cp.empty(qb * min(bt, n), cp.float32, order="C") for _ in range(2)]
+        slot_free = [None, None]
+        slot_keep = [None, None]
         with progress(n_q_blocks * n_tiles, "exact k-NN (cuda)", disable=not verbose) as bar:
             for qs in range(0, nq, qb):
                 qe = min(nq, qs + qb)
-                q = _to_f32(cp.asarray(queries[qs:qe]), metric)
-                best_k = cp.empty((qe - qs, k), cp.float32)
-                best_i = cp.empty((qe - qs, k), cp.int32)
+                with s_gemm:
+                    q = _to_f32(cp.asarray(queries[qs:qe]), metric)
+                    q_norm = _norm2(q) if key_kind == KEY_L2 else None
+                with s_sel:
+                    best_k = cp.empty((qe - qs, k), cp.float32)
+                    best_i = cp.empty((qe - qs, k), cp.int32)
                 for t, bs in enumerate(range(0, n, bt)):
                     be = min(n, bs + bt)
-                    if resident:
-                        x = xb[bs:be]
-                        xn = xb_norm[bs:be] if xb_norm is not None else None
-                    else:
-                        x = _to_f32(cp.asarray(base[bs:be]), metric)
-                        xn = _norm2(x) if key_kind == KEY_L2 else None
-                    dots = q @ x.T
-                    selector.offer_tile(dots, xn, key_kind, bs, qs if graph else -1, best_k, best_i,
-                                        first_tile=(t == 0))
-                    del dots
+                    slot = t % 2
+                    with s_gemm:
+                        if slot_free[slot] is not None:
+                            s_gemm.wait_event(slot_free[slot])
+                        slot_keep[slot] = None  # the tile that used this slot is done: release it
+                        if resident:
+                            x = xb[bs:be]
+                            xn = xb_norm[bs:be] if xb_norm is not None else None
+                        else:
+                            x = _to_f32(cp.asarray(base[bs:be]), metric)
+                            xn = _norm2(x) if key_kind == KEY_L2 else None
+                        dots = dot_bufs[slot][:(qe - qs) * (be - bs)].reshape(qe - qs, be - bs)
+                        cp.matmul(q, x.T, out=dots)
+                        tile_ready = s_gemm.record()
+                    s_sel.wait_event(tile_ready)
+                    with s_sel:
+                        selector.offer_tile(dots, xn, key_kind, bs, qs if graph else -1, best_k, best_i,
+                                            first_tile=(t == 0))
+                        slot_free[slot] = s_sel.record()
+                    slot_keep[slot] = (x, xn, q)  # alive until the selection reading them is done
                     bar.update(1)
-                keys, ids = selector.finish(best_k, best_i)
-                if key_kind == KEY_L2:
-                    dist = cp.maximum(keys + _norm2(q)[:, None], 0)
-                    if metric == "euclidean":
-                        dist = cp.sqrt(dist)
-                elif metric == "cosine":
-                    dist = 1 + keys
-                else:
-                    dist = keys
-                missing = ids == sk.ID_NONE
-                out_d[qs:qe] = cp.where(missing, cp.float32(np.inf), dist)
-                out_i[qs:qe] = cp.where(missing, -1, ids)
+                s_sel.wait_event(s_gemm.record())
+                with s_sel:
+                    keys, ids = selector.finish(best_k, best_i)
+                    if key_kind == KEY_L2:
+                        dist = cp.maximum(keys + q_norm[:, None], 0)
+                        if metric == "euclidean":
+                            dist = cp.sqrt(dist)
+                    elif metric == "cosine":
+                        dist = 1 + keys
+                    else:
+                        dist = keys
+                    missing = ids == sk.ID_NONE
+                    out_d[qs:qe] = cp.where(missing, cp.float32(np.inf), dist)
+                    out_i[qs:qe] = cp.where(missing, -1, ids)
+                    # the next query block's GEMMs must not overwrite q before this block is done
+                    s_gemm.wait_event(s_sel.record())
+        cp.cuda.get_current_stream().wait_event(s_sel.record())
         return out_d, out_i

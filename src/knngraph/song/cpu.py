@@ -1,0 +1,194 @@
+"""SONG graph search on the CPU (numba, queries in parallel): the GPU kernel's algorithm, step for step.
+
+Per query (paper 003, Algorithm 1 with the optimisations of section IV):
+
+    visited <- {} ; q <- {} (bounded min-max heap, capacity Q) ; topk <- {} (max-heap, capacity Q)
+    offer(entry points)
+    while q not empty:
+        (d, u) <- q.pop_min()
+        if |topk| = Q and (d, u) >= topk.max: stop                       # Algorithm 1 lines 4-5
+        topk.push(u); if topk overflowed: visited.delete(evicted)         # visited deletion, IV-E
+        for each chunk of 32 ids of u's row:                               # candidate locating, V
+            candidates <- ids of the chunk that are not -1 and not visited
+            compute their distances                                        # bulk distances, VI
+            offer(candidates)                                              # maintenance, IV
+    return the first k of topk, sorted
+
+    offer(v, d):
+        if |topk| = Q and (d, v) >= topk.max: drop                         # selected insertion, IV-D
+        if |q| = Q and (d, v) >= q.max: drop                               # bounded queue, IV-C
+        if v visited: drop                                                 # duplicate id
+        if |q| = Q: visited.delete(q.pop_max())                            # visited deletion, IV-E
+        q.push(v); visited.add(v)
+
+With the hash table, visited = q U topk at all times (at most 2Q ids). Once topk is full an evicted
+vertex can never re-enter (its distance is >= topk.max from then on), so every vertex is expanded at
+most once and the loop ends. The chunking into 32 ids mirrors the GPU warp (one id per lane); the
+GPU tests compare both paths id for id on integer data.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange
+
+from .._distances import cpu_distance
+from . import _structs as st
+
+__all__ = ["search_cpu", "DIST_HAMMING", "popcount32"]
+
+#: distance kind for 1-bit codes (uint32 words): the Hamming distance, section VII
+DIST_HAMMING = 3
+CHUNK = 32
+_QUERIES_PER_TASK = 8
+
+
+@numba.njit(inline="always")
+def popcount32(x):
+    x = x - ((x >> 1) & 0x55555555)
+    x = (x & 0x33333333) + ((x >> 2) & 0x33333333)
+    x = (x + (x >> 4)) & 0x0F0F0F0F
+    return ((x * 0x01010101) & 0xFFFFFFFF) >> 24
+
+
+@numba.njit(inline="always")
+def _hamming(kind, base, i, queries, j, inv_b, inv_q):
+    """Hamming distance between uint32 code rows base[i] and queries[j]."""
+    acc = 0
+    for w in range(base.shape[1]):
+        acc += popcount32(np.int64(base[i, w] ^ queries[j, w]))
+    return np.float32(acc)
+
+
+@numba.njit(inline="always")
+def _is_visited(use_bloom, ht, bw, hmask, hshift, bbits, bnhash, v):
+    if use_bloom:
+        return st.cpu_bloom_contains(bw, 0, bbits, bnhash, v)
+    return st.cpu_hash_contains(ht, 0, hmask, hshift, v)
+
+
+@numba.njit(inline="always")
+def _offer(c, cand, cd, n, m, qsize, qk, qi, tk, ti, use_bloom, ht, bw, hmask, hshift, bbits, bnhash):
+    """Data-structure maintenance for one chunk of ``c`` candidates; returns the new queue size."""
+    for t in range(c):
+        v = cand[t]
+        d = cd[t]
+        if m == qsize and not (d < tk[0] or (d == tk[0] and v < ti[0])):
+            continue  # selected insertion
+        ms = 0
+        if n == qsize:
+            ms = st.cpu_smmh_max_slot(0, n)
+            if not (d < qk[ms] or (d == qk[ms] and v < qi[ms])):
+                continue  # bounded queue
+        if _is_visited(use_bloom, ht, bw, hmask, hshift, bbits, bnhash, v):
+            continue
+        if n == qsize:
+            ev = qi[ms]
+            n = st.cpu_smmh_pop_max(qk, qi, 0, n)
+            if not use_bloom:
+                st.cpu_hash_delete(ht, 0, hmask, hshift, ev)
+        n = st.cpu_smmh_push(qk, qi, 0, n, d, v)
+        if use_bloom:
+            st.cpu_bloom_insert(bw, 0, bbits, bnhash, v)
+        else:
+            st.cpu_hash_insert(ht, 0, hmask, hshift, v)
+    return n
+
+
+def _make_search(_distance):
+    """The parallel search loop with ``_distance`` (vectors or codes) bound at compile time."""
+
+    @numba.njit(parallel=True)
+    def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, use_bloom, hslots, hshift,
+                bwords, bnhash, out_k, out_i, out_nd):
+        nq = queries.shape[0]
+        deg = graph.shape[1]
+        ne = entries.shape[0]
+        hmask = hslots - 1
+        bbits = bwords * 32 - 1
+        ntasks = (nq + _QUERIES_PER_TASK - 1) // _QUERIES_PER_TASK
+        for task in prange(ntasks):
+            qk = np.empty(qsize, np.float32)
+            qi = np.empty(qsize, np.int32)
+            tk = np.empty(qsize, np.float32)
+            ti = np.empty(qsize, np.int32)
+            ht = np.empty(hslots, np.int32)
+            bw = np.empty(bwords, np.uint32)
+            cand = np.empty(CHUNK, np.int32)
+            cd = np.empty(CHUNK, np.float32)
+            for j in range(task * _QUERIES_PER_TASK, min(nq, (task + 1) * _QUERIES_PER_TASK)):
+                ht[:] = -1
+                bw[:] = 0
+                n = 0
+                m = 0
+                nd = 0
+                # entry points, 32 at a time, like any other candidate chunk
+                for s in range(0, ne, CHUNK):
+                    c = 0
+                    for t in range(s, min(ne, s + CHUNK)):
+                        v = entries[t]
+                        if not _is_visited(use_bloom, ht, bw, hmask, hshift, bbits, bnhash, v):
+                            cand[c] = v
+                            c += 1
+                    for t in range(c):
+                        cd[t] = _distance(kind, base, cand[t], queries, j, inv_b, inv_q)
+                    nd += c
+                    n = _offer(c, cand, cd, n, m, qsize, qk, qi, tk, ti, use_bloom, ht, bw, hmask, hshift, bbits, bnhash)
+                while n > 0:
+                    dk = qk[0]
+                    du = qi[0]
+                    n = st.cpu_smmh_pop_min(qk, qi, 0, n)
+                    if m == qsize:
+                        if not (dk < tk[0] or (dk == tk[0] and du < ti[0])):
+                            break  # the best unexpanded vertex is worse than all of topk
+                        ev = ti[0]
+                        st.cpu_maxheap_replace_top(tk, ti, 0, m, dk, du)
+                        if not use_bloom:
+                            st.cpu_hash_delete(ht, 0, hmask, hshift, ev)
+                    else:
+                        m = st.cpu_maxheap_push(tk, ti, 0, m, dk, du)
+                    for s in range(0, deg, CHUNK):
+                        c = 0
+                        for t in range(s, min(deg, s + CHUNK)):
+                            v = graph[du, t]
+                            if v >= 0 and not _is_visited(use_bloom, ht, bw, hmask, hshift, bbits, bnhash, v):
+                                cand[c] = v
+                                c += 1
+                        for t in range(c):
+                            cd[t] = _distance(kind, base, cand[t], queries, j, inv_b, inv_q)
+                        nd += c
+                        n = _offer(c, cand, cd, n, m, qsize, qk, qi, tk, ti, use_bloom, ht, bw, hmask, hshift, bbits, bnhash)
+                st.cpu_maxheap_sort(tk, ti, 0, m)
+                for t in range(k):
+                    if t < m:
+                        out_k[j, t] = tk[t]
+                        out_i[j, t] = ti[t]
+                    else:
+                        out_k[j, t] = np.inf
+                        out_i[j, t] = -1
+                out_nd[j] = nd
+
+    return _search
+
+
+_SEARCH = {False: _make_search(cpu_distance), True: _make_search(_hamming)}
+
+
+def search_cpu(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_size, visited):
+    """Run the search for every query (host arrays, already validated).
+
+    ``base`` is what the CPU kernels can read (see ``_distances.cpu_vectors``) or uint32 codes with
+    ``kind=DIST_HAMMING``; ``queries`` float32 (or uint32 codes). Returns internal distances float32,
+    ids int32 (both [nq, k], -1/inf where fewer than k were found) and distance computations per query.
+    """
+    nq = queries.shape[0]
+    out_k = np.empty((nq, k), np.float32)
+    out_i = np.empty((nq, k), np.int32)
+    out_nd = np.empty(nq, np.int32)
+    hslots, hshift = st.hash_capacity(queue_size)
+    bwords, bnhash = st.bloom_shape(queue_size)
+    use_bloom = visited == "bloom"
+    _SEARCH[kind == DIST_HAMMING](graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_size, use_bloom,
+            hslots, hshift, bwords if use_bloom else 1, bnhash, out_k, out_i, out_nd)
+    return out_k, out_i, out_nd
