@@ -26,6 +26,7 @@ fi
 # name:command pairs; each benchmark writes its JSON/PNG under $OUT
 GPU_BENCHMARKS=(
   "exact:python3 benchmarks/exact_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  "profile_select:python3 benchmarks/profile_select.py --out $OUT"
 )
 
 what=${1:-all}

@@ -295,13 +295,18 @@ def warps_per_block_for(cap: int) -> int:
     return max(1, min(4, (32 << 10) // per_warp))
 
 
+#: segments each lane loads before offering any of them (independent loads in flight per lane)
+DEFAULT_UNROLL = 8
+
+
 @functools.lru_cache(maxsize=None)
-def warp_filter_kernel(cap: int):
+def warp_filter_kernel(cap: int, unroll: int = DEFAULT_UNROLL):
     """The warp-filter kernel for lists of ``cap`` slots (a power of two in [64, 1024])."""
     assert cap & (cap - 1) == 0 and 64 <= cap <= 1024
     wpb = warps_per_block_for(cap)
     slots = 2 * cap  # list [0, cap) + candidate buffer [cap, 2 cap)
     shared_len = wpb * slots
+    step = unroll * WARP
 
     @cuda.jit
     def kernel(first_src, n_tasks, n_splits, split_len, n_cols, k,
@@ -309,6 +314,10 @@ def warp_filter_kernel(cap: int):
                ck, ci, init_k, init_i, use_init, out_k, out_i):
         sk = cuda.shared.array(shared_len, dtype=float32)
         si = cuda.shared.array(shared_len, dtype=int32)
+        # per-lane staging of ``unroll`` elements; indexed only by unrolled constant loops, so the
+        # compiler keeps it in registers
+        stage_k = cuda.local.array(unroll, dtype=float32)
+        stage_i = cuda.local.array(unroll, dtype=int32)
         warp = cuda.threadIdx.x // WARP
         lane = cuda.threadIdx.x % WARP
         task = cuda.blockIdx.x * wpb + warp
@@ -331,33 +340,20 @@ def warp_filter_kernel(cap: int):
         thr_k = sk[base + k - 1]
         thr_i = si[base + k - 1]
         count = 0
-        # Four segments per step: the four loads of a lane are independent and issued together, so each
-        # warp keeps four times the bytes in flight (the pass is bound by memory latency otherwise).
-        for s in range(lo, hi, 4 * WARP):
-            j0 = s + lane
-            k0 = INF
-            i0 = int32(ID_NONE)
-            k1 = INF
-            i1 = int32(ID_NONE)
-            k2 = INF
-            i2 = int32(ID_NONE)
-            k3 = INF
-            i3 = int32(ID_NONE)
-            if j0 < hi:
-                k0, i0 = _load(first_src, row, j0, dots, norms, key_kind, col_offset, self_id, ck, ci, ck, ci, ck, ci)
-            if j0 + WARP < hi:
-                k1, i1 = _load(first_src, row, j0 + WARP, dots, norms, key_kind, col_offset, self_id,
-                               ck, ci, ck, ci, ck, ci)
-            if j0 + 2 * WARP < hi:
-                k2, i2 = _load(first_src, row, j0 + 2 * WARP, dots, norms, key_kind, col_offset, self_id,
-                               ck, ci, ck, ci, ck, ci)
-            if j0 + 3 * WARP < hi:
-                k3, i3 = _load(first_src, row, j0 + 3 * WARP, dots, norms, key_kind, col_offset, self_id,
-                               ck, ci, ck, ci, ck, ci)
-            count, thr_k, thr_i = _offer(k0, i0, sk, si, base, cap, k, count, thr_k, thr_i, lane)
-            count, thr_k, thr_i = _offer(k1, i1, sk, si, base, cap, k, count, thr_k, thr_i, lane)
-            count, thr_k, thr_i = _offer(k2, i2, sk, si, base, cap, k, count, thr_k, thr_i, lane)
-            count, thr_k, thr_i = _offer(k3, i3, sk, si, base, cap, k, count, thr_k, thr_i, lane)
+        # ``unroll`` segments per step: a lane's loads are independent and issued together, so each
+        # warp keeps ``unroll`` x 128 bytes in flight (one load at a time leaves the pass bound by
+        # memory latency, far below bandwidth).
+        for s in range(lo, hi, step):
+            for u in range(unroll):
+                j = s + u * WARP + lane
+                stage_k[u] = INF
+                stage_i[u] = int32(ID_NONE)
+                if j < hi:
+                    stage_k[u], stage_i[u] = _load(first_src, row, j, dots, norms, key_kind, col_offset,
+                                                   self_id, ck, ci, ck, ci, ck, ci)
+            for u in range(unroll):
+                count, thr_k, thr_i = _offer(stage_k[u], stage_i[u], sk, si, base, cap, k, count, thr_k, thr_i,
+                                             lane)
         if count > 0:
             _flush(sk, si, base, cap, k, count, lane)
         cuda.syncwarp(FULL_MASK)

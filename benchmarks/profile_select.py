@@ -1,0 +1,126 @@
+"""Where does exact k-NN time go on the GPU? Times one tile's pieces in isolation (development tool).
+
+    python benchmarks/profile_select.py --out out/
+
+One 10,000 x 53,687 float32 tile (the tile knn uses for 10k queries x 1M base at 128-d): the GEMM that
+makes it, a read-only pass over it (bandwidth reference), and the selection kernels at several unroll
+factors; numba launch overhead; registers per thread. Writes profile_select.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import JsonLines  # noqa: E402
+
+
+def event_time(fn, repeats=5):
+    import cupy as cp
+
+    fn()
+    cp.cuda.runtime.deviceSynchronize()
+    times = []
+    for _ in range(repeats):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="out")
+    args = ap.parse_args()
+    import cupy as cp
+    from numba import cuda, float32
+
+    from knngraph.bruteforce import _select_kernels as sk
+
+    log = JsonLines(Path(args.out) / "profile_select.jsonl")
+    rows, cols, d = 10_000, 53_687, 128
+    rng = cp.random.default_rng(0)
+    q = rng.standard_normal((rows, d), dtype=cp.float32)
+    x = rng.standard_normal((cols, d), dtype=cp.float32)
+    xn = (x * x).sum(1)
+    dots = cp.empty((rows, cols), cp.float32)
+    tile_bytes = rows * cols * 4
+    t = event_time(lambda: cp.matmul(q, x.T, out=dots))
+    log.write(part="gemm_out", s=t, tflops=2 * rows * cols * d / t / 1e12)
+    t = event_time(lambda: q @ x.T)
+    log.write(part="gemm_alloc", s=t, tflops=2 * rows * cols * d / t / 1e12)
+    t = event_time(lambda: dots.sum(axis=1))
+    log.write(part="cupy_row_sum", s=t, gbps=tile_bytes / t / 1e9)
+
+    for unroll in (1, 4, 8, 16):
+        @cuda.jit
+        def read_rows(a, out):
+            stage = cuda.local.array(unroll, dtype=float32)
+            lane = cuda.threadIdx.x % 32
+            row = cuda.blockIdx.x * (cuda.blockDim.x // 32) + cuda.threadIdx.x // 32
+            if row >= a.shape[0]:
+                return
+            acc = float32(0)
+            n = a.shape[1]
+            for s in range(0, n, unroll * 32):
+                for u in range(unroll):
+                    j = s + u * 32 + lane
+                    stage[u] = a[row, j] if j < n else float32(0)
+                for u in range(unroll):
+                    acc += stage[u]
+            out[row * 32 + lane] = acc
+
+        out = cp.empty(rows * 32, cp.float32)
+        blocks = (rows + 3) // 4
+        t = event_time(lambda: read_rows[blocks, 128](dots, out))
+        log.write(part="read_only", unroll=unroll, s=t, gbps=tile_bytes / t / 1e9,
+                  regs=read_rows.get_regs_per_thread())
+
+    dummy_f = cp.zeros((1, 1), cp.float32)
+    dummy_i = cp.zeros((1, 1), cp.int32)
+    for k in (10, 100):
+        for unroll in (1, 4, 8, 16):
+            kern = sk.warp_filter_kernel(sk.list_capacity(k), unroll)
+            wpb = kern.warps_per_block
+            ok = cp.empty((rows, k), cp.float32)
+            oi = cp.empty((rows, k), cp.int32)
+            blocks = (rows + wpb - 1) // wpb
+            t = event_time(lambda: kern[blocks, wpb * 32](sk.SRC_DOTS, rows, 1, cols, cols, k, dots, xn, 0, 0, -1,
+                                                          dummy_f, dummy_i, dummy_f, dummy_i, 0, ok, oi))
+            log.write(part="warp_filter", k=k, unroll=unroll, s=t, gbps=tile_bytes / t / 1e9,
+                      regs=kern.get_regs_per_thread(), wpb=wpb)
+        bufs = [cp.empty((rows, cols), tt) for tt in (cp.float32, cp.int32, cp.float32, cp.int32)]
+        ok = cp.empty((rows, k), cp.float32)
+        oi = cp.empty((rows, k), cp.int32)
+        t = event_time(lambda: sk.quickselect_kernel[(rows + 3) // 4, 128](
+            sk.SRC_DOTS, rows, 1, cols, cols, k, dots, xn, 0, 0, -1, dummy_f, dummy_i, *bufs, ok, oi))
+        log.write(part="quickselect", k=k, s=t, gbps=tile_bytes / t / 1e9,
+                  regs=sk.quickselect_kernel.get_regs_per_thread())
+        del bufs
+
+    # launch overhead: a numba launch with the selection kernel's 18 arguments, tiny grid
+    import time
+
+    kern = sk.warp_filter_kernel(64)
+    ok = cp.empty((1, 10), cp.float32)
+    oi = cp.empty((1, 10), cp.int32)
+    small = dots[:1, :32]
+    small = cp.ascontiguousarray(small)
+    for _ in range(3):
+        kern[1, 128](sk.SRC_DOTS, 1, 1, 32, 32, 10, small, xn, 0, 0, -1, dummy_f, dummy_i, dummy_f, dummy_i, 0, ok, oi)
+    cp.cuda.runtime.deviceSynchronize()
+    t0 = time.perf_counter()
+    for _ in range(200):
+        kern[1, 128](sk.SRC_DOTS, 1, 1, 32, 32, 10, small, xn, 0, 0, -1, dummy_f, dummy_i, dummy_f, dummy_i, 0, ok, oi)
+    cp.cuda.runtime.deviceSynchronize()
+    log.write(part="numba_launch_overhead", s=(time.perf_counter() - t0) / 200)
+
+
+if __name__ == "__main__":
+    main()
