@@ -46,6 +46,7 @@ def main():
     import cupy as cp
     from numba import cuda, float32
 
+    from knngraph._cuda_launch import launch
     from knngraph.bruteforce import _select_kernels as sk
 
     log = JsonLines(Path(args.out) / "profile_select.jsonl")
@@ -90,16 +91,16 @@ def main():
     dummy_f = cp.zeros((1, 1), cp.float32)
     dummy_i = cp.zeros((1, 1), cp.int32)
     for k in (10, 100):
-        for unroll in (1, 4, 8, 16):
-            kern = sk.warp_filter_kernel(sk.list_capacity(k), unroll)
-            wpb = kern.warps_per_block
-            ok = cp.empty((rows, k), cp.float32)
-            oi = cp.empty((rows, k), cp.int32)
-            blocks = (rows + wpb - 1) // wpb
-            t = event_time(lambda: kern[blocks, wpb * 32](sk.SRC_DOTS, rows, 1, cols, cols, k, dots, xn, 0, 0, -1,
-                                                          dummy_f, dummy_i, dummy_f, dummy_i, 0, ok, oi))
-            log.write(part="warp_filter", k=k, unroll=unroll, s=t, gbps=tile_bytes / t / 1e9,
-                      regs=regs(kern), wpb=wpb)
+        kern = sk.warp_filter_kernel(sk.list_capacity(k), sk.SRC_DOTS)
+        wpb = kern.warps_per_block
+        ok = cp.empty((rows, k), cp.float32)
+        oi = cp.empty((rows, k), cp.int32)
+        blocks = (rows + wpb - 1) // wpb
+        args = (rows, 1, cols, cols, k, dots, xn, 0, 0, -1, dummy_f, dummy_i, dummy_f, dummy_i, 0, ok, oi)
+        t = event_time(lambda: kern[blocks, wpb * 32](*args))
+        log.write(part="warp_filter_numba_launch", k=k, s=t, gbps=tile_bytes / t / 1e9, regs=regs(kern), wpb=wpb)
+        t = event_time(lambda: launch(kern, blocks, wpb * 32, args))
+        log.write(part="warp_filter_raw_launch", k=k, s=t, gbps=tile_bytes / t / 1e9)
         bufs = [cp.empty((rows, cols), tt) for tt in (cp.float32, cp.int32, cp.float32, cp.int32)]
         ok = cp.empty((rows, k), cp.float32)
         oi = cp.empty((rows, k), cp.int32)
@@ -112,19 +113,20 @@ def main():
     # launch overhead: a numba launch with the selection kernel's 18 arguments, tiny grid
     import time
 
-    kern = sk.warp_filter_kernel(64)
+    kern = sk.warp_filter_kernel(64, sk.SRC_DOTS)
     ok = cp.empty((1, 10), cp.float32)
     oi = cp.empty((1, 10), cp.int32)
-    small = dots[:1, :32]
-    small = cp.ascontiguousarray(small)
-    for _ in range(3):
-        kern[1, 128](sk.SRC_DOTS, 1, 1, 32, 32, 10, small, xn, 0, 0, -1, dummy_f, dummy_i, dummy_f, dummy_i, 0, ok, oi)
-    cp.cuda.runtime.deviceSynchronize()
-    t0 = time.perf_counter()
-    for _ in range(200):
-        kern[1, 128](sk.SRC_DOTS, 1, 1, 32, 32, 10, small, xn, 0, 0, -1, dummy_f, dummy_i, dummy_f, dummy_i, 0, ok, oi)
-    cp.cuda.runtime.deviceSynchronize()
-    log.write(part="numba_launch_overhead", s=(time.perf_counter() - t0) / 200)
+    small = cp.ascontiguousarray(dots[:1, :32])
+    args = (1, 1, 32, 32, 10, small, xn, 0, 0, -1, dummy_f, dummy_i, dummy_f, dummy_i, 0, ok, oi)
+    for name, go in (("numba", lambda: kern[1, 128](*args)), ("raw", lambda: launch(kern, 1, 128, args))):
+        for _ in range(3):
+            go()
+        cp.cuda.runtime.deviceSynchronize()
+        t0 = time.perf_counter()
+        for _ in range(200):
+            go()
+        cp.cuda.runtime.deviceSynchronize()
+        log.write(part=f"{name}_launch_overhead", s=(time.perf_counter() - t0) / 200)
 
 
 if __name__ == "__main__":

@@ -150,3 +150,12 @@ def test_sift450k_against_shared_ground_truth():
                        for r in range(len(queries))]).astype(np.float32)
     assert recall_at_k(i, gt, 32, distances=d, true_distances=true_d) == 1.0
     np.testing.assert_array_equal(d, true_d)
+
+
+def test_numba_launch_path_matches_raw_launch(sample, monkeypatch):
+    """KNNGRAPH_RAW_LAUNCH=0 launches through numba instead of CuPy: same answers."""
+    d_raw, i_raw = knngraph.knn(sample.base, sample.queries[:200], 10, device="cuda")
+    monkeypatch.setenv("KNNGRAPH_RAW_LAUNCH", "0")
+    d_nb, i_nb = knngraph.knn(sample.base, sample.queries[:200], 10, device="cuda")
+    np.testing.assert_array_equal(i_raw, i_nb)
+    np.testing.assert_array_equal(d_raw, d_nb)

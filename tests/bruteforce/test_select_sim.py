@@ -56,10 +56,10 @@ def _run(kernel_name, dots, norms, key_kind, col_offset, self_offset, k, n_split
             out_k[r] = out_k[r][o]
             out_i[r] = out_i[r][o]
     else:
-        kern = sk.warp_filter_kernel(sk.list_capacity(k))
+        kern = sk.warp_filter_kernel(sk.list_capacity(k), sk.SRC_DOTS)
         wpb = kern.warps_per_block
         blocks = (tasks + wpb - 1) // wpb
-        kern[blocks, wpb * 32](sk.SRC_DOTS, tasks, n_splits, split_len, cols, k, dots, norms, key_kind, col_offset,
+        kern[blocks, wpb * 32](tasks, n_splits, split_len, cols, k, dots, norms, key_kind, col_offset,
                                self_offset, dummy_f, dummy_i, dummy_f, dummy_i, 0, out_k, out_i)
     return out_k, out_i
 
@@ -107,12 +107,12 @@ def test_warp_filter_merges_with_running_best(rng):
     k = 6
     full_k, full_i = _reference(dots, norms, 0, 0, -1, k)
     first_k, first_i = _reference(dots[:, :40], norms[:40], 0, 0, -1, k)
-    kern = sk.warp_filter_kernel(sk.list_capacity(k))
+    kern = sk.warp_filter_kernel(sk.list_capacity(k), sk.SRC_DOTS)
     best_k = first_k.copy()
     best_i = first_i.astype(np.int32)
     dummy_f = np.zeros((1, 1), np.float32)
     dummy_i = np.zeros((1, 1), np.int32)
-    kern[1, kern.warps_per_block * 32](sk.SRC_DOTS, 2, 1, 60, 60, k, np.ascontiguousarray(dots[:, 40:]),
+    kern[1, kern.warps_per_block * 32](2, 1, 60, 60, k, np.ascontiguousarray(dots[:, 40:]),
                                       norms[40:].copy(), 0, 40, -1, dummy_f, dummy_i, best_k, best_i, 1,
                                       best_k, best_i)
     np.testing.assert_array_equal(best_i, full_i)
@@ -139,8 +139,8 @@ def test_select_from_candidate_pairs_with_fillers(kernel_name, rng):
         sk.quickselect_kernel[1, 64](sk.SRC_PAIRS, rows, 1, m, m, k, dummy_f, dummy_n, 0, 0, -1, ck, ci, *bufs,
                                      out_k, out_i)
     else:
-        kern = sk.warp_filter_kernel(sk.list_capacity(k))
-        kern[1, kern.warps_per_block * 32](sk.SRC_PAIRS, rows, 1, m, m, k, dummy_f, dummy_n, 0, 0, -1, ck, ci,
+        kern = sk.warp_filter_kernel(sk.list_capacity(k), sk.SRC_PAIRS)
+        kern[1, kern.warps_per_block * 32](rows, 1, m, m, k, dummy_f, dummy_n, 0, 0, -1, ck, ci,
                                           dummy_f, dummy_i, 0, out_k, out_i)
     for r in range(rows):
         ref = sorted(zip(ck[r].tolist(), ci[r].tolist()))[:k]

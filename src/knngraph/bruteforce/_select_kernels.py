@@ -81,6 +81,22 @@ def _load(src, row, j, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, a
 
 
 @cuda.jit(device=True, inline=True)
+def _load_or_fill(src, row, j, hi, dots, norms, key_kind, col_offset, self_id, ck, ci):
+    """Element j of the row from a GEMM tile or a candidate row, or the filler past ``hi``."""
+    if j >= hi:
+        return INF, int32(ID_NONE)
+    if src == SRC_DOTS:
+        gid = col_offset + j
+        if gid == self_id:
+            return INF, int32(ID_NONE)
+        dot = dots[row, j]
+        if key_kind == 0:
+            return norms[j] - float32(2.0) * dot, int32(gid)
+        return -dot, int32(gid)
+    return ck[row, j], ci[row, j]
+
+
+@cuda.jit(device=True, inline=True)
 def _store_buf(dst, row, j, key, idx, ak, ai, bk, bi):
     if dst == SRC_BUF_A:
         ak[row, j] = key
@@ -240,7 +256,8 @@ def _warp_bitonic_sort(sk, si, base, size, lane):
         stride = span // 2
         while stride > 0:
             for t in range(lane, size // 2, WARP):
-                i = 2 * stride * (t // stride) + (t % stride)
+                # pair t of this stage: its low element i has bit ``stride`` clear (stride is a power of two)
+                i = ((t & ~(stride - 1)) << 1) | (t & (stride - 1))
                 j = i + stride
                 ak = sk[base + i]
                 ai = si[base + i]
@@ -295,29 +312,23 @@ def warps_per_block_for(cap: int) -> int:
     return max(1, min(4, (32 << 10) // per_warp))
 
 
-#: segments each lane loads before offering any of them (independent loads in flight per lane)
-DEFAULT_UNROLL = 8
-
-
 @functools.lru_cache(maxsize=None)
-def warp_filter_kernel(cap: int, unroll: int = DEFAULT_UNROLL):
-    """The warp-filter kernel for lists of ``cap`` slots (a power of two in [64, 1024])."""
+def warp_filter_kernel(cap: int, source: int = SRC_DOTS):
+    """The warp-filter kernel for lists of ``cap`` slots (a power of two in [64, 1024]) reading
+    elements from ``source`` (SRC_DOTS or SRC_PAIRS; a compile-time constant, so the per-element
+    source switch folds away)."""
     assert cap & (cap - 1) == 0 and 64 <= cap <= 1024
+    assert source in (SRC_DOTS, SRC_PAIRS)
     wpb = warps_per_block_for(cap)
     slots = 2 * cap  # list [0, cap) + candidate buffer [cap, 2 cap)
     shared_len = wpb * slots
-    step = unroll * WARP
 
     @cuda.jit
-    def kernel(first_src, n_tasks, n_splits, split_len, n_cols, k,
+    def kernel(n_tasks, n_splits, split_len, n_cols, k,
                dots, norms, key_kind, col_offset, self_offset,
                ck, ci, init_k, init_i, use_init, out_k, out_i):
         sk = cuda.shared.array(shared_len, dtype=float32)
         si = cuda.shared.array(shared_len, dtype=int32)
-        # per-lane staging of ``unroll`` elements; indexed only by unrolled constant loops, so the
-        # compiler keeps it in registers
-        stage_k = cuda.local.array(unroll, dtype=float32)
-        stage_i = cuda.local.array(unroll, dtype=int32)
         warp = cuda.threadIdx.x // WARP
         lane = cuda.threadIdx.x % WARP
         task = cuda.blockIdx.x * wpb + warp
@@ -330,7 +341,7 @@ def warp_filter_kernel(cap: int, unroll: int = DEFAULT_UNROLL):
         base = warp * slots
 
         for t in range(lane, slots, WARP):
-            if use_init and t < k:
+            if use_init != 0 and t < k:
                 sk[base + t] = init_k[task, t]
                 si[base + t] = init_i[task, t]
             else:
@@ -340,20 +351,25 @@ def warp_filter_kernel(cap: int, unroll: int = DEFAULT_UNROLL):
         thr_k = sk[base + k - 1]
         thr_i = si[base + k - 1]
         count = 0
-        # ``unroll`` segments per step: a lane's loads are independent and issued together, so each
-        # warp keeps ``unroll`` x 128 bytes in flight (one load at a time leaves the pass bound by
-        # memory latency, far below bandwidth).
-        for s in range(lo, hi, step):
-            for u in range(unroll):
-                j = s + u * WARP + lane
-                stage_k[u] = INF
-                stage_i[u] = int32(ID_NONE)
-                if j < hi:
-                    stage_k[u], stage_i[u] = _load(first_src, row, j, dots, norms, key_kind, col_offset,
-                                                   self_id, ck, ci, ck, ci, ck, ci)
-            for u in range(unroll):
-                count, thr_k, thr_i = _offer(stage_k[u], stage_i[u], sk, si, base, cap, k, count, thr_k, thr_i,
-                                             lane)
+        # Four segments per step: a lane's four loads are independent and issued together, so each
+        # warp keeps 512 bytes in flight instead of 128.
+        for s in range(lo, hi, 4 * WARP):
+            j = s + lane
+            k0, i0 = _load_or_fill(source, row, j, hi, dots, norms, key_kind, col_offset, self_id, ck, ci)
+            k1, i1 = _load_or_fill(source, row, j + WARP, hi, dots, norms, key_kind, col_offset, self_id, ck, ci)
+            k2, i2 = _load_or_fill(source, row, j + 2 * WARP, hi, dots, norms, key_kind, col_offset, self_id, ck, ci)
+            k3, i3 = _load_or_fill(source, row, j + 3 * WARP, hi, dots, norms, key_kind, col_offset, self_id, ck, ci)
+            # a (not unrolled) loop over the four, so the merge code exists once in the kernel
+            for u in range(4):
+                if u == 0:
+                    key, idx = k0, i0
+                elif u == 1:
+                    key, idx = k1, i1
+                elif u == 2:
+                    key, idx = k2, i2
+                else:
+                    key, idx = k3, i3
+                count, thr_k, thr_i = _offer(key, idx, sk, si, base, cap, k, count, thr_k, thr_i, lane)
         if count > 0:
             _flush(sk, si, base, cap, k, count, lane)
         cuda.syncwarp(FULL_MASK)

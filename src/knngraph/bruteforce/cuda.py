@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from .._device import quiet_launches
+from .._cuda_launch import launch
 from .._progress import progress
 from ..metrics import KEY_L2, expanded_key_kind
 from . import _select_kernels as sk
@@ -104,38 +104,29 @@ class _Selector:
         self._dummy_f = cp.zeros((1, 1), dtype=cp.float32)
         self._dummy_i = cp.zeros((1, 1), dtype=cp.int32)
         self._dummy_n = cp.zeros(1, dtype=cp.float32)
-        self.stream = 0  # numba stream for launches; knn_cuda sets its selection stream
+        self.stream = None  # CuPy stream for launches (None: current); knn_cuda sets its selection stream
         if select == "warp_filter":
-            self.kernel = sk.warp_filter_kernel(sk.list_capacity(k))
-            self.wpb = self.kernel.warps_per_block
+            cap = sk.list_capacity(k)
+            self.kernels = {src: sk.warp_filter_kernel(cap, src) for src in (sk.SRC_DOTS, sk.SRC_PAIRS)}
+            self.wpb = sk.warps_per_block_for(cap)
         else:
-            self.kernel = sk.quickselect_kernel
             self.wpb = 4
 
     def _launch(self, first_src, rows, n_splits, split_len, n_cols, dots, norms, key_kind, col_offset,
                 self_offset, ck, ci, init_k, init_i, use_init, out_k, out_i):
+        cp = self.cp
         tasks = rows * n_splits
         blocks = (tasks + self.wpb - 1) // self.wpb
-        with quiet_launches():
-            self._launch_raw(first_src, tasks, blocks, n_splits, split_len, n_cols, dots, norms, key_kind,
-                             col_offset, self_offset, ck, ci, init_k, init_i, use_init, out_k, out_i)
-
-    def _launch_raw(self, first_src, tasks, blocks, n_splits, split_len, n_cols, dots, norms, key_kind,
-                    col_offset, self_offset, ck, ci, init_k, init_i, use_init, out_k, out_i):
-        cp = self.cp
         if self.select == "warp_filter":
-            self.kernel[blocks, self.wpb * 32, self.stream](first_src, tasks, n_splits, split_len, n_cols, self.k,
-                                                      dots, norms, key_kind, col_offset, self_offset,
-                                                      ck, ci, init_k, init_i, use_init, out_k, out_i)
+            launch(self.kernels[first_src], blocks, self.wpb * 32,
+                   (tasks, n_splits, split_len, n_cols, self.k, dots, norms, key_kind, col_offset, self_offset,
+                    ck, ci, init_k, init_i, use_init, out_k, out_i), stream=self.stream)
         else:
             shape = (dots.shape if first_src == sk.SRC_DOTS else ck.shape)
-            ak = cp.empty(shape, cp.float32)
-            ai = cp.empty(shape, cp.int32)
-            bk = cp.empty(shape, cp.float32)
-            bi = cp.empty(shape, cp.int32)
-            self.kernel[blocks, self.wpb * 32, self.stream](first_src, tasks, n_splits, split_len, n_cols, self.k,
-                                                      dots, norms, key_kind, col_offset, self_offset,
-                                                      ck, ci, ak, ai, bk, bi, out_k, out_i)
+            bufs = tuple(cp.empty(shape, t) for t in (cp.float32, cp.int32, cp.float32, cp.int32))
+            launch(sk.quickselect_kernel, blocks, self.wpb * 32,
+                   (first_src, tasks, n_splits, split_len, n_cols, self.k, dots, norms, key_kind, col_offset,
+                    self_offset, ck, ci) + bufs + (out_k, out_i), stream=self.stream)
 
     def offer_tile(self, dots, norms, key_kind, col_offset, self_offset, best_k, best_i, first_tile):
         """Fold the tile ``dots`` [rows, cols] (ids col_offset + j) into the running best lists."""
@@ -168,7 +159,7 @@ class _Selector:
                          cand_k, cand_i, self._dummy_f, self._dummy_i, 0, best_k, best_i)
         else:
             self._launch(sk.SRC_PAIRS, rows, 1, m, m, self._dummy_f, self._dummy_n, 0, 0, -1,
-                         cand_k, cand_i, None, None, 0, best_k, best_i)
+                         cand_k, cand_i, self._dummy_f, self._dummy_i, 0, best_k, best_i)
 
     def finish(self, best_k, best_i):
         if self.select == "quickselect":
@@ -229,11 +220,9 @@ def knn_cuda(base, queries, k: int, metric: str, *, graph: bool = False, memory_
 
         # Two streams: GEMM of tile t+1 (compute-bound) runs while tile t is selected (memory-bound).
         # Two dot buffers alternate; a buffer is overwritten only after its selection has finished.
-        from numba import cuda as nb_cuda
-
         s_gemm = cp.cuda.Stream(non_blocking=True)
         s_sel = cp.cuda.Stream(non_blocking=True)
-        selector.stream = nb_cuda.external_stream(s_sel.ptr)
+        selector.stream = s_sel
         ready = cp.cuda.get_current_stream().record()  # inputs and resident data are complete
         s_gemm.wait_event(ready)
         s_sel.wait_event(ready)
