@@ -81,19 +81,30 @@ def _load(src, row, j, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, a
 
 
 @cuda.jit(device=True, inline=True)
-def _load_or_fill(src, row, j, hi, dots, norms, key_kind, col_offset, self_id, ck, ci):
-    """Element j of the row from a GEMM tile or a candidate row, or the filler past ``hi``."""
+def _fetch(src, row, j, hi, dots, norms, key_kind, ck, ci):
+    """The raw values of element j (clamped into the range): (dot, norm, 0) or (key, 0, id).
+
+    Branch-free on purpose: the caller issues several fetches back to back and only then uses the
+    values, so the loads overlap instead of each waiting for the previous one."""
+    jc = min(j, hi - 1)
+    if src == SRC_DOTS:
+        return dots[row, jc], norms[jc if key_kind == 0 else 0], int32(0)
+    return ck[row, jc], float32(0.0), ci[row, jc]
+
+
+@cuda.jit(device=True, inline=True)
+def _element(src, a, b, idx, j, hi, key_kind, col_offset, self_id):
+    """(key, id) of element j from its fetched values, or the filler past ``hi`` / for the row itself."""
     if j >= hi:
         return INF, int32(ID_NONE)
     if src == SRC_DOTS:
         gid = col_offset + j
         if gid == self_id:
             return INF, int32(ID_NONE)
-        dot = dots[row, j]
         if key_kind == 0:
-            return norms[j] - float32(2.0) * dot, int32(gid)
-        return -dot, int32(gid)
-    return ck[row, j], ci[row, j]
+            return b - float32(2.0) * a, int32(gid)
+        return -a, int32(gid)
+    return a, idx
 
 
 @cuda.jit(device=True, inline=True)
@@ -355,10 +366,14 @@ def warp_filter_kernel(cap: int, source: int = SRC_DOTS):
         # warp keeps 512 bytes in flight instead of 128.
         for s in range(lo, hi, 4 * WARP):
             j = s + lane
-            k0, i0 = _load_or_fill(source, row, j, hi, dots, norms, key_kind, col_offset, self_id, ck, ci)
-            k1, i1 = _load_or_fill(source, row, j + WARP, hi, dots, norms, key_kind, col_offset, self_id, ck, ci)
-            k2, i2 = _load_or_fill(source, row, j + 2 * WARP, hi, dots, norms, key_kind, col_offset, self_id, ck, ci)
-            k3, i3 = _load_or_fill(source, row, j + 3 * WARP, hi, dots, norms, key_kind, col_offset, self_id, ck, ci)
+            a0, b0, x0 = _fetch(source, row, j, hi, dots, norms, key_kind, ck, ci)
+            a1, b1, x1 = _fetch(source, row, j + WARP, hi, dots, norms, key_kind, ck, ci)
+            a2, b2, x2 = _fetch(source, row, j + 2 * WARP, hi, dots, norms, key_kind, ck, ci)
+            a3, b3, x3 = _fetch(source, row, j + 3 * WARP, hi, dots, norms, key_kind, ck, ci)
+            k0, i0 = _element(source, a0, b0, x0, j, hi, key_kind, col_offset, self_id)
+            k1, i1 = _element(source, a1, b1, x1, j + WARP, hi, key_kind, col_offset, self_id)
+            k2, i2 = _element(source, a2, b2, x2, j + 2 * WARP, hi, key_kind, col_offset, self_id)
+            k3, i3 = _element(source, a3, b3, x3, j + 3 * WARP, hi, key_kind, col_offset, self_id)
             # a (not unrolled) loop over the four, so the merge code exists once in the kernel
             for u in range(4):
                 if u == 0:
