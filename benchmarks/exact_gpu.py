@@ -146,7 +146,7 @@ def main():
         sift = None
     if sift is not None:
         xs = cp.asarray(sift)
-        row = {"part": "exact_graph", "dataset": f"sift-photos-{nb // 1000}k", "n": nb, "k": 64}
+        row = {"part": "exact_graph", "dataset": f"sift-photos-{nb // 1000}k", "n": nb, "k": 64, "dtype": "uint8"}
         for sel in ("warp_filter", "quickselect"):
             peak.reset()
             t, first, g = timed(lambda: knngraph.knn_graph(xs, 64, device="cuda", select=sel, verbose=False),
@@ -155,6 +155,7 @@ def main():
             row[f"graph_{sel}_first_call_s"] = first
             row[f"graph_{sel}_peak_gpu_bytes"] = peak.peak_bytes()
         g = knngraph.knn_graph(xs, 64, device="cuda", verbose=False)
+        row["gemm"] = g.info.get("gemm")
         row["self_in_graph"] = int((g.indices == cp.arange(nb)[:, None]).sum())
         log.write(**row)
         if torch is not None:

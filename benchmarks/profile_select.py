@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+
+import numpy as np
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -96,7 +98,7 @@ def main():
         ok = cp.empty((rows, k), cp.float32)
         oi = cp.empty((rows, k), cp.int32)
         blocks = (rows + wpb - 1) // wpb
-        args = (rows, 1, cols, cols, k, dots, xn, 0, 0, -1, dummy_f, dummy_i, dummy_f, dummy_i, 0, ok, oi)
+        args = (rows, 1, cols, cols, k, dots, xn, np.float32(-2), 0, -1, dummy_f, dummy_i, dummy_f, dummy_i, 0, ok, oi)
         t = event_time(lambda: kern[blocks, wpb * 32](*args))
         log.write(part="warp_filter_numba_launch", k=k, s=t, gbps=tile_bytes / t / 1e9, regs=regs(kern), wpb=wpb)
         t = event_time(lambda: launch(kern, blocks, wpb * 32, args))
@@ -105,7 +107,7 @@ def main():
         ok = cp.empty((rows, k), cp.float32)
         oi = cp.empty((rows, k), cp.int32)
         t = event_time(lambda: sk.quickselect_kernel[(rows + 3) // 4, 128](
-            sk.SRC_DOTS, rows, 1, cols, cols, k, dots, xn, 0, 0, -1, dummy_f, dummy_i, *bufs, ok, oi))
+            sk.SRC_DOTS, rows, 1, cols, cols, k, dots, xn, np.float32(-2), 0, -1, dummy_f, dummy_i, *bufs, ok, oi))
         log.write(part="quickselect", k=k, s=t, gbps=tile_bytes / t / 1e9,
                   regs=regs(sk.quickselect_kernel))
         del bufs
@@ -117,7 +119,7 @@ def main():
     ok = cp.empty((1, 10), cp.float32)
     oi = cp.empty((1, 10), cp.int32)
     small = cp.ascontiguousarray(dots[:1, :32])
-    args = (1, 1, 32, 32, 10, small, xn, 0, 0, -1, dummy_f, dummy_i, dummy_f, dummy_i, 0, ok, oi)
+    args = (1, 1, 32, 32, 10, small, xn, np.float32(-2), 0, -1, dummy_f, dummy_i, dummy_f, dummy_i, 0, ok, oi)
     for name, go in (("numba", lambda: kern[1, 128](*args)), ("raw", lambda: launch(kern, 1, 128, args))):
         for _ in range(3):
             go()

@@ -159,3 +159,28 @@ def test_numba_launch_path_matches_raw_launch(sample, monkeypatch):
     d_nb, i_nb = knngraph.knn(sample.base, sample.queries[:200], 10, device="cuda")
     np.testing.assert_array_equal(i_raw, i_nb)
     np.testing.assert_array_equal(d_raw, d_nb)
+
+
+@pytest.mark.parametrize("metric", ["sqeuclidean", "inner_product"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.float16])
+def test_tensor_core_gemm_equals_fp32_gemm(metric, dtype, rng):
+    """The int8 / fp16 tensor-core GEMM paths give the fp32 path's answers (int8: bit for bit)."""
+    from knngraph.bruteforce.cuda import knn_cuda
+
+    if np.dtype(dtype).kind == "f":
+        base = rng.standard_normal((4000, 64)).astype(dtype)
+        q = rng.standard_normal((300, 64)).astype(dtype)
+    else:
+        info = np.iinfo(dtype)
+        base = rng.integers(info.min, info.max, (4000, 64), endpoint=True).astype(dtype)
+        q = rng.integers(info.min, info.max, (300, 64), endpoint=True).astype(dtype)
+    stats = {}
+    d_tc, i_tc = knn_cuda(base, q, 20, metric, memory_limit=1 << 30, stats=stats, verbose=False)
+    assert stats["gemm"] == ("fp16" if dtype == np.float16 else "int8")
+    d32, i32 = knn_cuda(base, q, 20, metric, memory_limit=1 << 30, tensor_cores=False, verbose=False)
+    if dtype == np.float16:
+        np.testing.assert_allclose(d_tc.get(), d32.get(), rtol=1e-5, atol=1e-3)
+        assert recall_at_k(i_tc.get(), i32.get(), 20, distances=d_tc.get(), true_distances=d32.get()) == 1.0
+    else:
+        np.testing.assert_array_equal(i_tc.get(), i32.get())
+        np.testing.assert_array_equal(d_tc.get(), d32.get())

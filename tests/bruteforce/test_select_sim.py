@@ -36,7 +36,11 @@ def _tile(rng, rows, cols, ties):
 
 
 def _run(kernel_name, dots, norms, key_kind, col_offset, self_offset, k, n_splits=1):
+    """Run a kernel; key_kind 0 = ||x||^2 - 2 dot (colterm = norms, alpha = -2), 1 = -dot."""
     from knngraph.bruteforce import _select_kernels as sk
+
+    colterm = norms if key_kind == 0 else np.zeros_like(norms)
+    alpha = np.float32(-2.0 if key_kind == 0 else -1.0)
 
     rows, cols = dots.shape
     split_len = (cols + n_splits - 1) // n_splits
@@ -48,7 +52,7 @@ def _run(kernel_name, dots, norms, key_kind, col_offset, self_offset, k, n_split
     if kernel_name == "quickselect":
         bufs = [np.zeros(dots.shape, t) for t in (np.float32, np.int32, np.float32, np.int32)]
         blocks = (tasks + 1) // 2
-        sk.quickselect_kernel[blocks, 64](sk.SRC_DOTS, tasks, n_splits, split_len, cols, k, dots, norms, key_kind,
+        sk.quickselect_kernel[blocks, 64](sk.SRC_DOTS, tasks, n_splits, split_len, cols, k, dots, colterm, alpha,
                                           col_offset, self_offset, dummy_f, dummy_i, *bufs, out_k, out_i)
         # quickselect output is unsorted: sort each row by (key, id)
         for r in range(tasks):
@@ -59,7 +63,7 @@ def _run(kernel_name, dots, norms, key_kind, col_offset, self_offset, k, n_split
         kern = sk.warp_filter_kernel(sk.list_capacity(k), sk.SRC_DOTS)
         wpb = kern.warps_per_block
         blocks = (tasks + wpb - 1) // wpb
-        kern[blocks, wpb * 32](tasks, n_splits, split_len, cols, k, dots, norms, key_kind, col_offset,
+        kern[blocks, wpb * 32](tasks, n_splits, split_len, cols, k, dots, colterm, alpha, col_offset,
                                self_offset, dummy_f, dummy_i, dummy_f, dummy_i, 0, out_k, out_i)
     return out_k, out_i
 
@@ -113,7 +117,7 @@ def test_warp_filter_merges_with_running_best(rng):
     dummy_f = np.zeros((1, 1), np.float32)
     dummy_i = np.zeros((1, 1), np.int32)
     kern[1, kern.warps_per_block * 32](2, 1, 60, 60, k, np.ascontiguousarray(dots[:, 40:]),
-                                      norms[40:].copy(), 0, 40, -1, dummy_f, dummy_i, best_k, best_i, 1,
+                                      norms[40:].copy(), np.float32(-2), 40, -1, dummy_f, dummy_i, best_k, best_i, 1,
                                       best_k, best_i)
     np.testing.assert_array_equal(best_i, full_i)
     np.testing.assert_allclose(best_k, full_k)
@@ -136,13 +140,24 @@ def test_select_from_candidate_pairs_with_fillers(kernel_name, rng):
     dummy_i = np.zeros((1, 1), np.int32)
     if kernel_name == "quickselect":
         bufs = [np.zeros((rows, m), t) for t in (np.float32, np.int32, np.float32, np.int32)]
-        sk.quickselect_kernel[1, 64](sk.SRC_PAIRS, rows, 1, m, m, k, dummy_f, dummy_n, 0, 0, -1, ck, ci, *bufs,
+        sk.quickselect_kernel[1, 64](sk.SRC_PAIRS, rows, 1, m, m, k, dummy_f, dummy_n, np.float32(0), 0, -1, ck, ci, *bufs,
                                      out_k, out_i)
     else:
         kern = sk.warp_filter_kernel(sk.list_capacity(k), sk.SRC_PAIRS)
-        kern[1, kern.warps_per_block * 32](rows, 1, m, m, k, dummy_f, dummy_n, 0, 0, -1, ck, ci,
+        kern[1, kern.warps_per_block * 32](rows, 1, m, m, k, dummy_f, dummy_n, np.float32(0), 0, -1, ck, ci,
                                           dummy_f, dummy_i, 0, out_k, out_i)
     for r in range(rows):
         ref = sorted(zip(ck[r].tolist(), ci[r].tolist()))[:k]
         got = sorted(zip(out_k[r].tolist(), out_i[r].tolist()))
         assert got == ref
+
+
+@pytest.mark.parametrize("kernel_name", ["quickselect", "warp_filter"])
+def test_select_int32_dot_tiles(kernel_name, rng):
+    """Tiles from the int8 tensor-core GEMM hold int32 dot products."""
+    dots = rng.integers(-500, 500, size=(2, 70)).astype(np.int32)
+    norms = rng.integers(0, 300, size=70).astype(np.float32)
+    got_k, got_i = _run(kernel_name, dots, norms, 0, 5, -1, 6)
+    ref_k, ref_i = _reference(dots.astype(np.float32), norms, 0, 5, -1, 6)
+    np.testing.assert_array_equal(got_i, ref_i)
+    np.testing.assert_array_equal(got_k, ref_k)

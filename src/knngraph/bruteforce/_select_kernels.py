@@ -32,7 +32,8 @@ rows of explicit (key, id) candidate lists:
     the filter, so the pass runs at memory bandwidth. Output is sorted. K = next power of two >= k,
     at least 64, at most 1024 (shared memory).
 
-Keys: ``key_kind`` 0 ranks by ||x||^2 - 2<q,x>, 1 by -<q,x> (see metrics.py). Element (key, id) order
+Keys: element j of a GEMM tile ranks by ``colterm[j] + alpha * dot`` (e.g. ||x||^2 - 2<q,x>, see
+_gemm.py for the terms of each metric and GEMM mode; dots may be float32 or int32). Element (key, id) order
 is lexicographic; the row's own id (graph builds) is replaced by the filler (inf, ID_NONE), which never
 enters a result; missing results are reported as that filler.
 """
@@ -51,7 +52,7 @@ ID_NONE = 2**31 - 1
 INF = float32(np.inf)
 
 # sources a selection task can read elements from
-SRC_DOTS = 0    # a GEMM tile of dot products (+ base norms): ids are col_offset + column
+SRC_DOTS = 0    # a GEMM tile of dot products (+ column terms): ids are col_offset + column
 SRC_PAIRS = 1   # explicit (key, id) candidate rows
 SRC_BUF_A = 2   # quickselect ping-pong buffers
 SRC_BUF_B = 3
@@ -63,16 +64,13 @@ def _less(ka, ia, kb, ib):
 
 
 @cuda.jit(device=True, inline=True)
-def _load(src, row, j, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, ai, bk, bi):
+def _load(src, row, j, dots, colterm, alpha, col_offset, self_id, ck, ci, ak, ai, bk, bi):
     """Element j of ``row`` from source ``src`` as a (key, id) pair."""
     if src == SRC_DOTS:
         gid = col_offset + j
         if gid == self_id:
             return INF, int32(ID_NONE)
-        dot = dots[row, j]
-        if key_kind == 0:
-            return norms[j] - float32(2.0) * dot, int32(gid)
-        return -dot, int32(gid)
+        return colterm[j] + alpha * float32(dots[row, j]), int32(gid)
     if src == SRC_PAIRS:
         return ck[row, j], ci[row, j]
     if src == SRC_BUF_A:
@@ -81,19 +79,19 @@ def _load(src, row, j, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, a
 
 
 @cuda.jit(device=True, inline=True)
-def _fetch(src, row, j, hi, dots, norms, key_kind, ck, ci):
-    """The raw values of element j (clamped into the range): (dot, norm, 0) or (key, 0, id).
+def _fetch(src, row, j, hi, dots, colterm, ck, ci):
+    """The raw values of element j (clamped into the range): (dot, colterm, 0) or (key, 0, id).
 
     Branch-free on purpose: the caller issues several fetches back to back and only then uses the
     values, so the loads overlap instead of each waiting for the previous one."""
     jc = min(j, hi - 1)
     if src == SRC_DOTS:
-        return dots[row, jc], norms[jc if key_kind == 0 else 0], int32(0)
+        return float32(dots[row, jc]), colterm[jc], int32(0)
     return ck[row, jc], float32(0.0), ci[row, jc]
 
 
 @cuda.jit(device=True, inline=True)
-def _element(src, a, b, idx, j, hi, key_kind, col_offset, self_id):
+def _element(src, a, b, idx, j, hi, alpha, col_offset, self_id):
     """(key, id) of element j from its fetched values, or the filler past ``hi`` / for the row itself."""
     if j >= hi:
         return INF, int32(ID_NONE)
@@ -101,9 +99,7 @@ def _element(src, a, b, idx, j, hi, key_kind, col_offset, self_id):
         gid = col_offset + j
         if gid == self_id:
             return INF, int32(ID_NONE)
-        if key_kind == 0:
-            return b - float32(2.0) * a, int32(gid)
-        return -a, int32(gid)
+        return b + alpha * a, int32(gid)
     return a, idx
 
 
@@ -133,7 +129,7 @@ def _hash32(x):
 
 @cuda.jit
 def quickselect_kernel(first_src, n_tasks, n_splits, split_len, n_cols, k,
-                       dots, norms, key_kind, col_offset, self_offset,
+                       dots, colterm, alpha, col_offset, self_offset,
                        ck, ci, ak, ai, bk, bi, out_k, out_i):
     """One warp per task: select the k smallest (key, id) of the task's column range (unsorted)."""
     lane = cuda.threadIdx.x % WARP
@@ -153,7 +149,7 @@ def quickselect_kernel(first_src, n_tasks, n_splits, split_len, n_cols, k,
         if length <= k_rem:
             # everything left is in the result
             for t in range(lane, length, WARP):
-                key, idx = _load(src, row, lo + t, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, ai, bk, bi)
+                key, idx = _load(src, row, lo + t, dots, colterm, alpha, col_offset, self_id, ck, ci, ak, ai, bk, bi)
                 out_k[task, n_acc + t] = key
                 out_i[task, n_acc + t] = idx
             n_acc += length
@@ -163,7 +159,7 @@ def quickselect_kernel(first_src, n_tasks, n_splits, split_len, n_cols, k,
             key = INF
             idx = int32(ID_NONE)
             if lane < length:
-                key, idx = _load(src, row, lo + lane, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, ai, bk, bi)
+                key, idx = _load(src, row, lo + lane, dots, colterm, alpha, col_offset, self_id, ck, ci, ak, ai, bk, bi)
             rank = 0
             for other in range(WARP):
                 ok = cuda.shfl_sync(FULL_MASK, key, other)
@@ -187,9 +183,9 @@ def quickselect_kernel(first_src, n_tasks, n_splits, split_len, n_cols, k,
             p3 = lo + (p2 - lo + 1) % length
             if p3 == p1:
                 p3 = lo + (p3 - lo + 1) % length
-        k1, i1 = _load(src, row, p1, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, ai, bk, bi)
-        k2, i2 = _load(src, row, p2, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, ai, bk, bi)
-        k3, i3 = _load(src, row, p3, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, ai, bk, bi)
+        k1, i1 = _load(src, row, p1, dots, colterm, alpha, col_offset, self_id, ck, ci, ak, ai, bk, bi)
+        k2, i2 = _load(src, row, p2, dots, colterm, alpha, col_offset, self_id, ck, ci, ak, ai, bk, bi)
+        k3, i3 = _load(src, row, p3, dots, colterm, alpha, col_offset, self_id, ck, ci, ak, ai, bk, bi)
         # median of three distinct pairs
         if _less(k1, i1, k2, i2):
             if _less(k2, i2, k3, i3):
@@ -216,7 +212,7 @@ def quickselect_kernel(first_src, n_tasks, n_splits, split_len, n_cols, k,
             key = INF
             idx = int32(ID_NONE)
             if valid:
-                key, idx = _load(src, row, j, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, ai, bk, bi)
+                key, idx = _load(src, row, j, dots, colterm, alpha, col_offset, self_id, ck, ci, ak, ai, bk, bi)
             go_left = valid and _less(key, idx, pk, pi)
             vote_l = cuda.ballot_sync(FULL_MASK, go_left)
             vote_r = cuda.ballot_sync(FULL_MASK, valid and not go_left)
@@ -237,7 +233,7 @@ def quickselect_kernel(first_src, n_tasks, n_splits, split_len, n_cols, k,
             hi = lo + n_left                      # the k-th element is on the left
         else:
             for t in range(lane, n_left, WARP):   # accept the whole left part
-                key, idx = _load(dst, row, lo + t, dots, norms, key_kind, col_offset, self_id, ck, ci, ak, ai, bk, bi)
+                key, idx = _load(dst, row, lo + t, dots, colterm, alpha, col_offset, self_id, ck, ci, ak, ai, bk, bi)
                 out_k[task, n_acc + t] = key
                 out_i[task, n_acc + t] = idx
             n_acc += n_left
@@ -336,7 +332,7 @@ def warp_filter_kernel(cap: int, source: int = SRC_DOTS):
 
     @cuda.jit
     def kernel(n_tasks, n_splits, split_len, n_cols, k,
-               dots, norms, key_kind, col_offset, self_offset,
+               dots, colterm, alpha, col_offset, self_offset,
                ck, ci, init_k, init_i, use_init, out_k, out_i):
         sk = cuda.shared.array(shared_len, dtype=float32)
         si = cuda.shared.array(shared_len, dtype=int32)
@@ -366,14 +362,20 @@ def warp_filter_kernel(cap: int, source: int = SRC_DOTS):
         # warp keeps 512 bytes in flight instead of 128.
         for s in range(lo, hi, 4 * WARP):
             j = s + lane
-            a0, b0, x0 = _fetch(source, row, j, hi, dots, norms, key_kind, ck, ci)
-            a1, b1, x1 = _fetch(source, row, j + WARP, hi, dots, norms, key_kind, ck, ci)
-            a2, b2, x2 = _fetch(source, row, j + 2 * WARP, hi, dots, norms, key_kind, ck, ci)
-            a3, b3, x3 = _fetch(source, row, j + 3 * WARP, hi, dots, norms, key_kind, ck, ci)
-            k0, i0 = _element(source, a0, b0, x0, j, hi, key_kind, col_offset, self_id)
-            k1, i1 = _element(source, a1, b1, x1, j + WARP, hi, key_kind, col_offset, self_id)
-            k2, i2 = _element(source, a2, b2, x2, j + 2 * WARP, hi, key_kind, col_offset, self_id)
-            k3, i3 = _element(source, a3, b3, x3, j + 3 * WARP, hi, key_kind, col_offset, self_id)
+            a0, b0, x0 = _fetch(source, row, j, hi, dots, colterm, ck, ci)
+            a1, b1, x1 = _fetch(source, row, j + WARP, hi, dots, colterm, ck, ci)
+            a2, b2, x2 = _fetch(source, row, j + 2 * WARP, hi, dots, colterm, ck, ci)
+            a3, b3, x3 = _fetch(source, row, j + 3 * WARP, hi, dots, colterm, ck, ci)
+            k0, i0 = _element(source, a0, b0, x0, j, hi, alpha, col_offset, self_id)
+            k1, i1 = _element(source, a1, b1, x1, j + WARP, hi, alpha, col_offset, self_id)
+            k2, i2 = _element(source, a2, b2, x2, j + 2 * WARP, hi, alpha, col_offset, self_id)
+            k3, i3 = _element(source, a3, b3, x3, j + 3 * WARP, hi, alpha, col_offset, self_id)
+            # Most elements lose to the current k-th best once the list has filled: one vote over all
+            # four segments skips the per-segment compaction when no lane holds a candidate.
+            maybe = (_less(k0, i0, thr_k, thr_i) or _less(k1, i1, thr_k, thr_i)
+                     or _less(k2, i2, thr_k, thr_i) or _less(k3, i3, thr_k, thr_i))
+            if cuda.ballot_sync(FULL_MASK, maybe) == 0:
+                continue
             # a (not unrolled) loop over the four, so the merge code exists once in the kernel
             for u in range(4):
                 if u == 0:

@@ -22,7 +22,7 @@ import numpy as np
 
 from .._cuda_launch import launch
 from .._progress import progress
-from ..metrics import KEY_L2, expanded_key_kind
+from ._gemm import plan_gemm
 from . import _select_kernels as sk
 
 __all__ = ["knn_cuda", "SELECT_STRATEGIES", "plan_tiles"]
@@ -112,37 +112,36 @@ class _Selector:
         else:
             self.wpb = 4
 
-    def _launch(self, first_src, rows, n_splits, split_len, n_cols, dots, norms, key_kind, col_offset,
+    def _launch(self, first_src, rows, n_splits, split_len, n_cols, dots, colterm, alpha, col_offset,
                 self_offset, ck, ci, init_k, init_i, use_init, out_k, out_i):
         cp = self.cp
         tasks = rows * n_splits
         blocks = (tasks + self.wpb - 1) // self.wpb
         if self.select == "warp_filter":
             launch(self.kernels[first_src], blocks, self.wpb * 32,
-                   (tasks, n_splits, split_len, n_cols, self.k, dots, norms, key_kind, col_offset, self_offset,
+                   (tasks, n_splits, split_len, n_cols, self.k, dots, colterm, alpha, col_offset, self_offset,
                     ck, ci, init_k, init_i, use_init, out_k, out_i), stream=self.stream)
         else:
             shape = (dots.shape if first_src == sk.SRC_DOTS else ck.shape)
             bufs = tuple(cp.empty(shape, t) for t in (cp.float32, cp.int32, cp.float32, cp.int32))
             launch(sk.quickselect_kernel, blocks, self.wpb * 32,
-                   (first_src, tasks, n_splits, split_len, n_cols, self.k, dots, norms, key_kind, col_offset,
+                   (first_src, tasks, n_splits, split_len, n_cols, self.k, dots, colterm, alpha, col_offset,
                     self_offset, ck, ci) + bufs + (out_k, out_i), stream=self.stream)
 
-    def offer_tile(self, dots, norms, key_kind, col_offset, self_offset, best_k, best_i, first_tile):
+    def offer_tile(self, dots, colterm, alpha, col_offset, self_offset, best_k, best_i, first_tile):
         """Fold the tile ``dots`` [rows, cols] (ids col_offset + j) into the running best lists."""
         cp = self.cp
         rows, cols = dots.shape
         n_splits = _splits_for(rows, cols, self.k, self.sm_count)
         split_len = (cols + n_splits - 1) // n_splits
-        norms = norms if norms is not None else self._dummy_n
         if self.select == "warp_filter" and n_splits == 1:
             # the running best seeds the list and receives the result: no separate merge
-            self._launch(sk.SRC_DOTS, rows, 1, split_len, cols, dots, norms, key_kind, col_offset, self_offset,
+            self._launch(sk.SRC_DOTS, rows, 1, split_len, cols, dots, colterm, alpha, col_offset, self_offset,
                          self._dummy_f, self._dummy_i, best_k, best_i, 0 if first_tile else 1, best_k, best_i)
             return
         part_k = cp.empty((rows * n_splits, self.k), cp.float32)
         part_i = cp.empty((rows * n_splits, self.k), cp.int32)
-        self._launch(sk.SRC_DOTS, rows, n_splits, split_len, cols, dots, norms, key_kind, col_offset, self_offset,
+        self._launch(sk.SRC_DOTS, rows, n_splits, split_len, cols, dots, colterm, alpha, col_offset, self_offset,
                      self._dummy_f, self._dummy_i, self._dummy_f, self._dummy_i, 0, part_k, part_i)
         cand_k = part_k.reshape(rows, n_splits * self.k)
         cand_i = part_i.reshape(rows, n_splits * self.k)
@@ -155,10 +154,10 @@ class _Selector:
             return
         m = cand_k.shape[1]
         if self.select == "warp_filter":
-            self._launch(sk.SRC_PAIRS, rows, 1, m, m, self._dummy_f, self._dummy_n, 0, 0, -1,
+            self._launch(sk.SRC_PAIRS, rows, 1, m, m, self._dummy_f, self._dummy_n, np.float32(0), 0, -1,
                          cand_k, cand_i, self._dummy_f, self._dummy_i, 0, best_k, best_i)
         else:
-            self._launch(sk.SRC_PAIRS, rows, 1, m, m, self._dummy_f, self._dummy_n, 0, 0, -1,
+            self._launch(sk.SRC_PAIRS, rows, 1, m, m, self._dummy_f, self._dummy_n, np.float32(0), 0, -1,
                          cand_k, cand_i, self._dummy_f, self._dummy_i, 0, best_k, best_i)
 
     def finish(self, best_k, best_i):
@@ -167,25 +166,9 @@ class _Selector:
         return best_k, best_i
 
 
-def _to_f32(block, metric):
-    import cupy as cp
-
-    x = block.astype(cp.float32, copy=False)
-    if metric == "cosine":
-        nrm = cp.sqrt(cp.einsum("ij,ij->i", x, x))
-        nrm[nrm == 0] = 1
-        x = x / nrm[:, None]
-    return x
-
-
-def _norm2(x):
-    import cupy as cp
-
-    return cp.einsum("ij,ij->i", x, x)
-
-
 def knn_cuda(base, queries, k: int, metric: str, *, graph: bool = False, memory_limit: int,
-             select: str = "auto", device_index: int = 0, verbose: bool = True, stats: dict | None = None):
+             select: str = "auto", device_index: int = 0, verbose: bool = True, stats: dict | None = None,
+             tensor_cores: bool = True):
     """Exact top-k on the GPU. ``base``/``queries`` are CuPy arrays (used in place) or host arrays
     (NumPy / memory-mapped, streamed). Returns CuPy (distances float32, ids int32) [nq, k]."""
     import cupy as cp
@@ -193,48 +176,52 @@ def knn_cuda(base, queries, k: int, metric: str, *, graph: bool = False, memory_
     select = _resolve_select(select, k)
     n, d = base.shape
     nq = queries.shape[0]
-    key_kind = expanded_key_kind(metric)
     with cp.cuda.Device(device_index):
         sm_count = cp.cuda.Device(device_index).attributes["MultiProcessorCount"]
         budget = int(memory_limit)
+        plan = plan_gemm(base.dtype, queries.dtype, metric, d, allow_tensor_cores=tensor_cores)
+        alpha = np.float32(plan.alpha)
+        # Keep the base's GEMM operand (plus column terms) on the GPU when it takes at most half the
+        # budget; otherwise stream base tiles through the GPU for each query block.
+        op_itemsize = 1 if plan.mode == "int8" else (2 if plan.mode == "fp16" else 4)
+        op_bytes = n * (op_itemsize * d + 4)
+        resident = op_bytes <= budget // 2
         base_on_gpu = isinstance(base, cp.ndarray)
-        # Keep a float32 copy of the base (plus norms) on the GPU when it takes at most half the budget;
-        # otherwise stream base tiles for each query block.
-        f32_bytes = n * (4 * d + 4)
-        resident = f32_bytes <= budget // 2
-        in_place = base_on_gpu and base.dtype == np.float32 and metric != "cosine"
-        resident_bytes = (0 if in_place else f32_bytes) if resident else 0
-        if not resident and base_on_gpu:
-            resident_bytes = 0  # the caller's array is already counted outside the budget
-        qb, bt = plan_tiles(n, nq, d, k, budget, select, resident_bytes)
+        qb, bt = plan_tiles(n, nq, d, k, budget, select, op_bytes if resident else 0)
         if resident:
-            xb = base if in_place else _to_f32(cp.asarray(base), metric)
-            xb_norm = _norm2(xb) if key_kind == KEY_L2 else None
+            xb = plan.operand(cp.asarray(base))
+            xb_col = plan.column_term(cp.asarray(base), xb)
         selector = _Selector(select, k, sm_count)
         out_d = cp.empty((nq, k), cp.float32)
         out_i = cp.empty((nq, k), cp.int32)
         n_q_blocks = (nq + qb - 1) // qb
         n_tiles = (n + bt - 1) // bt
         if stats is not None:
-            stats.update(select=select, query_block=qb, base_tile=bt, base_resident=bool(resident))
+            stats.update(select=select, gemm=plan.mode, query_block=qb, base_tile=bt, base_resident=bool(resident),
+                         base_on_gpu=base_on_gpu)
 
-        # Two streams: GEMM of tile t+1 (compute-bound) runs while tile t is selected (memory-bound).
+        # Two streams: GEMM of tile t+1 (compute-bound) can run while tile t is selected (memory-bound).
         # Two dot buffers alternate; a buffer is overwritten only after its selection has finished.
+        # The selection stream gets the higher priority: as GEMM blocks retire, the scheduler starts
+        # selection blocks first.
+        _, greatest = cp.cuda.runtime.deviceGetStreamPriorityRange()
         s_gemm = cp.cuda.Stream(non_blocking=True)
-        s_sel = cp.cuda.Stream(non_blocking=True)
+        s_sel = cp.cuda.Stream(non_blocking=True, priority=greatest)
         selector.stream = s_sel
         ready = cp.cuda.get_current_stream().record()  # inputs and resident data are complete
         s_gemm.wait_event(ready)
         s_sel.wait_event(ready)
-        dot_bufs = [cp.empty(qb * min(bt, n), cp.float32, order="C") for _ in range(2)]
+        dot_bufs = [cp.empty(qb * bt, plan.out_dtype()) for _ in range(2)]
         slot_free = [None, None]
         slot_keep = [None, None]
         with progress(n_q_blocks * n_tiles, "exact k-NN (cuda)", disable=not verbose) as bar:
             for qs in range(0, nq, qb):
                 qe = min(nq, qs + qb)
                 with s_gemm:
-                    q = _to_f32(cp.asarray(queries[qs:qe]), metric)
-                    q_norm = _norm2(q) if key_kind == KEY_L2 else None
+                    q_raw = cp.asarray(queries[qs:qe])
+                    q = plan.operand(q_raw)
+                    q_row = plan.row_term(q_raw, q)
+                    del q_raw
                 with s_sel:
                     best_k = cp.empty((qe - qs, k), cp.float32)
                     best_i = cp.empty((qe - qs, k), cp.int32)
@@ -247,33 +234,32 @@ def knn_cuda(base, queries, k: int, metric: str, *, graph: bool = False, memory_
                         slot_keep[slot] = None  # the tile that used this slot is done: release it
                         if resident:
                             x = xb[bs:be]
-                            xn = xb_norm[bs:be] if xb_norm is not None else None
+                            xc = xb_col[bs:be]
                         else:
-                            x = _to_f32(cp.asarray(base[bs:be]), metric)
-                            xn = _norm2(x) if key_kind == KEY_L2 else None
+                            x_raw = cp.asarray(base[bs:be])
+                            x = plan.operand(x_raw)
+                            xc = plan.column_term(x_raw, x)
+                            del x_raw
                         dots = dot_bufs[slot][:(qe - qs) * (be - bs)].reshape(qe - qs, be - bs)
-                        cp.matmul(q, x.T, out=dots)
+                        plan.dots(q, x, dots)
                         tile_ready = s_gemm.record()
                     s_sel.wait_event(tile_ready)
                     with s_sel:
-                        selector.offer_tile(dots, xn, key_kind, bs, qs if graph else -1, best_k, best_i,
+                        selector.offer_tile(dots, xc, alpha, bs, qs if graph else -1, best_k, best_i,
                                             first_tile=(t == 0))
                         slot_free[slot] = s_sel.record()
-                    slot_keep[slot] = (x, xn, q)  # alive until the selection reading them is done
+                    slot_keep[slot] = (x, xc, q)  # alive until the selection reading them is done
                     bar.update(1)
                 s_sel.wait_event(s_gemm.record())
                 with s_sel:
                     keys, ids = selector.finish(best_k, best_i)
-                    if key_kind == KEY_L2:
-                        dist = cp.maximum(keys + q_norm[:, None], 0)
+                    value = keys + q_row[:, None]
+                    if metric in ("sqeuclidean", "euclidean"):
+                        value = cp.maximum(value, 0)
                         if metric == "euclidean":
-                            dist = cp.sqrt(dist)
-                    elif metric == "cosine":
-                        dist = 1 + keys
-                    else:
-                        dist = keys
+                            value = cp.sqrt(value)
                     missing = ids == sk.ID_NONE
-                    out_d[qs:qe] = cp.where(missing, cp.float32(np.inf), dist)
+                    out_d[qs:qe] = cp.where(missing, cp.float32(np.inf), value)
                     out_i[qs:qe] = cp.where(missing, -1, ids)
                     # the next query block's GEMMs must not overwrite q before this block is done
                     s_gemm.wait_event(s_sel.record())

@@ -1,0 +1,181 @@
+"""Dot-product tiles through cuBLAS, on tensor cores wherever the result stays what fp32 would give.
+
+The selection kernels rank by ``key = colterm[j] + alpha * dot(q, x_j)`` and the reported distance is
+``key + rowterm[q]`` (then sqrt / 1 + key, per metric). Which GEMM makes ``dot`` depends on the data:
+
+``int8``  uint8 or int8 vectors, sqeuclidean/euclidean/inner_product, d % 4 == 0: an int8 x int8 -> int32
+          GEMM (``cublasGemmEx``, ``CUBLAS_COMPUTE_32I``): exact integer dot products on the integer
+          tensor cores. uint8 vectors are shifted to int8 (x' = x - 128, a bit flip) and the shift is
+          folded into the column and row terms:
+          q.x = q'.x' + 128 sum(x') + 128 sum(q') + 128^2 d.
+``fp16``  float16 vectors (not cosine), d % 8 == 0: fp16 x fp16 -> fp32 with fp32 accumulation. The
+          products of fp16 values are exact in fp32, so this equals the fp32 GEMM of the upcast data up
+          to summation order.
+``fp32``  everything else (float32 data, cosine on normalised float32 vectors): cupy.matmul (SGEMM).
+
+A one-time self-check per process compares each tensor-core path with fp32 on a small product and
+falls back to ``fp32`` if they disagree (for example on a cuBLAS without these kernels).
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+
+__all__ = ["GemmPlan", "plan_gemm"]
+
+# cuBLAS / CUDA enums (cublas_api.h, library_types.h)
+_OP_N, _OP_T = 0, 1
+_R_16F, _R_32F, _R_8I, _R_32I = 2, 0, 3, 10
+_COMPUTE_32F, _COMPUTE_32I = 68, 72
+_GEMM_DEFAULT = -1
+_SHIFT = 128
+
+
+def _gemm_ex(q, x, out, a_type, c_type, compute):
+    """out[nq, nb] = q[nq, d] . x[nb, d]^T via cublasGemmEx on the current CuPy stream."""
+    import cupy as cp
+    from cupy_backends.cuda.libs import cublas
+
+    nq, d = q.shape
+    nb = x.shape[0]
+    handle = cp.cuda.device.get_cublas_handle()
+    cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
+    scalar = np.int32 if compute == _COMPUTE_32I else np.float32
+    alpha = np.ones(1, scalar)
+    beta = np.zeros(1, scalar)
+    mode = cublas.getPointerMode(handle)
+    cublas.setPointerMode(handle, 0)  # host pointers for alpha/beta
+    try:
+        # row-major out = q x^T is column-major out^T = x q^T: the "TN" layout tensor cores prefer
+        cublas.gemmEx(handle, _OP_T, _OP_N, nb, nq, d, alpha.ctypes.data, x.data.ptr, a_type, d,
+                      q.data.ptr, a_type, d, beta.ctypes.data, out.data.ptr, c_type, nb, compute, _GEMM_DEFAULT)
+    finally:
+        cublas.setPointerMode(handle, mode)
+
+
+class GemmPlan:
+    """How to turn vectors into GEMM operands, column/row terms and dot-product tiles."""
+
+    def __init__(self, mode: str, metric: str, source_dtype):
+        self.mode = mode
+        self.metric = metric
+        self.shift = mode == "int8" and np.dtype(source_dtype) == np.uint8
+        self.alpha = -2.0 if metric in ("sqeuclidean", "euclidean") else -1.0
+
+    # operands ---------------------------------------------------------------------------------------
+    def operand(self, block):
+        """GEMM operand for a block of vectors (CuPy array)."""
+        import cupy as cp
+
+        if self.mode == "int8":
+            if self.shift:
+                return cp.ascontiguousarray((block ^ np.uint8(0x80)).view(cp.int8))
+            return cp.ascontiguousarray(block)
+        if self.mode == "fp16":
+            return cp.ascontiguousarray(block)
+        x = block.astype(cp.float32, copy=False)
+        if self.metric == "cosine":
+            nrm = cp.sqrt(cp.einsum("ij,ij->i", x, x))
+            nrm[nrm == 0] = 1
+            x = x / nrm[:, None]
+        return cp.ascontiguousarray(x)
+
+    def _terms(self, block, op):
+        """(norm^2, sum of shifted components) in float32 from the original block."""
+        import cupy as cp
+
+        xf = block.astype(cp.float32)
+        norm2 = cp.einsum("ij,ij->i", xf, xf)
+        ssum = op.astype(cp.float32).sum(axis=1) if self.shift else None
+        return norm2, ssum
+
+    def column_term(self, block, op):
+        """colterm[j] of key = colterm[j] + alpha * dot."""
+        import cupy as cp
+
+        if self.metric in ("inner_product", "cosine"):
+            if self.shift:
+                return (-float(_SHIFT)) * op.astype(cp.float32).sum(axis=1)
+            return cp.zeros(block.shape[0], cp.float32)
+        norm2, ssum = self._terms(block, op)
+        if self.shift:
+            return norm2 - 2.0 * _SHIFT * ssum
+        return norm2
+
+    def row_term(self, block, op):
+        """rowterm[i]: what each query row adds to its keys to give the distance."""
+        import cupy as cp
+
+        d = block.shape[1]
+        if self.metric == "cosine":
+            return cp.ones(block.shape[0], cp.float32)
+        if self.metric == "inner_product":
+            if self.shift:
+                return (-float(_SHIFT)) * op.astype(cp.float32).sum(axis=1) - float(_SHIFT * _SHIFT * d)
+            return cp.zeros(block.shape[0], cp.float32)
+        norm2, ssum = self._terms(block, op)
+        if self.shift:
+            return norm2 - 2.0 * _SHIFT * ssum - 2.0 * _SHIFT * _SHIFT * d
+        return norm2
+
+    # tiles ------------------------------------------------------------------------------------------
+    def out_dtype(self):
+        return np.int32 if self.mode == "int8" else np.float32
+
+    def dots(self, q_op, x_op, out):
+        """out = q_op . x_op^T (on the current stream)."""
+        import cupy as cp
+
+        if self.mode == "int8":
+            _gemm_ex(q_op, x_op, out, _R_8I, _R_32I, _COMPUTE_32I)
+        elif self.mode == "fp16":
+            _gemm_ex(q_op, x_op, out, _R_16F, _R_32F, _COMPUTE_32F)
+        else:
+            cp.matmul(q_op, x_op.T, out=out)
+        return out
+
+
+def plan_gemm(dtype_a, dtype_b, metric: str, d: int, allow_tensor_cores: bool = True) -> GemmPlan:
+    """The GEMM plan for base dtype ``dtype_a`` and query dtype ``dtype_b`` (they must agree to use a
+    tensor-core path)."""
+    a, b = np.dtype(dtype_a), np.dtype(dtype_b)
+    mode = "fp32"
+    if allow_tensor_cores and a == b:
+        if a in (np.dtype(np.uint8), np.dtype(np.int8)) and metric != "cosine" and d % 4 == 0:
+            mode = "int8"
+        elif a == np.dtype(np.float16) and metric != "cosine" and d % 8 == 0:
+            mode = "fp16"
+    if mode != "fp32" and not _self_check(mode):
+        mode = "fp32"
+    return GemmPlan(mode, metric, a)
+
+
+@functools.lru_cache(maxsize=None)
+def _self_check(mode: str) -> bool:
+    """Compare a tensor-core GEMM with the fp32 product once per process."""
+    import cupy as cp
+
+    rng = np.random.default_rng(7)
+    try:
+        if mode == "int8":
+            q = rng.integers(-128, 128, (37, 64)).astype(np.int8)
+            x = rng.integers(-128, 128, (53, 64)).astype(np.int8)
+            out = cp.empty((37, 53), cp.int32)
+            _gemm_ex(cp.asarray(q), cp.asarray(x), out, _R_8I, _R_32I, _COMPUTE_32I)
+            ok = np.array_equal(out.get(), q.astype(np.int64) @ x.astype(np.int64).T)
+        else:
+            q = rng.standard_normal((37, 64)).astype(np.float16)
+            x = rng.standard_normal((53, 64)).astype(np.float16)
+            out = cp.empty((37, 53), cp.float32)
+            _gemm_ex(cp.asarray(q), cp.asarray(x), out, _R_16F, _R_32F, _COMPUTE_32F)
+            ref = q.astype(np.float64) @ x.astype(np.float64).T
+            ok = np.allclose(out.get(), ref, rtol=1e-5, atol=1e-4)
+    except Exception as exc:  # a cuBLAS without the kernel, a binding that differs
+        warnings.warn(f"knngraph: {mode} GEMM unavailable ({exc}); using fp32", RuntimeWarning, stacklevel=2)
+        return False
+    if not ok:
+        warnings.warn(f"knngraph: {mode} GEMM self-check failed; using fp32", RuntimeWarning, stacklevel=2)
+    return bool(ok)
