@@ -204,9 +204,9 @@ def knn_cuda(base, queries, k: int, metric: str, *, graph: bool = False, memory_
         # Two dot buffers alternate; a buffer is overwritten only after its selection has finished.
         # The selection stream gets the higher priority: as GEMM blocks retire, the scheduler starts
         # selection blocks first.
-        _, greatest = cp.cuda.runtime.deviceGetStreamPriorityRange()
+        # (CUDA clamps an out-of-range priority to the device's highest; CuPy does not expose the range)
         s_gemm = cp.cuda.Stream(non_blocking=True)
-        s_sel = cp.cuda.Stream(non_blocking=True, priority=greatest)
+        s_sel = cp.cuda.Stream(non_blocking=True, priority=-1000)
         selector.stream = s_sel
         ready = cp.cuda.get_current_stream().record()  # inputs and resident data are complete
         s_gemm.wait_event(ready)
