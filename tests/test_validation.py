@@ -1,0 +1,153 @@
+"""Bad input: each rule gives a clear exception (DESIGN.md "Conventions"), never a crash or a wrong answer."""
+
+import numpy as np
+import pytest
+
+import knngraph
+from knngraph import bruteforce
+
+
+@pytest.fixture
+def base(rng):
+    return rng.standard_normal((50, 8)).astype(np.float32)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_base_names_the_row(base, bad):
+    base[17, 3] = bad
+    with pytest.raises(ValueError, match="base row 17 contains NaN or inf"):
+        knngraph.knn(base, base[:2], 3, device="cpu")
+    with pytest.raises(ValueError, match="base row 17 contains NaN or inf"):
+        knngraph.knn_graph(base, 3, device="cpu")
+
+
+def test_non_finite_queries_names_the_row(base):
+    q = base[:5].copy()
+    q[4, 0] = np.nan
+    with pytest.raises(ValueError, match="queries row 4 contains NaN or inf"):
+        knngraph.knn(base, q, 3, device="cpu")
+
+
+def test_dimension_mismatch(base):
+    with pytest.raises(ValueError, match="queries has 7 dimensions but base has 8"):
+        knngraph.knn(base, base[:3, :7], 3, device="cpu")
+
+
+@pytest.mark.parametrize("k, match", [(0, "k must be at least 1, got 0"), (-2, "k must be at least 1"),
+                                      (51, "k=51 is larger than the number of base vectors n=50")])
+def test_bad_k_for_search(base, k, match):
+    with pytest.raises(ValueError, match=match):
+        knngraph.knn(base, base[:3], k, device="cpu")
+
+
+def test_k_must_be_an_integer(base):
+    with pytest.raises(TypeError, match="k must be an integer, got float"):
+        knngraph.knn(base, base[:3], 2.0, device="cpu")
+
+
+def test_graph_k_must_be_below_n(base):
+    with pytest.raises(ValueError, match="k must be smaller than the number of vectors.*k=50, n=50"):
+        knngraph.knn_graph(base, 50, device="cpu")
+    assert knngraph.knn_graph(base, 49, device="cpu").degree == 49
+
+
+@pytest.mark.parametrize("shape", [(0, 8), (5, 0)])
+def test_empty_arrays(shape):
+    with pytest.raises(ValueError, match="base is empty"):
+        knngraph.knn(np.zeros(shape, np.float32), np.zeros((1, 8), np.float32), 1, device="cpu")
+
+
+@pytest.mark.parametrize("shape", [(8,), (2, 3, 4)])
+def test_wrong_ndim(shape):
+    with pytest.raises(ValueError, match=f"base must be a 2-D array of shape \\(n_vectors, dim\\), got {len(shape)}-D"):
+        knngraph.knn(np.zeros(shape, np.float32), np.zeros((1, 8), np.float32), 1, device="cpu")
+    with pytest.raises(ValueError, match="queries must be a 2-D array"):
+        knngraph.knn(np.zeros((4, 8), np.float32), np.zeros(shape, np.float32), 1, device="cpu")
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint16, np.complex64, np.bool_])
+def test_unsupported_dtype(dtype):
+    with pytest.raises(TypeError, match=f"base has dtype {np.dtype(dtype)}; supported vector dtypes are float32"):
+        knngraph.knn(np.ones((5, 4), dtype), np.ones((1, 4), np.float32), 1, device="cpu")
+
+
+def test_not_an_array():
+    with pytest.raises(TypeError, match="queries must be an array"):
+        knngraph.knn(np.ones((5, 4), np.float32), "abc", 1, device="cpu")
+
+
+def test_unknown_metric(base):
+    with pytest.raises(ValueError, match="unknown metric 'manhattan'; valid metrics are sqeuclidean, euclidean"):
+        knngraph.knn(base, base[:2], 2, metric="manhattan", device="cpu")
+
+
+def test_bad_device(base):
+    with pytest.raises(ValueError, match="device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'tpu'"):
+        knngraph.knn(base, base[:2], 2, device="tpu")
+
+
+def test_cuda_asked_for_without_gpu(base):
+    if knngraph.gpu_available():
+        pytest.skip("a GPU is usable here")
+    with pytest.raises(RuntimeError, match="device='cuda' was asked for but no GPU is usable"):
+        knngraph.knn(base, base[:2], 2, device="cuda")
+
+
+@pytest.mark.parametrize("value, match", [(-5, "memory_limit must be positive"),
+                                          ("lots", "memory_limit must be a positive number of bytes")])
+def test_bad_memory_limit(base, value, match):
+    with pytest.raises(ValueError, match=match):
+        knngraph.knn(base, base[:2], 2, device="cpu", memory_limit=value)
+
+
+def test_bad_select_option(base):
+    with pytest.raises(ValueError, match="The 'select' parameter of SearchParams must be one of"):
+        knngraph.knn(base, base[:2], 2, device="cpu", select="heap")
+
+
+def test_unknown_graph_method(base):
+    with pytest.raises(ValueError, match="unknown graph method 'magic'; available: .*exact"):
+        knngraph.knn_graph(base, 3, method="magic")
+
+
+def test_params_are_frozen_and_keyword_only():
+    p = bruteforce.IndexParams(metric="l2")
+    assert p.metric == "euclidean"  # aliases are stored canonical
+    with pytest.raises(TypeError):
+        bruteforce.IndexParams("cosine")
+    with pytest.raises(Exception):
+        p.metric = "cosine"
+
+
+def test_truncated_graph_file(tmp_path, base):
+    g = knngraph.knn_graph(base, 3, device="cpu")
+    path = tmp_path / "g.knng"
+    g.save(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="g.knng: not a knngraph graph file or it is truncated/corrupt"):
+        knngraph.Graph.load(path)
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        knngraph.Graph.load(tmp_path / "missing.knng")
+
+
+def test_corrupted_graph_file_fails_checksum(tmp_path, base):
+    g = knngraph.knn_graph(base, 3, device="cpu")
+    path = tmp_path / "g.knng"
+    g.save(path)
+    raw = bytearray(path.read_bytes())
+    pos = raw.rfind(b"NUMPY") + 200  # inside the last array's data
+    raw[pos] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="g.knng: .*corrupt"):
+        knngraph.Graph.load(path)
+
+
+def test_graph_rejects_bad_arrays():
+    with pytest.raises(TypeError, match="Graph indices must be int32, got int64"):
+        knngraph.Graph(np.zeros((3, 2), np.int64), np.zeros((3, 2), np.float32))
+    with pytest.raises(ValueError, match="same 2-D shape"):
+        knngraph.Graph(np.zeros((3, 2), np.int32), np.zeros((3, 3), np.float32))
+    g = knngraph.Graph(np.array([[1], [5]], np.int32), np.zeros((2, 1), np.float32))
+    with pytest.raises(ValueError, match="graph row 1 holds neighbour ids outside \\[-1, 2\\)"):
+        g.validate_ids()
