@@ -248,7 +248,7 @@ def _maxheap_sort(tk, ti, off, m):
 
 
 def _hash_contains(ht, off, mask, shift, v):
-    p = ((v * _HMUL) & 0xFFFFFFFF) >> shift
+    p = ((int(v) * _HMUL) & 0xFFFFFFFF) >> shift
     while True:
         s = ht[off + p]
         if s == v:
@@ -260,7 +260,7 @@ def _hash_contains(ht, off, mask, shift, v):
 
 def _hash_insert(ht, off, mask, shift, v):
     """Add v (a no-op when present). The table must keep at least one empty slot."""
-    p = ((v * _HMUL) & 0xFFFFFFFF) >> shift
+    p = ((int(v) * _HMUL) & 0xFFFFFFFF) >> shift
     while True:
         s = ht[off + p]
         if s == v:
@@ -273,7 +273,7 @@ def _hash_insert(ht, off, mask, shift, v):
 
 def _hash_delete(ht, off, mask, shift, v):
     """Remove v if present, shifting later entries of its probe run back (Knuth's Algorithm R)."""
-    p = ((v * _HMUL) & 0xFFFFFFFF) >> shift
+    p = ((int(v) * _HMUL) & 0xFFFFFFFF) >> shift
     while True:
         s = ht[off + p]
         if s == EMPTY:
@@ -288,7 +288,7 @@ def _hash_delete(ht, off, mask, shift, v):
         s = ht[off + j]
         if s == EMPTY:
             break
-        h = ((s * _HMUL) & 0xFFFFFFFF) >> shift  # home slot of the entry at j
+        h = ((int(s) * _HMUL) & 0xFFFFFFFF) >> shift  # home slot of the entry at j
         # the entry may move back into the hole unless its home lies cyclically in (i, j]
         if i <= j:
             stays = i < h and h <= j
@@ -307,7 +307,7 @@ def _hash_delete(ht, off, mask, shift, v):
 def _bloom_contains(bw, off, bitmask, nhash, v):
     # murmur3's 32-bit finaliser: every output bit depends on every id bit (a plain multiplicative
     # hash leaves the low bits a function of the id's low bits alone, which a bit mask keeps)
-    h1 = v & 0xFFFFFFFF
+    h1 = int(v) & 0xFFFFFFFF
     h1 = ((h1 ^ (h1 >> 16)) * 0x85EBCA6B) & 0xFFFFFFFF
     h1 = ((h1 ^ (h1 >> 13)) * 0xC2B2AE35) & 0xFFFFFFFF
     h1 = h1 ^ (h1 >> 16)
@@ -320,7 +320,7 @@ def _bloom_contains(bw, off, bitmask, nhash, v):
 
 
 def _bloom_insert(bw, off, bitmask, nhash, v):
-    h1 = v & 0xFFFFFFFF
+    h1 = int(v) & 0xFFFFFFFF
     h1 = ((h1 ^ (h1 >> 16)) * 0x85EBCA6B) & 0xFFFFFFFF
     h1 = ((h1 ^ (h1 >> 13)) * 0xC2B2AE35) & 0xFFFFFFFF
     h1 = h1 ^ (h1 >> 16)
@@ -332,6 +332,37 @@ def _bloom_insert(bw, off, bitmask, nhash, v):
 
 
 # --------------------------------------------------------------------------------------------------
+# short (distance, id) lists (graph preparation)
+
+
+def _sort_pairs(d, ids, off, n):
+    """Insertion sort of n (d, id) pairs at ``off``, ascending (lists are short and mostly sorted)."""
+    for a in range(off + 1, off + n):
+        kd = d[a]
+        ki = ids[a]
+        b = a - 1
+        while b >= off and (kd < d[b] or (kd == d[b] and ki < ids[b])):
+            d[b + 1] = d[b]
+            ids[b + 1] = ids[b]
+            b -= 1
+        d[b + 1] = kd
+        ids[b + 1] = ki
+
+
+def _dedup_sorted(d, ids, off, n):
+    """Drop repeated ids from a (d, id)-sorted list (copies of an id have one distance, so they are
+    adjacent); returns the new length."""
+    w = 0
+    for t in range(n):
+        if w > 0 and ids[off + t] == ids[off + w - 1]:
+            continue
+        ids[off + w] = ids[off + t]
+        d[off + w] = d[off + t]
+        w += 1
+    return w
+
+
+# --------------------------------------------------------------------------------------------------
 # compiled versions
 
 _FUNCS = {
@@ -340,6 +371,7 @@ _FUNCS = {
     "maxheap_replace_top": _maxheap_replace_top, "maxheap_sort": _maxheap_sort,
     "hash_contains": _hash_contains, "hash_insert": _hash_insert, "hash_delete": _hash_delete,
     "bloom_contains": _bloom_contains, "bloom_insert": _bloom_insert,
+    "sort_pairs": _sort_pairs, "dedup_sorted": _dedup_sorted,
 }
 
 cpu_smmh_push = numba.njit(inline="always")(_smmh_push)
@@ -354,6 +386,8 @@ cpu_hash_insert = numba.njit(inline="always")(_hash_insert)
 cpu_hash_delete = numba.njit(inline="always")(_hash_delete)
 cpu_bloom_contains = numba.njit(inline="always")(_bloom_contains)
 cpu_bloom_insert = numba.njit(inline="always")(_bloom_insert)
+cpu_sort_pairs = numba.njit(inline="always")(_sort_pairs)
+cpu_dedup_sorted = numba.njit(inline="always")(_dedup_sorted)
 
 gpu_smmh_push = cuda.jit(device=True, inline=True)(_smmh_push)
 gpu_smmh_pop_min = cuda.jit(device=True, inline=True)(_smmh_pop_min)
@@ -367,3 +401,5 @@ gpu_hash_insert = cuda.jit(device=True, inline=True)(_hash_insert)
 gpu_hash_delete = cuda.jit(device=True, inline=True)(_hash_delete)
 gpu_bloom_contains = cuda.jit(device=True, inline=True)(_bloom_contains)
 gpu_bloom_insert = cuda.jit(device=True, inline=True)(_bloom_insert)
+gpu_sort_pairs = cuda.jit(device=True, inline=True)(_sort_pairs)
+gpu_dedup_sorted = cuda.jit(device=True, inline=True)(_dedup_sorted)

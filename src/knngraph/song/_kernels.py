@@ -1,0 +1,538 @@
+"""SONG's GPU kernels (numba-cuda): warp-per-query graph search and warp-per-node graph pruning.
+
+Search (paper 003, sections III-VI), one warp per query, the three stages of Fig. 3 per expansion:
+
+1. *candidate locating* (section V): lane 0 pops the nearest unexpanded vertex u from q, applies the stop
+   test and updates topk; then the warp reads u's row 32 ids at a time (lane t takes id t: one coalesced
+   load), every lane probes the visited set for its own id (read-only, in parallel), and a ballot
+   compacts the unvisited ids into the shared candidate list;
+2. *bulk distance computation* (section VI): the whole warp computes the candidates' distances. Lane t
+   reads dimensions t, t+32, ... (coalesced) and a butterfly of shuffles sums the partials. Four
+   candidates go through the loop together, so four independent loads are in flight per lane. 1-byte
+   vectors with dim % 4 == 0 are read as uint32 words (4 dims per load; the query is staged
+   transposed so that the shared-memory reads are conflict-free). 1-bit codes (section VII) use one lane
+   per candidate: popc(xor) over the code's words;
+3. *data-structure maintenance* (section IV): lane 0 alone offers each candidate to q / topk / visited,
+   sequentially (section IV-A: dozens of insertions are too few for concurrent structures).
+
+q (bounded SMMH), topk (max-heap), the visited hash table / Bloom filter, the query and the candidate
+list all live in shared memory, sized by compile-time caps (section VIII: with selected insertion and
+visited deletion the visited set is bounded by 2Q, so it fits there). Nothing is allocated in the
+kernel. A warp takes its next query from a global counter when it finishes one (the number of
+expansions varies a lot between queries), so blocks never wait for their slowest warp.
+
+Stages are separated by ``syncwarp``: the parallel visited probes never overlap lane 0's writes.
+
+Pruning (see prepare.py): one warp per node; lane 0 sorts and merges the short lists; the warp computes
+each distance with ``_distances.warp_distance`` (the butterfly gives every lane the same value, so the
+occlusion decisions are warp-uniform).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda, float32, int32, uint32
+
+from .._distances import DIST_COS, DIST_IP, DIST_L2SQ, warp_distance
+from . import _structs as st
+
+WARP = 32
+FULL_MASK = 0xFFFFFFFF
+INF = float32(np.inf)
+
+MODE_GENERIC = 0     # any dtype, element loads
+MODE_PACKED_U8 = 1   # uint8, dim % 4 == 0: uint32 word loads
+MODE_PACKED_I8 = 2   # int8, dim % 4 == 0
+MODE_HAMMING = 3     # uint32 codes, Hamming distance
+
+#: shared memory one block may use (static allocations stay under the 48 KiB default limit)
+SHARED_BUDGET = 48 * 1024
+
+
+# --------------------------------------------------------------------------------------------------
+# bulk distance computation (section VI)
+
+
+@cuda.jit(device=True, inline=True)
+def _finish(kind, acc, inv_b, v, qinv):
+    if kind == DIST_L2SQ:
+        return acc
+    if kind == DIST_IP:
+        return -acc
+    return float32(1.0) - acc * inv_b[v] * qinv
+
+
+@cuda.jit(device=True, inline=True)
+def _butterfly(acc):
+    off = 16
+    while off > 0:
+        acc += cuda.shfl_xor_sync(FULL_MASK, acc, off)
+        off //= 2
+    return acc
+
+
+@cuda.jit(device=True, inline=True)
+def _dist4_generic(kind, base, v0, v1, v2, v3, qv, w, dim, lane):
+    """Partial sums (per lane) of four candidates against the staged query qv[w, :dim]."""
+    a0 = float32(0.0)
+    a1 = float32(0.0)
+    a2 = float32(0.0)
+    a3 = float32(0.0)
+    for t in range(lane, dim, WARP):
+        q = qv[w, t]
+        x0 = float32(base[v0, t])
+        x1 = float32(base[v1, t])
+        x2 = float32(base[v2, t])
+        x3 = float32(base[v3, t])
+        if kind == DIST_L2SQ:
+            x0 -= q
+            x1 -= q
+            x2 -= q
+            x3 -= q
+            a0 += x0 * x0
+            a1 += x1 * x1
+            a2 += x2 * x2
+            a3 += x3 * x3
+        else:
+            a0 += x0 * q
+            a1 += x1 * q
+            a2 += x2 * q
+            a3 += x3 * q
+    return a0, a1, a2, a3
+
+
+@cuda.jit(device=True, inline=True)
+def _byte(word, b, signed):
+    x = (word >> (8 * b)) & 255
+    if signed and x >= 128:
+        x -= 256
+    return float32(x)
+
+
+@cuda.jit(device=True, inline=True)
+def _dist4_packed(kind, words, v0, v1, v2, v3, qv, w, nwords, signed, lane):
+    """As _dist4_generic for 1-byte vectors read as uint32 words; qv[w, 128 s + 32 b + l] holds query
+    dimension 4 (32 s + l) + b (word 32 s + l, byte b)."""
+    a0 = float32(0.0)
+    a1 = float32(0.0)
+    a2 = float32(0.0)
+    a3 = float32(0.0)
+    s = 0
+    for wi in range(lane, nwords, WARP):
+        y0 = words[v0, wi]
+        y1 = words[v1, wi]
+        y2 = words[v2, wi]
+        y3 = words[v3, wi]
+        for b in range(4):
+            q = qv[w, 128 * s + 32 * b + lane]
+            x0 = _byte(y0, b, signed)
+            x1 = _byte(y1, b, signed)
+            x2 = _byte(y2, b, signed)
+            x3 = _byte(y3, b, signed)
+            if kind == DIST_L2SQ:
+                x0 -= q
+                x1 -= q
+                x2 -= q
+                x3 -= q
+                a0 += x0 * x0
+                a1 += x1 * x1
+                a2 += x2 * x2
+                a3 += x3 * x3
+            else:
+                a0 += x0 * q
+                a1 += x1 * q
+                a2 += x2 * q
+                a3 += x3 * q
+        s += 1
+    return a0, a1, a2, a3
+
+
+@cuda.jit(device=True, inline=True)
+def _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, qinv, lane):
+    a0 = _butterfly(a0)
+    a1 = _butterfly(a1)
+    a2 = _butterfly(a2)
+    a3 = _butterfly(a3)
+    if lane == 0:
+        cdist[w, t0] = _finish(kind, a0, inv_b, v0, qinv)
+        if t0 + 1 < c:
+            cdist[w, t0 + 1] = _finish(kind, a1, inv_b, v1, qinv)
+        if t0 + 2 < c:
+            cdist[w, t0 + 2] = _finish(kind, a2, inv_b, v2, qinv)
+        if t0 + 3 < c:
+            cdist[w, t0 + 3] = _finish(kind, a3, inv_b, v3, qinv)
+
+
+@cuda.jit(device=True, inline=True)
+def _stage_generic(kind, base, queries, j, qv, w, cand, cdist, c, inv_b, qinv, signed, lane):
+    dim = base.shape[1]
+    for t0 in range(0, c, 4):
+        v0 = cand[w, t0]
+        v1 = cand[w, t0 + 1] if t0 + 1 < c else v0
+        v2 = cand[w, t0 + 2] if t0 + 2 < c else v0
+        v3 = cand[w, t0 + 3] if t0 + 3 < c else v0
+        a0, a1, a2, a3 = _dist4_generic(kind, base, v0, v1, v2, v3, qv, w, dim, lane)
+        _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, qinv, lane)
+
+
+@cuda.jit(device=True, inline=True)
+def _stage_packed(kind, words, queries, j, qv, w, cand, cdist, c, inv_b, qinv, signed, lane):
+    nwords = words.shape[1]
+    for t0 in range(0, c, 4):
+        v0 = cand[w, t0]
+        v1 = cand[w, t0 + 1] if t0 + 1 < c else v0
+        v2 = cand[w, t0 + 2] if t0 + 2 < c else v0
+        v3 = cand[w, t0 + 3] if t0 + 3 < c else v0
+        a0, a1, a2, a3 = _dist4_packed(kind, words, v0, v1, v2, v3, qv, w, nwords, signed, lane)
+        _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, qinv, lane)
+
+
+@cuda.jit(device=True, inline=True)
+def _stage_hamming(kind, codes, qcodes, j, qv, w, cand, cdist, c, inv_b, qinv, signed, lane):
+    """One lane per candidate: codes are a few words, so no reduction is needed (section VII)."""
+    if lane < c:
+        cv = cand[w, lane]
+        acc = 0
+        for t in range(codes.shape[1]):
+            acc += cuda.popc(codes[cv, t] ^ qcodes[j, t])
+        cdist[w, lane] = float32(acc)
+
+
+@cuda.jit(device=True, inline=True)
+def _load_query_generic(queries, j, qv, w, lane):
+    for t in range(lane, queries.shape[1], WARP):
+        qv[w, t] = queries[j, t]
+
+
+@cuda.jit(device=True, inline=True)
+def _load_query_packed(queries, j, qv, w, lane):
+    s = 0
+    for wi in range(lane, queries.shape[1] // 4, WARP):
+        for b in range(4):
+            qv[w, 128 * s + 32 * b + lane] = queries[j, 4 * wi + b]
+        s += 1
+
+
+@cuda.jit(device=True, inline=True)
+def _load_query_none(queries, j, qv, w, lane):
+    pass
+
+
+# --------------------------------------------------------------------------------------------------
+# search
+
+
+@cuda.jit(device=True, inline=True)
+def _visited(use_bloom, ht, bw, voff, hmask, hshift, bbits, bnhash, v):
+    if use_bloom:
+        return st.gpu_bloom_contains(bw, voff, bbits, bnhash, v)
+    return st.gpu_hash_contains(ht, voff, hmask, hshift, v)
+
+
+@cuda.jit(device=True, inline=True)
+def _offer(c, cand, cdist, w, n, m, qsize, qk, qi, tk, ti, off, use_bloom, ht, bw, voff, hmask, hshift,
+           bbits, bnhash):
+    """Lane 0's maintenance stage for c candidates (the CPU path's ``_offer``); returns |q|."""
+    for t in range(c):
+        v = cand[w, t]
+        d = cdist[w, t]
+        if m == qsize and not (d < tk[off] or (d == tk[off] and v < ti[off])):
+            continue  # selected insertion (IV-D)
+        ms = off
+        if n == qsize:
+            ms = st.gpu_smmh_max_slot(off, n)
+            if not (d < qk[ms] or (d == qk[ms] and v < qi[ms])):
+                continue  # bounded queue (IV-C)
+        if _visited(use_bloom, ht, bw, voff, hmask, hshift, bbits, bnhash, v):
+            continue  # the same id twice in one chunk
+        if n == qsize:
+            ev = qi[ms]
+            n = st.gpu_smmh_pop_max(qk, qi, off, n)
+            if not use_bloom:
+                st.gpu_hash_delete(ht, voff, hmask, hshift, ev)  # visited deletion (IV-E)
+        n = st.gpu_smmh_push(qk, qi, off, n, d, v)
+        if use_bloom:
+            st.gpu_bloom_insert(bw, voff, bbits, bnhash, v)
+        else:
+            st.gpu_hash_insert(ht, voff, hmask, hshift, v)
+    return n
+
+
+def _shared_bytes_per_warp(qcap, use_bloom, vsize, dpad):
+    return qcap * 16 + vsize * 4 + dpad * 4 + WARP * 8 + 16
+
+
+def warps_per_block(qcap, use_bloom, vsize, dpad, max_warps=4):
+    per = _shared_bytes_per_warp(qcap, use_bloom, vsize, dpad)
+    return max(1, min(max_warps, SHARED_BUDGET // per))
+
+
+@functools.lru_cache(maxsize=None)
+def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, wpb: int):
+    """The search kernel for queue capacity ``qcap`` (runtime queue_size <= qcap), a visited set of
+    ``vsize`` hash slots or Bloom words, a staged query row of ``dpad`` floats and a distance mode."""
+    QN = wpb * qcap
+    HN = wpb * vsize if not use_bloom else 1
+    BN = wpb * vsize if use_bloom else 1
+    DP = max(dpad, 1)
+    signed = mode == MODE_PACKED_I8
+    if mode == MODE_HAMMING:
+        stage, load_query = _stage_hamming, _load_query_none
+    elif mode in (MODE_PACKED_U8, MODE_PACKED_I8):
+        stage, load_query = _stage_packed, _load_query_packed
+    else:
+        stage, load_query = _stage_generic, _load_query_generic
+
+    @cuda.jit
+    def kernel(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, hshift, bnhash, counter, out_k,
+               out_i, out_nd):
+        qk = cuda.shared.array(QN, dtype=float32)
+        qi = cuda.shared.array(QN, dtype=int32)
+        tk = cuda.shared.array(QN, dtype=float32)
+        ti = cuda.shared.array(QN, dtype=int32)
+        ht = cuda.shared.array(HN, dtype=int32)
+        bw = cuda.shared.array(BN, dtype=uint32)
+        qv = cuda.shared.array((wpb, DP), dtype=float32)
+        cand = cuda.shared.array((wpb, WARP), dtype=int32)
+        cdist = cuda.shared.array((wpb, WARP), dtype=float32)
+        ctl = cuda.shared.array(wpb, dtype=int32)
+        w = cuda.threadIdx.x // WARP
+        lane = cuda.threadIdx.x % WARP
+        off = w * qcap
+        voff = w * vsize
+        hmask = vsize - 1
+        bbits = vsize * 32 - 1
+        nq = queries.shape[0]
+        deg = graph.shape[1]
+        ne = entries.shape[0]
+        while True:
+            # next query for this warp (dynamic: queries differ a lot in length)
+            jj = 0
+            if lane == 0:
+                jj = cuda.atomic.add(counter, 0, 1)
+            j = cuda.shfl_sync(FULL_MASK, jj, 0)
+            if j >= nq:
+                return
+            # stage the query in shared memory; clear the visited set
+            load_query(queries, j, qv, w, lane)
+            for t in range(lane, vsize, WARP):
+                if use_bloom:
+                    bw[voff + t] = 0
+                else:
+                    ht[voff + t] = -1
+            qinv = float32(0.0)
+            if kind == DIST_COS:
+                qinv = inv_q[j]
+            cuda.syncwarp(FULL_MASK)
+            n = 0  # |q| and |topk|: meaningful in lane 0 only
+            m = 0
+            nd = 0
+            u = int32(-1)
+            step = 0  # 0: entry points, then expansions of u
+            ns = (ne + WARP - 1) // WARP
+            while True:
+                # ---- stage 1: candidate locating (32 ids per round)
+                v = int32(-1)
+                if u < 0:
+                    t = step * WARP + lane
+                    if t < ne:
+                        v = entries[t]
+                else:
+                    t = step * WARP + lane
+                    if t < deg:
+                        v = graph[u, t]
+                ok = v >= 0 and not _visited(use_bloom, ht, bw, voff, hmask, hshift, bbits, bnhash, v)
+                vote = cuda.ballot_sync(FULL_MASK, ok)
+                if ok:
+                    cand[w, cuda.popc(vote & cuda.lanemask_lt())] = v
+                c = cuda.popc(vote)
+                cuda.syncwarp(FULL_MASK)
+                # ---- stage 2: bulk distance computation
+                stage(kind, base, queries, j, qv, w, cand, cdist, c, inv_b, qinv, signed, lane)
+                cuda.syncwarp(FULL_MASK)
+                # ---- stage 3: data-structure maintenance (lane 0), then the next expansion
+                if lane == 0:
+                    nd += c
+                    n = _offer(c, cand, cdist, w, n, m, qsize, qk, qi, tk, ti, off, use_bloom, ht, bw, voff,
+                               hmask, hshift, bbits, bnhash)
+                step += 1
+                more = (step < ns) if u < 0 else (step * WARP < deg)
+                if not more:
+                    # pop the nearest unexpanded vertex (Algorithm 1 lines 3-8)
+                    if lane == 0:
+                        nu = int32(-1)
+                        if n > 0:
+                            dk = qk[off]
+                            du = qi[off]
+                            n = st.gpu_smmh_pop_min(qk, qi, off, n)
+                            if m < qsize:
+                                m = st.gpu_maxheap_push(tk, ti, off, m, dk, du)
+                                nu = du
+                            elif dk < tk[off] or (dk == tk[off] and du < ti[off]):
+                                ev = ti[off]
+                                st.gpu_maxheap_replace_top(tk, ti, off, m, dk, du)
+                                if not use_bloom:
+                                    st.gpu_hash_delete(ht, voff, hmask, hshift, ev)
+                                nu = du
+                        ctl[w] = nu
+                    cuda.syncwarp(FULL_MASK)
+                    u = ctl[w]
+                    step = 0
+                    cuda.syncwarp(FULL_MASK)  # every lane has read ctl before lane 0 writes it again
+                    if u < 0:
+                        break
+                else:
+                    cuda.syncwarp(FULL_MASK)  # lane 0's maintenance is visible to the next probes
+            # results: topk sorted ascending, first k
+            if lane == 0:
+                st.gpu_maxheap_sort(tk, ti, off, m)
+                ctl[w] = m
+                out_nd[j] = nd
+            cuda.syncwarp(FULL_MASK)
+            mm = ctl[w]
+            for t in range(lane, k, WARP):
+                if t < mm:
+                    out_k[j, t] = tk[off + t]
+                    out_i[j, t] = ti[off + t]
+                else:
+                    out_k[j, t] = INF
+                    out_i[j, t] = -1
+            cuda.syncwarp(FULL_MASK)
+
+    kernel.warps_per_block = wpb
+    return kernel
+
+
+# --------------------------------------------------------------------------------------------------
+# graph pruning (prepare.py)
+
+
+@functools.lru_cache(maxsize=None)
+def prune_kernel(lcap: int, rcap: int, wpb: int):
+    """Warp-per-node pruning for candidate lists of up to ``lcap`` ids and rows of up to ``rcap``."""
+    LN = max(lcap, 1)
+    RN = max(rcap, 1)
+
+    @cuda.jit
+    def kernel(base, inv, kind, a, primary, primary2, secondary, degree, fill, out_ids, out_d):
+        ids = cuda.shared.array((wpb, LN), dtype=int32)
+        dd = cuda.shared.array((wpb, LN), dtype=float32)
+        keep = cuda.shared.array((wpb, LN), dtype=int32)
+        rid = cuda.shared.array((wpb, RN), dtype=int32)
+        rd = cuda.shared.array((wpb, RN), dtype=float32)
+        cnt = cuda.shared.array(wpb, dtype=int32)
+        w = cuda.threadIdx.x // WARP
+        lane = cuda.threadIdx.x % WARP
+        af = float32(a)
+        u = cuda.blockIdx.x * wpb + w
+        if u >= primary.shape[0]:
+            return  # whole warps leave together
+        # gather the primary lists (ids only), then their distances to u
+        if lane == 0:
+            c = 0
+            for t in range(primary.shape[1]):
+                x = primary[u, t]
+                if x >= 0 and x != u:
+                    ids[w, c] = x
+                    c += 1
+            for t in range(primary2.shape[1]):
+                x = primary2[u, t]
+                if x >= 0 and x != u:
+                    ids[w, c] = x
+                    c += 1
+            cnt[w] = c
+        cuda.syncwarp(FULL_MASK)
+        npr = cnt[w]
+        for t in range(npr):
+            dist = warp_distance(kind, base, u, base, ids[w, t], inv, inv, lane)
+            if lane == 0:
+                dd[w, t] = dist
+        cuda.syncwarp(FULL_MASK)
+        if lane == 0:
+            st.gpu_sort_pairs(dd[w], ids[w], 0, npr)
+            cnt[w] = st.gpu_dedup_sorted(dd[w], ids[w], 0, npr)
+        cuda.syncwarp(FULL_MASK)
+        npr = cnt[w]
+        for t in range(lane, npr, WARP):
+            keep[w, t] = 0
+        cuda.syncwarp(FULL_MASK)
+        # diversity pruning: every lane sees the same distances, so the branches are warp-uniform
+        nk = 0
+        for t in range(npr):
+            if nk == degree:
+                break
+            cc = ids[w, t]
+            dc = dd[w, t]
+            occluded = False
+            for r in range(nk):
+                if af * warp_distance(kind, base, rid[w, r], base, cc, inv, inv, lane) < dc:
+                    occluded = True
+                    break
+            if not occluded:
+                if lane == 0:
+                    rid[w, nk] = cc
+                    rd[w, nk] = dc
+                    keep[w, t] = 1
+                nk += 1
+                cuda.syncwarp(FULL_MASK)
+        cuda.syncwarp(FULL_MASK)
+        if fill:
+            if lane == 0:
+                for t in range(npr):
+                    if nk == degree:
+                        break
+                    if keep[w, t] == 0:
+                        rid[w, nk] = ids[w, t]
+                        rd[w, nk] = dd[w, t]
+                        nk += 1
+                cnt[w] = nk
+            cuda.syncwarp(FULL_MASK)
+            nk = cnt[w]
+            if nk < degree:
+                if lane == 0:
+                    c = 0
+                    for t in range(secondary.shape[1]):
+                        x = secondary[u, t]
+                        if x >= 0 and x != u:
+                            ids[w, c] = x
+                            c += 1
+                    cnt[w] = c
+                cuda.syncwarp(FULL_MASK)
+                ns = cnt[w]
+                for t in range(ns):
+                    dist = warp_distance(kind, base, u, base, ids[w, t], inv, inv, lane)
+                    if lane == 0:
+                        dd[w, t] = dist
+                cuda.syncwarp(FULL_MASK)
+                if lane == 0:
+                    st.gpu_sort_pairs(dd[w], ids[w], 0, ns)
+                    for t in range(ns):
+                        if nk == degree:
+                            break
+                        dup = False
+                        for r in range(nk):
+                            if rid[w, r] == ids[w, t]:
+                                dup = True
+                                break
+                        if not dup:
+                            rid[w, nk] = ids[w, t]
+                            rd[w, nk] = dd[w, t]
+                            nk += 1
+                    cnt[w] = nk
+                cuda.syncwarp(FULL_MASK)
+                nk = cnt[w]
+        if lane == 0:
+            st.gpu_sort_pairs(rd[w], rid[w], 0, nk)
+        cuda.syncwarp(FULL_MASK)
+        for t in range(lane, degree, WARP):
+            if t < nk:
+                out_ids[u, t] = rid[w, t]
+                out_d[u, t] = rd[w, t]
+            else:
+                out_ids[u, t] = -1
+                out_d[u, t] = INF
+
+    kernel.warps_per_block = wpb
+    return kernel

@@ -1,0 +1,117 @@
+"""Host side of SONG's GPU path: choose the kernel specialisation, size launches, stream query batches.
+
+Arrays may be CuPy arrays (real GPU) or NumPy arrays (the numba CUDA simulator in tests); ``xp`` names
+which. Everything here is validated already (see ``song/__init__.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._progress import progress
+from . import _kernels as kn
+from . import _structs as st
+
+__all__ = ["search_device", "prune_cuda", "queue_capacity", "kernel_for", "distance_mode"]
+
+#: queue_size is rounded up to one of these compile-time capacities (one kernel build per capacity)
+_MIN_QCAP = 16
+
+
+def queue_capacity(queue_size: int) -> int:
+    cap = _MIN_QCAP
+    while cap < queue_size:
+        cap *= 2
+    return cap
+
+
+def distance_mode(dtype, dim: int, hashed: bool) -> int:
+    if hashed:
+        return kn.MODE_HAMMING
+    if dim % 4 == 0 and np.dtype(dtype) == np.uint8:
+        return kn.MODE_PACKED_U8
+    if dim % 4 == 0 and np.dtype(dtype) == np.int8:
+        return kn.MODE_PACKED_I8
+    return kn.MODE_GENERIC
+
+
+def kernel_for(queue_size: int, visited: str, dim: int, mode: int, max_warps: int = 4):
+    """(kernel, hash shift, Bloom hash count) for a search configuration."""
+    qcap = queue_capacity(queue_size)
+    use_bloom = visited == "bloom"
+    if use_bloom:
+        vsize, bnhash = st.bloom_shape(qcap)
+        hshift = 0
+    else:
+        vsize, hshift = st.hash_capacity(qcap)
+        bnhash = 0
+    if mode == kn.MODE_HAMMING:
+        dpad = 1
+    elif mode in (kn.MODE_PACKED_U8, kn.MODE_PACKED_I8):
+        dpad = 128 * ((dim // 4 + 31) // 32)
+    else:
+        dpad = dim
+    wpb = kn.warps_per_block(qcap, use_bloom, vsize, dpad, max_warps)
+    per_block = wpb * kn._shared_bytes_per_warp(qcap, use_bloom, vsize, dpad)
+    if per_block > kn.SHARED_BUDGET:
+        raise ValueError(f"queue_size={queue_size} with dim={dim} needs {per_block} bytes of shared memory per "
+                         f"warp, more than the {kn.SHARED_BUDGET} a block may use; lower queue_size")
+    return kn.search_kernel(qcap, use_bloom, vsize, dpad, mode, wpb), hshift, bnhash
+
+
+def search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_size, visited, mode, *,
+                  xp, batch_size: int = 0, max_warps: int = 4, sm_count: int = 1, verbose: bool = False,
+                  query_inv_fn=None):
+    """Search every query on the device; returns device arrays (internal distances, ids, #distances).
+
+    ``base`` is the vectors (or uint32 codes, mode HAMMING) on the device; ``queries`` may be on the host
+    or the device and is streamed in batches of ``batch_size`` (0: all at once, at most 2^20).
+    ``query_inv_fn(batch)`` gives a batch's inverse norms (cosine), else ``inv_q`` is passed through.
+    """
+    nq = queries.shape[0]
+    dim = queries.shape[1]
+    kern, hshift, bnhash = kernel_for(queue_size, visited, dim, mode, max_warps)
+    wpb = kern.warps_per_block
+    if mode in (kn.MODE_PACKED_U8, kn.MODE_PACKED_I8):
+        base_arg = base.view(xp.uint32)
+    else:
+        base_arg = base
+    out_k = xp.empty((nq, k), xp.float32)
+    out_i = xp.empty((nq, k), xp.int32)
+    out_nd = xp.empty(nq, xp.int32)
+    batch = int(batch_size) if batch_size else min(nq, 1 << 20)
+    batches = range(0, nq, batch)
+    with progress(len(batches), "song search", disable=not verbose) as bar:
+        for s in batches:
+            e = min(nq, s + batch)
+            qb = xp.ascontiguousarray(xp.asarray(queries[s:e]))
+            if mode != kn.MODE_HAMMING and qb.dtype != xp.float32:
+                qb = qb.astype(xp.float32)
+            qinv = query_inv_fn(qb) if query_inv_fn is not None else inv_q
+            counter = xp.zeros(1, xp.int32)
+            # enough blocks to fill the GPU; warps then pull queries from the counter
+            blocks = int(max(1, min((e - s + wpb - 1) // wpb, sm_count * 32)))
+            kern[blocks, wpb * kn.WARP](graph_ids, base_arg, qb, inv_b, qinv, kind, entries, k, queue_size, hshift,
+                                        bnhash, counter, out_k[s:e], out_i[s:e], out_nd[s:e])
+            bar.update(1)
+    return out_k, out_i, out_nd
+
+
+def prune_cuda(base, inv, kind, alpha, primary, primary2, secondary, degree, fill, *, xp=None, max_warps=4):
+    """Run the pruning kernel for every node (see prepare.py); returns ids and internal distances."""
+    if xp is None:
+        import cupy as xp
+    n = primary.shape[0]
+    lcap = max(primary.shape[1] + primary2.shape[1], secondary.shape[1], 1)
+    per_warp = lcap * 12 + degree * 8 + 4
+    wpb = max(1, min(max_warps, kn.SHARED_BUDGET // per_warp))
+    if per_warp > kn.SHARED_BUDGET:
+        raise ValueError(f"graph degree {primary.shape[1]} is too large for GPU pruning (shared memory); "
+                         "use device='cpu' or a smaller input degree")
+    kern = kn.prune_kernel(lcap, degree, wpb)
+    out_ids = xp.empty((n, degree), xp.int32)
+    out_d = xp.empty((n, degree), xp.float32)
+    blocks = (n + wpb - 1) // wpb
+    kern[blocks, wpb * kn.WARP](base, inv, kind, float(alpha), primary, primary2, secondary, int(degree),
+                                bool(fill), out_ids, out_d)
+    return out_ids, out_d
