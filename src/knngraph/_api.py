@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from . import bruteforce
+from .nndescent import nndescent_graph
 from .bruteforce import KNNResult
 from .graph import Graph
 
 __all__ = ["knn", "knn_graph", "GRAPH_METHODS"]
 
 #: graph builders by name; algorithm folders add themselves here when they exist
-GRAPH_METHODS = {"exact": bruteforce.exact_knn_graph}
+GRAPH_METHODS = {"exact": bruteforce.exact_knn_graph, "nndescent": nndescent_graph}
 
 
 def knn(base, queries, k: int, *, metric: str = "sqeuclidean", device="auto", select: str = "auto",

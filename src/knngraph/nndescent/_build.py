@@ -1,0 +1,223 @@
+"""GNND build, GGM merge and the out-of-core shard driver, written once over an engine
+(:class:`~knngraph.nndescent.cpu.CpuEngine` or :class:`~knngraph.nndescent.cuda.CudaEngine`).
+
+Everything here works on internal distances (squared L2 for both L2 metrics) and engine arrays (NumPy
+or CuPy); the public functions in ``__init__.py`` convert at the edges.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import math
+import time
+
+import numpy as np
+
+from .._progress import progress
+
+__all__ = ["Config", "make_engine", "build_in_memory", "ggm", "plan_shard_rows", "sharded_build"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Resolved build settings (see ``IndexParams``)."""
+
+    k: int
+    p: int
+    max_iterations: int
+    threshold: float
+    seed: int
+    selective: bool
+    kind: int
+    verbose: bool = False
+
+
+def make_engine(device, *, simulate: bool = False):
+    if simulate:
+        from .cuda import CudaEngine
+
+        return CudaEngine(simulate=True)
+    if device.is_cuda:
+        from .cuda import CudaEngine
+
+        return CudaEngine(device.index)
+    from .cpu import CpuEngine
+
+    return CpuEngine()
+
+
+def _refine(engine, x, inv, gd, gi, gf, cfg: Config, *, split, stats, desc, callback=None, extra=None):
+    kw = dict(extra or {})
+    return engine.refine(x, inv, cfg.kind, gd, gi, gf, p=cfg.p, max_iterations=cfg.max_iterations,
+                         threshold=cfg.threshold, seed=cfg.seed, split=split, selective=cfg.selective,
+                         verbose=cfg.verbose, desc=desc, stats=stats, callback=callback, **kw)
+
+
+def build_in_memory(engine, data, cfg: Config, *, stats=None, callback=None, prepared=None, extra=None):
+    """GNND (Alg. 1) on ``data``: random init, then iterations. Returns engine arrays (gd, gi)."""
+    x, inv = prepared if prepared is not None else engine.prepare(data, cfg.kind)
+    n = x.shape[0]
+    gd, gi, gf = engine.new_graph(n, cfg.k)
+    engine.init(x, inv, cfg.kind, gd, gi, gf, 0, 0, cfg.seed)
+    _refine(engine, x, inv, gd, gi, gf, cfg, split=0, stats=stats, callback=callback, extra=extra,
+            desc="nn-descent (cuda)" if engine.is_cuda else "nn-descent (cpu)")
+    return gd, gi
+
+
+def _offset_ids(xp, ids, off):
+    return xp.where(ids >= 0, ids + np.int32(off), np.int32(-1)).astype(np.int32)
+
+
+def ggm(engine, x, inv, n1, g1d, g1i, g2d, g2i, cfg: Config, *, readd=True, stats=None, extra=None):
+    """GPU-based graph merge (paper section 5.1, Alg. 3) of the graphs of x[:n1] and x[n1:].
+
+    ``g1*``/``g2*`` are engine arrays with k columns sorted by distance, ids local to their subset. Each
+    list keeps its first k/2 entries (OLD) and gets k - k/2 random ids of the other subset (NEW); GNND
+    then refines with same-subset pairs skipped; with ``readd`` the removed halves are merged back
+    (Alg. 3 l.12). Returns (gd, gi) over x with ids in [0, n).
+    """
+    xp = engine.xp
+    n = x.shape[0]
+    k = cfg.k
+    keep = k // 2
+    gd, gi, gf = engine.new_graph(n, k)
+    gd[:n1, :keep] = g1d[:, :keep]
+    gi[:n1, :keep] = g1i[:, :keep]
+    gd[n1:, :keep] = g2d[:, :keep]
+    gi[n1:, :keep] = _offset_ids(xp, g2i[:, :keep], n1)
+    engine.init(x, inv, cfg.kind, gd, gi, gf, keep, n1, cfg.seed)
+    _refine(engine, x, inv, gd, gi, gf, cfg, split=n1, stats=stats, desc="graph merge", extra=extra)
+    if readd and k > keep:
+        rd = xp.concatenate([g1d[:, keep:k], g2d[:, keep:k]])
+        ri = xp.concatenate([g1i[:, keep:k], _offset_ids(xp, g2i[:, keep:k], n1)])
+        gd, gi = engine.merge_lists(gd, gi, rd, ri, k)
+    return gd, gi
+
+
+def plan_shard_rows(engine, n, d, itemsize, cfg: Config, budget: int, *, cosine: bool) -> int:
+    """Rows per shard so that one shard-pair merge fits ``budget`` bytes.
+
+    A merge holds 2 shards' working set (:meth:`memory_per_node`) plus, per shard row, the shard's own
+    graph and running result (16 k bytes each for both shards) and a prefetch buffer of vectors.
+    """
+    per_node = engine.memory_per_node(d, itemsize, cfg.k, cfg.p, cosine)
+    resident = 16 * cfg.k + d * itemsize
+    rows = budget // (2 * (per_node + resident))
+    min_rows = 2 * cfg.k + 2
+    if rows < min_rows:
+        need = 2 * (per_node + resident) * min_rows
+        raise MemoryError(f"nn-descent needs at least {need / 2**20:.1f} MiB for k={cfg.k}, d={d} (two shards of "
+                          f"{min_rows} rows); memory_limit allows {budget / 2**20:.1f} MiB")
+    return int(min(rows, n))
+
+
+class _Prefetcher:
+    """Loads a fixed sequence of row blocks (from memory, a memory map or the GPU) one step ahead on a
+    worker thread; on the GPU the host-to-device copy runs on its own stream, overlapping the merge
+    kernels of the current step."""
+
+    def __init__(self, engine, data, sequence):
+        self.engine = engine
+        self.data = data
+        self.sequence = list(sequence)
+        self.pos = 0
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self.next_future = self._submit(0)
+
+    def _submit(self, pos):
+        if pos >= len(self.sequence):
+            return None
+        return self.pool.submit(self._load, *self.sequence[pos])
+
+    def _load(self, lo, hi):
+        block = self.data[lo:hi]
+        if not self.engine.is_cuda or self.engine.simulate:
+            return np.ascontiguousarray(block)
+        cp = self.engine.cp
+        with cp.cuda.Device(self.engine.device_index):
+            if isinstance(block, cp.ndarray):
+                return cp.ascontiguousarray(block)
+            host = np.ascontiguousarray(block)
+            stream = cp.cuda.Stream(non_blocking=True)
+            with stream:
+                arr = cp.asarray(host)
+            stream.synchronize()
+            return arr
+
+    def next(self):
+        """The next block of the sequence; starts loading the one after it."""
+        fut = self.next_future
+        self.pos += 1
+        self.next_future = self._submit(self.pos)
+        return fut.result()
+
+    def close(self):
+        self.pool.shutdown(wait=True)
+
+
+def sharded_build(engine, data, cfg: Config, shard_rows: int, *, stats=None):
+    """Out-of-core GNND (paper section 5): build each shard's graph, then GGM every shard pair once and
+    fold each merged list into the running top-k of its node. Merges start from the shards' own graphs
+    (as the GNND authors' code does): the running lists hold ids of shards that are not loaded, whose
+    vectors a merge could not read. Returns host arrays (distances, ids)."""
+    xp = engine.xp
+    n = data.shape[0]
+    n_shards = math.ceil(n / shard_rows)
+    size = math.ceil(n / n_shards)
+    bounds = [(lo, min(n, lo + size)) for lo in range(0, n, size)]
+    n_shards = len(bounds)
+    k = cfg.k
+    sequence = list(bounds)
+    for i in range(n_shards - 1):
+        sequence += [bounds[i]] + bounds[i + 1:]
+    local = []          # each shard's own graph (host, local ids)
+    res_d = []          # running result lists (host, global ids)
+    res_i = []
+    t0 = time.perf_counter()
+    merge_iters = []
+    fetch = _Prefetcher(engine, data, sequence)
+    try:
+        with progress(n_shards + n_shards * (n_shards - 1) // 2, "nn-descent shards",
+                      disable=not cfg.verbose, min_steps=1) as bar:
+            for s, (lo, hi) in enumerate(bounds):
+                block = fetch.next()
+                shard_cfg = dataclasses.replace(cfg, seed=cfg.seed + 7919 * s, verbose=False)
+                gd, gi = build_in_memory(engine, block, shard_cfg)
+                ld, li = engine.to_host(gd), engine.to_host(gi)
+                local.append((ld, li))
+                res_d.append(ld.copy())
+                res_i.append(np.where(li >= 0, li + np.int32(lo), np.int32(-1)).astype(np.int32))
+                del block, gd, gi
+                bar.update(1)
+            merge_cfg = dataclasses.replace(cfg, verbose=False)
+            for i, (lo_i, hi_i) in enumerate(bounds[:-1]):
+                ni = hi_i - lo_i
+                xi = fetch.next()
+                gdi, gii = engine.asarray(local[i][0]), engine.asarray(local[i][1])
+                rdi, rii = engine.asarray(res_d[i]), engine.asarray(res_i[i])
+                for j in range(i + 1, n_shards):
+                    lo_j, hi_j = bounds[j]
+                    xj = fetch.next()
+                    x_ij, inv = engine.prepare(xp.concatenate([xi, xj]), cfg.kind)
+                    del xj
+                    st = {}
+                    gd, gi = ggm(engine, x_ij, inv, ni, gdi, gii, engine.asarray(local[j][0]),
+                                 engine.asarray(local[j][1]), merge_cfg, readd=False, stats=st)
+                    merge_iters.append(st.get("iterations", 0))
+                    glob = xp.where(gi < ni, gi + np.int32(lo_i), gi - np.int32(ni) + np.int32(lo_j))
+                    glob = xp.where(gi >= 0, glob, np.int32(-1)).astype(np.int32)
+                    rdi, rii = engine.merge_lists(rdi, rii, gd[:ni], glob[:ni], k)
+                    rdj, rij = engine.merge_lists(engine.asarray(res_d[j]), engine.asarray(res_i[j]), gd[ni:],
+                                                  glob[ni:], k)
+                    res_d[j], res_i[j] = engine.to_host(rdj), engine.to_host(rij)
+                    del x_ij, inv, gd, gi, glob
+                    bar.update(1)
+                res_d[i], res_i[i] = engine.to_host(rdi), engine.to_host(rii)
+                del xi
+    finally:
+        fetch.close()
+    if stats is not None:
+        stats.update(shards=n_shards, shard_rows=size, merges=n_shards * (n_shards - 1) // 2,
+                     merge_iterations=merge_iters, seconds=time.perf_counter() - t0)
+    return np.concatenate(res_d), np.concatenate(res_i)

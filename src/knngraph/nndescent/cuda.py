@@ -1,0 +1,161 @@
+"""GNND on the GPU: CuPy arrays, numba-cuda kernels (see ``_kernels.py``), few large launches.
+
+An iteration is three kernel launches (sample, join, merge) plus two CuPy fills and one 8-byte read of
+the insert counter (the convergence test). Arrays are allocated once per build (or per GGM merge).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from .._distances import DIST_COS, inverse_norms
+from .._progress import progress
+from . import _kernels as K
+
+__all__ = ["CudaEngine"]
+
+JOIN_THREADS = 256
+
+
+class CudaEngine:
+    """The GPU implementation of the engine interface used by ``_build.py`` (see ``cpu.CpuEngine``)."""
+
+    is_cuda = True
+
+    def __init__(self, device_index: int = 0, *, simulate: bool = False):
+        """``simulate=True`` runs the same orchestration on NumPy arrays (numba CUDA simulator, tests)."""
+        self.simulate = simulate
+        if simulate:
+            self.cp = np
+            self.sm_count = 1
+            self._device = None
+        else:
+            import cupy as cp
+
+            self.cp = cp
+            self._device = cp.cuda.Device(device_index)
+            self.sm_count = int(self._device.attributes["MultiProcessorCount"])
+        self.xp = self.cp
+        self.device_index = device_index
+
+    def __enter__(self):
+        if self._device is not None:
+            self._device.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._device is not None:
+            self._device.__exit__(*exc)
+
+    # ---------------------------------------------------------------------------------------------
+    # arrays
+
+    def prepare(self, x, kind):
+        """(vectors on this GPU, inverse norms or a 1-element dummy)."""
+        cp = self.cp
+        xd = cp.ascontiguousarray(cp.asarray(x))
+        if xd.dtype == np.float64:
+            xd = xd.astype(cp.float32)
+        inv = inverse_norms(xd, cp) if kind == DIST_COS else cp.zeros(1, cp.float32)
+        return xd, inv
+
+    def asarray(self, a):
+        return self.cp.asarray(a)
+
+    def to_host(self, a):
+        return np.asarray(a) if self.simulate else self.cp.asnumpy(a)
+
+    def new_graph(self, n, k):
+        cp = self.cp
+        return cp.empty((n, k), cp.float32), cp.empty((n, k), cp.int32), cp.empty((n, k), cp.uint8)
+
+    def synchronize(self):
+        if not self.simulate:
+            self.cp.cuda.runtime.deviceSynchronize()
+
+    def memory_per_node(self, d, itemsize, k, p, cosine):
+        """Device bytes per node of a build or merge (vectors, lists, samples, candidate slots, outputs)."""
+        return d * itemsize + (4 if cosine else 0) + 9 * k + 16 * p + 16 + 8 * K.SLOTS + 8 * k
+
+    # ---------------------------------------------------------------------------------------------
+    # launches
+
+    def _warp_grid(self, n):
+        return max(1, min(math.ceil(n / K.WPB), self.sm_count * 64))
+
+    def init(self, x, inv, kind, gd, gi, gf, keep, split, seed):
+        n, k = gd.shape
+        kern = K.init_kernel(K.pow2_at_least(k))
+        kern[self._warp_grid(n), K.WPB * 32](x, inv, kind, gd, gi, gf, keep, split, np.int64(seed))
+
+    def merge_lists(self, ad, ai, bd, bi, k):
+        cp = self.cp
+        n = ad.shape[0]
+        out_d = cp.empty((n, k), cp.float32)
+        out_i = cp.empty((n, k), cp.int32)
+        kern = K.merge_lists_kernel(K.pow2_at_least(ad.shape[1] + bd.shape[1]))
+        kern[self._warp_grid(n), K.WPB * 32](cp.ascontiguousarray(ad), cp.ascontiguousarray(ai),
+                                             cp.ascontiguousarray(bd), cp.ascontiguousarray(bi), out_d, out_i)
+        return out_d, out_i
+
+    def refine(self, x, inv, kind, gd, gi, gf, *, p, max_iterations, threshold, seed, split=0, selective=True,
+               verbose=False, desc="nn-descent (cuda)", stats=None, callback=None):
+        """GNND iterations on an initialised graph (in place); returns per-iteration insert counts.
+
+        ``seed`` is unused on the GPU (the reverse samples come from the atomic race order)."""
+        if not selective:
+            raise ValueError("update='all' is only implemented on the CPU; the GPU path uses GNND's "
+                             "selective update (update='auto' or 'selective')")
+        from numba import cuda
+
+        cp = self.cp
+        n, k = gd.shape
+        new_f = cp.empty((n, p), cp.int32)
+        old_f = cp.empty((n, p), cp.int32)
+        new_r = cp.empty((n, p), cp.int32)
+        old_r = cp.empty((n, p), cp.int32)
+        nf = cp.zeros(n, cp.int32)
+        nof = cp.zeros(n, cp.int32)
+        nr = cp.zeros(n, cp.int32)
+        nor = cp.zeros(n, cp.int32)
+        cand = cp.full((n, K.SLOTS), K.EMPTY, cp.uint64)
+        counter = cp.zeros(1, cp.int64)
+        # numba device views, made once: launching with them skips per-launch interface conversions
+        nb = [a if self.simulate else cuda.as_cuda_array(a)
+              for a in (x, inv, gd, gi, gf, new_f, nf, old_f, nof, new_r, nr, old_r, nor, cand, counter)]
+        (x_, inv_, gd_, gi_, gf_, new_f_, nf_, old_f_, nof_, new_r_, nr_, old_r_, nor_, cand_, counter_) = nb
+        join = K.join_kernel(p)
+        merge = K.merge_kernel(32 * math.ceil(k / 32))
+        grid_w = self._warp_grid(n)
+        grid_j = max(1, min(n, self.sm_count * 32))
+        history, times = [], []
+        paused = 0.0
+        t0 = time.perf_counter()
+        with progress(max_iterations, desc, disable=not verbose, min_steps=1) as bar:
+            for it in range(max_iterations):
+                nr.fill(0)
+                nor.fill(0)
+                counter.fill(0)
+                K.sample_kernel[grid_w, K.WPB * 32](gi_, gf_, p, split, new_f_, nf_, old_f_, nof_, new_r_, nr_,
+                                                   old_r_, nor_)
+                join[grid_j, JOIN_THREADS](x_, inv_, kind, gd_, new_f_, nf_, new_r_, nr_, old_f_, nof_, old_r_,
+                                           nor_, p, split, cand_)
+                merge[grid_w, K.WPB * 32](gd_, gi_, gf_, cand_, counter_)
+                inserted = int(counter[0]) if self.simulate else int(counter.get()[0])
+                history.append(inserted)
+                times.append(time.perf_counter() - t0 - paused)
+                bar.update(1)
+                if callback is not None:
+                    tc = time.perf_counter()
+                    callback(it, gd, gi)
+                    paused += time.perf_counter() - tc
+                if inserted < threshold * n * k:
+                    break
+        if stats is not None:
+            stats["updates_per_iteration"] = history
+            stats["seconds_per_iteration"] = times
+            stats["iterations"] = len(history)
+        return history

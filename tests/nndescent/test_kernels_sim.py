@@ -1,0 +1,300 @@
+"""Each GNND kernel in the numba CUDA simulator on tiny inputs, compared with the CPU path."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from knngraph.nndescent import _kernels as K
+from knngraph.nndescent import cpu
+
+pytestmark = pytest.mark.sim
+
+L2, IP, COS = 0, 1, 2
+
+
+def _data(rng, n, d, dtype=np.uint8):
+    """Integer-valued vectors, so L2 distances and dot products are exact in float32 whatever the order."""
+    if dtype == np.uint8:
+        return rng.integers(0, 16, size=(n, d)).astype(np.uint8)
+    return rng.integers(-8, 8, size=(n, d)).astype(dtype)
+
+
+def _inv(x, kind):
+    from knngraph._distances import inverse_norms
+
+    return inverse_norms(x) if kind == COS else np.zeros(1, np.float32)
+
+
+def _cpu_inv(x, kind):
+    from knngraph._distances import inverse_norms
+
+    return inverse_norms(x) if kind == COS else np.empty(0, np.float32)
+
+
+def _cpu_graph(x, k, kind, seed, keep=0, split=0, prefill=None):
+    n = x.shape[0]
+    gd = np.empty((n, k), np.float32)
+    gi = np.empty((n, k), np.int32)
+    gf = np.empty((n, k), np.uint8)
+    if prefill is not None:
+        gd[:, :keep], gi[:, :keep] = prefill
+    cpu.init_graph(x, _cpu_inv(x, kind), kind, gd, gi, gf, keep, split, np.int64(seed))
+    return gd, gi, gf
+
+
+def _samples_cpu(gi, gf, p, split, seed=3):
+    n = gi.shape[0]
+    s = {name: np.full((n, p), -1, np.int32) for name in ("new_f", "old_f", "new_r", "old_r")}
+    for name in ("nf", "nof", "nr", "nor"):
+        s[name] = np.zeros(n, np.int32)
+    cpu.sample_forward(gi, gf, p, split, s["new_f"], s["nf"], s["old_f"], s["nof"])
+    cpu.sample_reverse(s["new_f"], s["nf"], p, s["new_r"], s["nr"], np.int64(seed), np.int64(1))
+    cpu.sample_reverse(s["old_f"], s["nof"], p, s["old_r"], s["nor"], np.int64(seed), np.int64(2))
+    return s
+
+
+def _slot_reduce(n, updates):
+    """The candidate slots the join kernel should leave: per (u, v % SLOTS) the least (d, v)."""
+    best = {}
+    for u, v, d in updates:
+        key = (int(u), int(v) % K.SLOTS)
+        if key not in best or (d, v) < best[key]:
+            best[key] = (float(d), int(v))
+    return best
+
+
+def _decode_slots(cand):
+    out = {}
+    for u in range(cand.shape[0]):
+        for slot in range(cand.shape[1]):
+            key = int(cand[u, slot])
+            if key == int(K.EMPTY):
+                continue
+            hi, v = key >> 32, key & 0x7FFFFFFF
+            bits = hi - 0x80000000 if hi >= 0x80000000 else 0xFFFFFFFF - hi
+            out[(u, slot)] = (float(np.array([bits], np.uint32).view(np.float32)[0]), v)
+    return out
+
+
+@cuda.jit
+def _pack_kernel(d, v, out):
+    i = cuda.grid(1)
+    if i < d.shape[0]:
+        out[i] = K.pack(d[i], v[i])
+
+
+@cuda.jit
+def _unpack_kernel(keys, d, v):
+    i = cuda.grid(1)
+    if i < keys.shape[0]:
+        d[i], v[i] = K.unpack(keys[i])
+
+
+def test_pack_preserves_order_and_round_trips(rng):
+    d = np.array([-3.5, -1e-30, 0.0, 1e-30, 2.0, 2.0, 7.25, 3e38], np.float32)
+    v = np.array([5, 1, 9, 0, 4, 3, 2, 7], np.int32)
+    keys = np.zeros(d.size, np.uint64)
+    _pack_kernel[1, 32](d, v, keys)
+    order = sorted(range(d.size), key=lambda i: (d[i], v[i]))
+    assert list(np.argsort(keys, kind="stable")) == order
+    d2 = np.zeros_like(d)
+    v2 = np.zeros_like(v)
+    _unpack_kernel[1, 32](keys, d2, v2)
+    np.testing.assert_array_equal(d2, d)
+    np.testing.assert_array_equal(v2, v)
+
+
+@pytest.mark.parametrize("kind", [L2, IP, COS])
+def test_init_kernel_matches_cpu(rng, kind):
+    n, d, k, seed = 24, 11, 6, 5
+    x = _data(rng, n, d, np.int8 if kind != L2 else np.uint8)
+    cd, ci, cf = _cpu_graph(x, k, kind, seed)
+    gd = np.empty((n, k), np.float32)
+    gi = np.empty((n, k), np.int32)
+    gf = np.empty((n, k), np.uint8)
+    K.init_kernel(K.pow2_at_least(k))[3, K.WPB * 32](x, _inv(x, kind), kind, gd, gi, gf, 0, 0, np.int64(seed))
+    np.testing.assert_array_equal(gi, ci)
+    np.testing.assert_allclose(gd, cd, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(gf, cf)
+    assert (gf == 1).all() and not (gi == np.arange(n)[:, None]).any()
+
+
+def test_init_kernel_merge_mode_matches_cpu(rng):
+    """GGM init: first half kept (OLD), the rest random ids of the other subset (NEW)."""
+    n, n1, d, k, keep = 30, 13, 7, 6, 3
+    x = _data(rng, n, d)
+    kept_i = np.stack([rng.choice(np.arange(n1) if u < n1 else np.arange(n1, n), keep, replace=False)
+                       for u in range(n)]).astype(np.int32)
+    kept_d = np.sort(rng.random((n, keep)).astype(np.float32), axis=1)
+    cd, ci, cf = _cpu_graph(x, k, L2, 9, keep=keep, split=n1, prefill=(kept_d, kept_i))
+    gd = np.empty((n, k), np.float32)
+    gi = np.empty((n, k), np.int32)
+    gf = np.empty((n, k), np.uint8)
+    gd[:, :keep], gi[:, :keep] = kept_d, kept_i
+    K.init_kernel(K.pow2_at_least(k))[2, K.WPB * 32](x, _inv(x, L2), L2, gd, gi, gf, keep, n1, np.int64(9))
+    np.testing.assert_array_equal(gi, ci)
+    np.testing.assert_array_equal(gf, cf)
+    other = (gi >= n1) != (np.arange(n)[:, None] >= n1)
+    assert (gf[other] == 1).all() and (gf[~other] == 0).all() and other.sum(axis=1).tolist() == [k - keep] * n
+
+
+@pytest.mark.parametrize("split", [0, 11])
+def test_sample_kernel_matches_cpu(rng, split):
+    n, d, k, p = 26, 5, 8, 3
+    x = _data(rng, n, d)
+    gd, gi, gf = _cpu_graph(x, k, L2, 1)
+    gf[rng.random((n, k)) < 0.5] = 0  # a mix of NEW and OLD entries
+    ref = _samples_cpu(gi, gf.copy(), p, split)
+    ref_flags = gf.copy()
+    cpu.sample_forward(gi, ref_flags, p, split, np.empty((n, p), np.int32), np.empty(n, np.int32),
+                       np.empty((n, p), np.int32), np.empty(n, np.int32))
+    got = {name: np.full((n, p), -1, np.int32) for name in ("new_f", "old_f", "new_r", "old_r")}
+    for name in ("nf", "nof", "nr", "nor"):
+        got[name] = np.zeros(n, np.int32)
+    flags = gf.copy()
+    K.sample_kernel[2, 64](gi, flags, p, split, got["new_f"], got["nf"], got["old_f"], got["nof"], got["new_r"],
+                           got["nr"], got["old_r"], got["nor"])
+    np.testing.assert_array_equal(flags, ref_flags)
+    for name in ("nf", "nof"):
+        np.testing.assert_array_equal(got[name], ref[name])
+    for name, cnt in (("new_f", "nf"), ("old_f", "nof")):
+        for s in range(n):
+            np.testing.assert_array_equal(got[name][s, :got[cnt][s]], ref[name][s, :ref[cnt][s]])
+    # reverse lists: the atomic race picks which p; check counts and membership
+    for fwd, nfw, rev, nrev in (("new_f", "nf", "new_r", "nr"), ("old_f", "nof", "old_r", "nor")):
+        offered = {v: set() for v in range(n)}
+        for s in range(n):
+            for v in got[fwd][s, :got[nfw][s]]:
+                offered[int(v)].add(s)
+        for v in range(n):
+            assert got[nrev][v] == len(offered[v]) == ref[nrev][v]
+            chosen = got[rev][v, :min(p, got[nrev][v])].tolist()
+            assert len(set(chosen)) == len(chosen) and set(chosen) <= offered[v]
+
+
+def _join_inputs(rng, kind, split, *, n, d, k=6, p=3, dtype=np.uint8):
+    x = _data(rng, n, d, dtype)
+    xc = x.astype(np.float32) if dtype == np.float16 else x  # numba's CPU target has no float16
+    if split:
+        keep = k // 2
+        kept = []
+        for u in range(n):
+            own = np.arange(split) if u < split else np.arange(split, n)
+            own = own[own != u]
+            kept.append(rng.choice(own, keep, replace=False))
+        kept_i = np.array(kept, np.int32)
+        kept_d = np.zeros((n, keep), np.float32)
+        xf = x.astype(np.float64)
+        for u in range(n):
+            for t, v in enumerate(kept_i[u]):
+                kept_d[u, t] = ((xf[u] - xf[v]) ** 2).sum()
+        o = np.argsort(kept_d, axis=1, kind="stable")
+        gd, gi, gf = _cpu_graph(xc, k, kind, 2, keep=keep, split=split,
+                                prefill=(np.take_along_axis(kept_d, o, 1), np.take_along_axis(kept_i, o, 1)))
+    else:
+        gd, gi, gf = _cpu_graph(xc, k, kind, 2)
+        gf[rng.random((n, k)) < 0.4] = 0
+    s = _samples_cpu(gi, gf, p, split)
+    return x, gd, s, p
+
+
+@pytest.mark.parametrize("kind,split,dtype,d", [(L2, 0, np.uint8, 37), (IP, 0, np.int8, 9), (COS, 0, np.int8, 9),
+                                                (L2, 9, np.uint8, 9), (L2, 0, np.float16, 9)])
+def test_join_kernel_matches_cpu_selective_join(rng, kind, split, dtype, d):
+    """The join kernel's candidate slots = the CPU selective local join's updates reduced per slot
+    (d=37 stages two dimension chunks, the second one partial)."""
+    x, gd, s, p = _join_inputs(rng, kind, split, dtype=dtype, n=20, d=d)
+    n, k = gd.shape
+    xc = x.astype(np.float32) if dtype == np.float16 else x
+    cap = cpu.join_capacity(p, True)
+    upd_u = np.zeros(n * cap, np.int32)
+    upd_v = np.zeros(n * cap, np.int32)
+    upd_d = np.zeros(n * cap, np.float32)
+    upd_n = np.zeros(n, np.int32)
+    cpu.local_join(xc, _cpu_inv(xc, kind), kind, gd, s["new_f"], s["nf"], s["new_r"], s["nr"], s["old_f"], s["nof"],
+                   s["old_r"], s["nor"], p, split, True, 0, n, cap, upd_u, upd_v, upd_d, upd_n)
+    updates = [(upd_u[t * cap + e], upd_v[t * cap + e], upd_d[t * cap + e]) for t in range(n) for e in range(upd_n[t])]
+    assert updates, "the test data should produce updates"
+    cand = np.full((n, K.SLOTS), K.EMPTY, np.uint64)
+    K.join_kernel(p)[2, 64](x, _inv(xc, kind), kind, gd, s["new_f"], s["nf"], s["new_r"], s["nr"], s["old_f"],
+                            s["nof"], s["old_r"], s["nor"], p, split, cand)
+    got = _decode_slots(cand)
+    want = _slot_reduce(n, updates)
+    assert got.keys() == want.keys()
+    for key in want:
+        assert got[key][1] == want[key][1]
+        assert got[key][0] == pytest.approx(want[key][0], rel=1e-5, abs=1e-5)
+
+
+def _packed(d, v):
+    bits = int(np.array([d], np.float32).view(np.uint32)[0])
+    hi = 0xFFFFFFFF - bits if bits >= 0x80000000 else bits + 0x80000000
+    return np.uint64((hi << 32) | int(v))
+
+
+def test_merge_kernel_matches_cpu_insert(rng):
+    """Merging candidate slots = inserting the same candidates one by one on the CPU."""
+    n, k = 9, 37
+    gd = np.sort(rng.integers(0, 50, size=(n, k)).astype(np.float32), axis=1)
+    gi = np.stack([rng.permutation(200)[:k] for _ in range(n)]).astype(np.int32)
+    o = np.stack([np.lexsort((gi[r], gd[r])) for r in range(n)])
+    gd = np.take_along_axis(gd, o, 1)
+    gi = np.take_along_axis(gi, o, 1)
+    gf = rng.integers(0, 2, size=(n, k)).astype(np.uint8)
+    gi[2, -3:] = -1
+    gd[2, -3:] = np.inf
+    cand = np.full((n, K.SLOTS), K.EMPTY, np.uint64)
+    chosen = {}
+    for u in range(n):
+        if u == 4:
+            continue  # a node without candidates is left alone
+        for slot in range(K.SLOTS):
+            if rng.random() < 0.6:
+                chosen[(u, slot)] = (int(rng.integers(7, 14)) * K.SLOTS + slot, float(rng.integers(0, 60)))  # not listed
+        j = int(rng.integers(0, k))  # an id the list already holds (offered at its own distance)
+        if gi[u, j] >= 0:
+            chosen[(u, int(gi[u, j]) % K.SLOTS)] = (int(gi[u, j]), float(gd[u, j]))
+    updates = []
+    for (u, slot), (v, d) in chosen.items():
+        cand[u, slot] = _packed(d, v)
+        updates.append((u, v, np.float32(d)))
+    ref_d, ref_i, ref_f = gd.copy(), gi.copy(), gf.copy()
+    m = len(updates)
+    uu = np.array([u for u, _, _ in updates], np.int32)
+    vv = np.array([v for _, v, _ in updates], np.int32)
+    dd = np.array([d for _, _, d in updates], np.float32)
+    inserted = cpu.apply_updates(ref_d, ref_i, ref_f, 1, m, uu, vv, dd, np.array([m], np.int32), False, 1)
+    before = [set(row.tolist()) for row in gi]
+    counter = np.zeros(1, np.int64)
+    K.merge_kernel(64)[2, K.WPB * 32](gd, gi, gf, cand, counter)
+    np.testing.assert_array_equal(gi, ref_i)
+    np.testing.assert_array_equal(gd, ref_d)
+    np.testing.assert_array_equal(gf, ref_f)
+    # the kernel counts entries that made it into the list (the CPU also counts later-evicted inserts)
+    assert counter[0] == sum(len(set(row.tolist()) - before[r]) for r, row in enumerate(gi)) > 0
+    assert counter[0] <= inserted
+    assert (cand == K.EMPTY).all()
+
+
+def test_merge_lists_kernel_matches_cpu(rng):
+    n, ka, kb, k = 7, 10, 6, 9
+    ad = np.sort(rng.integers(0, 30, size=(n, ka)).astype(np.float32), axis=1)
+    bd = np.sort(rng.integers(0, 30, size=(n, kb)).astype(np.float32), axis=1)
+    ai = rng.integers(0, 25, size=(n, ka)).astype(np.int32)
+    bi = rng.integers(0, 25, size=(n, kb)).astype(np.int32)
+    for a_d, a_i in ((ad, ai), (bd, bi)):
+        for r in range(n):
+            o = np.lexsort((a_i[r], a_d[r]))
+            a_d[r], a_i[r] = a_d[r][o], a_i[r][o]
+    ai[1, -2:], ad[1, -2:] = -1, np.inf
+    ref_d = np.zeros((n, k), np.float32)
+    ref_i = np.zeros((n, k), np.int32)
+    cpu.merge_lists(ad, ai, bd, bi, ref_d, ref_i)
+    out_d = np.zeros((n, k), np.float32)
+    out_i = np.zeros((n, k), np.int32)
+    K.merge_lists_kernel(K.pow2_at_least(ka + kb))[1, K.WPB * 32](ad, ai, bd, bi, out_d, out_i)
+    np.testing.assert_array_equal(out_i, ref_i)
+    np.testing.assert_array_equal(out_d, ref_d)
+    for r in range(n):
+        valid = out_i[r][out_i[r] >= 0]
+        assert len(set(valid.tolist())) == len(valid)
