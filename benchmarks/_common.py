@@ -108,8 +108,13 @@ def load_sift(n_base: int):
     """(base uint8, queries uint8, gt ids or None) for sift-photos with ``n_base`` rows, from .data or shared."""
     from knngraph import io
 
+    from knngraph.datasets import shared_datasets_dir
+
     dd = device_data_dir()
-    if dd is not None and n_base <= 450_000 and (dd / "sift450k-base.u8bin").exists():
+    shared = shared_datasets_dir()
+    have_shared = shared is not None and (shared / "sift-photos" / "base.u8bin").exists()
+    if dd is not None and n_base <= 450_000 and (dd / "sift450k-base.u8bin").exists() and \
+            (not have_shared or n_base == 450_000):
         base = np.ascontiguousarray(io.read(dd / "sift450k-base.u8bin", rows=(0, n_base)))
         queries = np.ascontiguousarray(io.read(dd / "sift-query.u8bin"))
         gt = io.read(dd / "sift450k-gt32.ibin") if n_base == 450_000 else None
