@@ -50,8 +50,8 @@ def knn(base, queries, k: int, *, metric: str = "sqeuclidean", device="auto", se
     >>> import numpy as np, knngraph
     >>> base = np.array([[0, 0], [1, 0], [5, 5]], dtype=np.float32)
     >>> d, i = knngraph.knn(base, np.array([[0.9, 0.1]], dtype=np.float32), k=2, device="cpu")
-    >>> i.tolist(), np.round(d, 2).tolist()
-    ([[1, 0]], [[0.02, 0.82]])
+    >>> i.tolist(), [round(float(v), 2) for v in d[0]]
+    ([[1, 0]], [0.02, 0.82])
     """
     return bruteforce.exact_knn(base, queries, k, metric=metric, device=device, select=select,
                                 memory_limit=memory_limit, verbose=verbose)
