@@ -170,7 +170,8 @@ def knn_cuda(base, queries, k: int, metric: str, *, graph: bool = False, memory_
              select: str = "auto", device_index: int = 0, verbose: bool = True, stats: dict | None = None,
              tensor_cores: bool = True):
     """Exact top-k on the GPU. ``base``/``queries`` are CuPy arrays (used in place) or host arrays
-    (NumPy / memory-mapped, streamed). Returns CuPy (distances float32, ids int32) [nq, k]."""
+    (NumPy / memory-mapped, streamed). Returns (distances float32, ids int32) [nq, k]: CuPy arrays for
+    device queries, NumPy arrays for host queries."""
     import cupy as cp
 
     select = _resolve_select(select, k)
@@ -192,8 +193,11 @@ def knn_cuda(base, queries, k: int, metric: str, *, graph: bool = False, memory_
             xb = plan.operand(cp.asarray(base))
             xb_col = plan.column_term(cp.asarray(base), xb)
         selector = _Selector(select, k, sm_count)
-        out_d = cp.empty((nq, k), cp.float32)
-        out_i = cp.empty((nq, k), cp.int32)
+        # results for host queries go back to the host block by block, so query sets larger than GPU
+        # memory work; device queries get device results
+        host_out = not isinstance(queries, cp.ndarray)
+        out_d = (np if host_out else cp).empty((nq, k), np.float32)
+        out_i = (np if host_out else cp).empty((nq, k), np.int32)
         n_q_blocks = (nq + qb - 1) // qb
         n_tiles = (n + bt - 1) // bt
         if stats is not None:
@@ -259,8 +263,15 @@ def knn_cuda(base, queries, k: int, metric: str, *, graph: bool = False, memory_
                         if metric == "euclidean":
                             value = cp.sqrt(value)
                     missing = ids == sk.ID_NONE
-                    out_d[qs:qe] = cp.where(missing, cp.float32(np.inf), value)
-                    out_i[qs:qe] = cp.where(missing, -1, ids)
+                    block_d = cp.where(missing, cp.float32(np.inf), value).astype(cp.float32, copy=False)
+                    block_i = cp.where(missing, -1, ids).astype(cp.int32, copy=False)
+                    if host_out:
+                        block_d.get(stream=s_sel, out=out_d[qs:qe])
+                        block_i.get(stream=s_sel, out=out_i[qs:qe])
+                        s_sel.synchronize()
+                    else:
+                        out_d[qs:qe] = block_d
+                        out_i[qs:qe] = block_i
                     # the next query block's GEMMs must not overwrite q before this block is done
                     s_gemm.wait_event(s_sel.record())
         cp.cuda.get_current_stream().wait_event(s_sel.record())
