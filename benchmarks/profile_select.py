@@ -103,6 +103,9 @@ def main():
         log.write(part="warp_filter_numba_launch", k=k, s=t, gbps=tile_bytes / t / 1e9, regs=regs(kern), wpb=wpb)
         t = event_time(lambda: launch(kern, blocks, wpb * 32, args))
         log.write(part="warp_filter_raw_launch", k=k, s=t, gbps=tile_bytes / t / 1e9)
+        for cap in (64, 56, 48):
+            t = event_time(lambda: launch(kern, blocks, wpb * 32, args, max_registers=cap))
+            log.write(part="warp_filter_raw_launch_maxnreg", k=k, maxnreg=cap, s=t, gbps=tile_bytes / t / 1e9)
         bufs = [cp.empty((rows, cols), tt) for tt in (cp.float32, cp.int32, cp.float32, cp.int32)]
         ok = cp.empty((rows, k), cp.float32)
         oi = cp.empty((rows, k), cp.int32)

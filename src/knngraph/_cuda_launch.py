@@ -60,13 +60,20 @@ def _flatten(arg, out: list) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(kernel, signature, device_id):
-    """(CuPy function, module) for ``kernel`` specialised to ``signature`` on the current device."""
+def _compiled(kernel, signature, device_id, max_registers=None):
+    """(CuPy function, module) for ``kernel`` specialised to ``signature`` on the current device.
+
+    ``max_registers`` adds a ``.maxnreg`` directive to the entry (more resident warps per SM for
+    latency-bound kernels, at the risk of spills)."""
     import cupy as cp
     from numba import cuda
 
     ptx, _ = cuda.compile_ptx_for_current_device(kernel.py_func, signature, device=False)
     entry = re.search(r"\.entry\s+([\w$]+)\s*\(", ptx).group(1)
+    if max_registers:
+        start = ptx.index(".entry " + entry)
+        body = ptx.index("{", ptx.index(")", start))
+        ptx = ptx[:body] + f".maxnreg {int(max_registers)}\n" + ptx[body:]
     fd, path = tempfile.mkstemp(suffix=".ptx", prefix="knngraph-")
     try:
         with os.fdopen(fd, "w") as fh:
@@ -78,9 +85,9 @@ def _compiled(kernel, signature, device_id):
     return fn, module
 
 
-def launch(kernel, blocks: int, threads: int, args, stream=None) -> None:
+def launch(kernel, blocks: int, threads: int, args, stream=None, max_registers=None) -> None:
     """Launch numba ``kernel`` on ``blocks`` x ``threads`` with ``args`` (CuPy arrays, ints, floats)
-    on CuPy ``stream`` (default: the current stream)."""
+    on CuPy ``stream`` (default: the current stream); ``max_registers`` caps registers per thread."""
     if blocks <= 0:
         return
     import cupy as cp
@@ -94,7 +101,7 @@ def launch(kernel, blocks: int, threads: int, args, stream=None) -> None:
             kernel[blocks, threads, nb_stream](*args)
         return
     signature = tuple(_arg_type(a) for a in args)
-    fn, _ = _compiled(kernel, signature, cp.cuda.Device().id)
+    fn, _ = _compiled(kernel, signature, cp.cuda.Device().id, max_registers)
     flat: list = []
     for a in args:
         _flatten(a, flat)
