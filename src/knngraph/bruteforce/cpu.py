@@ -14,6 +14,7 @@ import numpy as np
 
 from ..metrics import KEY_L2, expanded_key_kind, normalize_rows
 from .._progress import progress
+from ._refine import needs_refine, refine_l2
 
 __all__ = ["knn_cpu"]
 
@@ -143,6 +144,12 @@ def knn_cpu(base, queries, k: int, metric: str, *, graph: bool = False, memory_l
                 _scan_tile(dots, norms, bs, key_kind, qs if graph else -1, heap_k, heap_i)
                 bar.update(1)
             _sort_heaps(heap_k, heap_i)
+            if needs_refine(metric, base.dtype):
+                ids = np.where(heap_i == _ID_NONE, -1, heap_i)
+                dist, ids = refine_l2(queries[qs:qe], base, ids, metric, np)
+                out_d[qs:qe] = dist
+                out_i[qs:qe] = ids
+                continue
             if key_kind == KEY_L2:
                 dist = np.maximum(heap_k + _norm2(q)[:, None], np.float32(0))
                 if metric == "euclidean":

@@ -23,6 +23,7 @@ import numpy as np
 from .._cuda_launch import launch
 from .._progress import progress
 from ._gemm import plan_gemm
+from ._refine import needs_refine, refine_l2
 from . import _select_kernels as sk
 
 __all__ = ["knn_cuda", "SELECT_STRATEGIES", "plan_tiles"]
@@ -182,6 +183,7 @@ def knn_cuda(base, queries, k: int, metric: str, *, graph: bool = False, memory_
         budget = int(memory_limit)
         plan = plan_gemm(base.dtype, queries.dtype, metric, d, allow_tensor_cores=tensor_cores)
         alpha = np.float32(plan.alpha)
+        refine = needs_refine(metric, base.dtype) and plan.mode != "int8"
         # Keep the base's GEMM operand (plus column terms) on the GPU when it takes at most half the
         # budget; otherwise stream base tiles through the GPU for each query block.
         op_itemsize = 1 if plan.mode == "int8" else (2 if plan.mode == "fp16" else 4)
@@ -265,6 +267,8 @@ def knn_cuda(base, queries, k: int, metric: str, *, graph: bool = False, memory_
                     missing = ids == sk.ID_NONE
                     block_d = cp.where(missing, cp.float32(np.inf), value).astype(cp.float32, copy=False)
                     block_i = cp.where(missing, -1, ids).astype(cp.int32, copy=False)
+                    if refine:
+                        block_d, block_i = refine_l2(queries[qs:qe], base, block_i, metric, cp)
                     if host_out:
                         block_d.get(stream=s_sel, out=out_d[qs:qe])
                         block_i.get(stream=s_sel, out=out_i[qs:qe])
