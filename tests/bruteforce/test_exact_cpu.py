@@ -122,3 +122,13 @@ def test_graph_save_load_roundtrip(tmp_path, rng):
     np.testing.assert_array_equal(g2.indices, g.indices)
     np.testing.assert_array_equal(g2.distances, g.distances)
     assert g2.metric == "cosine" and g2.info["k"] == 5
+
+
+@pytest.mark.parametrize("metric", ["sqeuclidean", "euclidean"])
+def test_duplicates_are_at_distance_zero(metric, rng):
+    """Reported L2 distances are computed directly, so a vector's duplicate is at exactly 0."""
+    base = (rng.standard_normal((500, 64)) * 100 + 1000).astype(np.float32)
+    d, i = knngraph.knn(base, base[:20], 3, metric=metric, device="cpu")
+    assert (d[:, 0] == 0).all() and (i[:, 0] == np.arange(20)).all()
+    g = knngraph.knn_graph(np.concatenate([base, base[:5]]), 1, metric=metric, device="cpu")
+    assert (g.distances[:5, 0] == 0).all() and (g.indices[:5, 0] == np.arange(500, 505)).all()

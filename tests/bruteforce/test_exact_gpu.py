@@ -185,3 +185,12 @@ def test_tensor_core_gemm_equals_fp32_gemm(metric, dtype, rng):
     else:
         np.testing.assert_array_equal(i_tc, i32)
         np.testing.assert_array_equal(d_tc, d32)
+
+
+@pytest.mark.parametrize("metric", ["sqeuclidean", "euclidean"])
+def test_duplicates_are_at_distance_zero_on_gpu(metric, rng):
+    base = (rng.standard_normal((5000, 64)) * 100 + 1000).astype(np.float32)
+    d, i = knngraph.knn(base, base[:50], 3, metric=metric, device="cuda")
+    assert (d[:, 0] == 0).all() and (i[:, 0] == np.arange(50)).all()
+    d_cpu, i_cpu = knngraph.knn(base, base[:50], 3, metric=metric, device="cpu")
+    np.testing.assert_array_equal(d, d_cpu)
