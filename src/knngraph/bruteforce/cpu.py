@@ -28,9 +28,8 @@ def _less(ka, ia, kb, ib):
 
 
 @numba.njit(inline="always")
-def _heap_replace_top(hk, hi, key, idx):
-    """Replace the max of a max-heap (hk, hi) by (key, idx) and sift it down."""
-    n = hk.shape[0]
+def _sift_down(hk, hi, n, key, idx):
+    """Put (key, idx) at the root of the max-heap hk/hi[:n] and sift it down to its place."""
     pos = 0
     while True:
         child = 2 * pos + 1
@@ -56,6 +55,7 @@ def _scan_tile(dots, base_norm2, col_offset, key_kind, self_offset, heap_k, heap
     query id self_offset + r when building a graph (self_offset >= 0), and that id is skipped.
     """
     rows, cols = dots.shape
+    k = heap_k.shape[1]
     for r in numba.prange(rows):
         hk = heap_k[r]
         hi = heap_i[r]
@@ -68,7 +68,7 @@ def _scan_tile(dots, base_norm2, col_offset, key_kind, self_offset, heap_k, heap
             if key <= hk[0]:
                 gid = col_offset + j
                 if gid != self_id and _less(key, gid, hk[0], hi[0]):
-                    _heap_replace_top(hk, hi, key, np.int32(gid))
+                    _sift_down(hk, hi, k, key, np.int32(gid))
 
 
 @numba.njit(parallel=True, cache=True)
@@ -79,28 +79,12 @@ def _sort_heaps(heap_k, heap_i):
         hk = heap_k[r]
         hi = heap_i[r]
         for end in range(k - 1, 0, -1):
-            tk = hk[0]
-            ti = hi[0]
             # move the max to the end, then sift the former last element down over [0, end)
             lk = hk[end]
             li = hi[end]
-            hk[end] = tk
-            hi[end] = ti
-            pos = 0
-            while True:
-                child = 2 * pos + 1
-                if child >= end:
-                    break
-                if child + 1 < end and _less(hk[child], hi[child], hk[child + 1], hi[child + 1]):
-                    child += 1
-                if _less(lk, li, hk[child], hi[child]):
-                    hk[pos] = hk[child]
-                    hi[pos] = hi[child]
-                    pos = child
-                else:
-                    break
-            hk[pos] = lk
-            hi[pos] = li
+            hk[end] = hk[0]
+            hi[end] = hi[0]
+            _sift_down(hk, hi, end, lk, li)
 
 
 def _as_f32(block: np.ndarray, metric: str) -> np.ndarray:
