@@ -156,7 +156,7 @@ def _build_arrays(data, k, params: IndexParams, dev: Device, verbose: bool, info
     engine = _build.make_engine(dev, simulate=simulate)
     n, d = data.shape
     cosine = cfg.kind == DIST_COS
-    budget = _budget(params, dev)
+    budget = _budget(params, Device("cpu") if simulate else dev)
     info.update(sample_size=cfg.p, update="selective" if cfg.selective else "all")
     with engine:
         fits = _engine_rows_fit(engine, n, d, data.dtype.itemsize, cfg, budget, cosine,

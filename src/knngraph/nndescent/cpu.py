@@ -63,7 +63,6 @@ def _sort_row(gd, gi, gf, s):
         gf[s, t] = f
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True)
 def init_graph(x, inv, kind, gd, gi, gf, keep, split, seed):
     """Random initial lists (GNND Alg. 1 l.1-5): entries [keep, k) of each row get distinct random ids
     from the node's candidate range (:func:`candidate_range`) and are NEW; entries [0, keep) are kept as
@@ -89,7 +88,6 @@ def init_graph(x, inv, kind, gd, gi, gf, keep, split, seed):
         _sort_row(gd, gi, gf, s)
 
 
-@numba.njit(parallel=True, cache=True)
 def sample_forward(gi, gf, p, split, new_f, nf, old_f, nof):
     """First ``p`` NEW and first ``p`` OLD entries of each list; sampled NEW entries become OLD
     (Alg. 1 l.32). In a merge, OLD entries in the other subset are not sampled: all their partners would
@@ -169,7 +167,6 @@ def _gather_samples(s, p, new_f, nf, new_r, nr, old_f, nof, old_r, nor, ids):
     return nn, m - nn
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True)
 def local_join(x, inv, kind, gd, new_f, nf, new_r, nr, old_f, nof, old_r, nor, p, split, selective,
                lo, hi, cap, upd_u, upd_v, upd_d, upd_n):
     """Local join of nodes [lo, hi): node ``s = lo + t`` writes its updates (u, v, d) into slots
@@ -189,23 +186,27 @@ def local_join(x, inv, kind, gd, new_f, nf, new_r, nr, old_f, nof, old_r, nor, p
         # gather the sample vectors once (contiguous float32 rows, cache friendly)
         buf = np.empty((m, dim), np.float32)
         binv = np.empty(m, np.float32)
+        worst = np.empty(m, np.float32)
         for r in range(m):
             v = ids[r]
             for q in range(dim):
                 buf[r, q] = np.float32(x[v, q])
             binv[r] = inv[v] if inv.shape[0] > 0 else np.float32(0)
+            worst[r] = gd[v, k - 1]
         if not selective:
+            # an update names the ends it may improve: an id stored as -1 - id is not offered that pair
             for i in range(nn):
                 u = ids[i]
-                wu = gd[u, k - 1]
                 for j in range(i + 1, m):
                     v = ids[j]
                     if split > 0 and (u < split) == (v < split):
                         continue
                     d = cpu_distance(kind, buf, i, buf, j, binv, binv)
-                    if d < wu or d < gd[v, k - 1]:
-                        upd_u[base + c] = u
-                        upd_v[base + c] = v
+                    to_u = d < worst[i]
+                    to_v = d < worst[j]
+                    if to_u or to_v:
+                        upd_u[base + c] = u if to_u else -1 - u
+                        upd_v[base + c] = v if to_v else -1 - v
                         upd_d[base + c] = d
                         c += 1
         else:
@@ -223,7 +224,7 @@ def local_join(x, inv, kind, gd, new_f, nf, new_r, nr, old_f, nof, old_r, nor, p
             # nearest NEW partner of an OLD sample; ties to the lower id
             for r in range(m):
                 u = ids[r]
-                wu = gd[u, k - 1]
+                wu = worst[r]
                 for part in range(2):
                     if r >= nn and part == 1:
                         break
@@ -264,28 +265,29 @@ def _insert(gd, gi, gf, u, v, d):
     return 1
 
 
-@numba.njit(parallel=True, cache=True)
 def apply_updates(gd, gi, gf, n_nodes, cap, upd_u, upd_v, upd_d, upd_n, symmetric, n_workers):
-    """Apply a block's updates; worker t owns the lists u with u % n_workers == t (see module doc).
-    Returns how many entries were inserted."""
+    """Apply a block's updates; worker w owns the lists of the w-th of n_workers id ranges (see module
+    doc). (u, v, d) offers v to u when u >= 0 and, if ``symmetric``, u to v when v >= 0 (an end stored
+    as -1 - id is not offered). Returns how many entries were inserted."""
+    n = gd.shape[0]
     counts = np.zeros(n_workers, np.int64)
     for w in prange(n_workers):
+        lo = w * n // n_workers
+        hi = (w + 1) * n // n_workers
         c = 0
         for t in range(n_nodes):
             base = t * cap
             for e in range(upd_n[t]):
                 u = upd_u[base + e]
                 v = upd_v[base + e]
-                d = upd_d[base + e]
-                if u % n_workers == w:
-                    c += _insert(gd, gi, gf, u, v, d)
-                if symmetric and v % n_workers == w:
-                    c += _insert(gd, gi, gf, v, u, d)
+                if lo <= u < hi:
+                    c += _insert(gd, gi, gf, u, v if v >= 0 else -1 - v, upd_d[base + e])
+                if symmetric and lo <= v < hi:
+                    c += _insert(gd, gi, gf, v, u if u >= 0 else -1 - u, upd_d[base + e])
         counts[w] = c
     return counts.sum()
 
 
-@numba.njit(parallel=True, cache=True)
 def merge_lists(ad, ai, bd, bi, out_d, out_i):
     """Per row: the first k (= out width) distinct ids of the (distance, id)-sorted rows a and b, merged;
     -1 entries are skipped and missing ones padded with (inf, -1). Used to re-add GGM's removed halves
@@ -324,6 +326,41 @@ def merge_lists(ad, ai, bd, bi, out_d, out_i):
             out_i[r, t] = -1
 
 
+# --------------------------------------------------------------------------------------------------
+# Every parallel kernel is compiled twice: with threads, and serial for small inputs. A parallel call
+# costs a thread wake-up (milliseconds on a busy machine), which dominates the many small calls of
+# shard-pair merges.
+
+SERIAL_BELOW = 8192
+
+
+def _compile_both(fn, fastmath):
+    import types
+
+    par = numba.njit(parallel=True, fastmath=fastmath, cache=True)(fn)
+    twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__, fn.__closure__)
+    twin.__qualname__ = fn.__qualname__ + "_serial"
+    twin.__doc__ = fn.__doc__
+    ser = numba.njit(parallel=False, fastmath=fastmath, cache=True)(twin)
+    return par, ser
+
+
+_PARALLEL = {}
+for _fn, _fast in ((init_graph, True), (sample_forward, False), (local_join, True), (apply_updates, False),
+                   (merge_lists, False)):
+    _PARALLEL[_fn.__name__] = _compile_both(_fn, _fast)
+
+
+init_graph, sample_forward, local_join, apply_updates, merge_lists = (
+    _PARALLEL[name][0] for name in ("init_graph", "sample_forward", "local_join", "apply_updates", "merge_lists"))
+
+
+def kernel(name: str, rows: int):
+    """The compiled kernel ``name``: threaded for at least SERIAL_BELOW rows of work, else serial."""
+    par, ser = _PARALLEL[name]
+    return par if rows >= SERIAL_BELOW else ser
+
+
 def _block_size(n: int, cap: int, buffer_bytes: int) -> int:
     """Nodes joined per block: update buffers of about ``buffer_bytes``, at least 64 nodes."""
     return int(max(64, min(n, buffer_bytes // (12 * cap))))
@@ -358,17 +395,17 @@ def refine_cpu(x, inv, kind, gd, gi, gf, *, p, max_iterations, threshold, seed, 
     t0 = time.perf_counter()
     with progress(max_iterations, desc, disable=not verbose, min_steps=1) as bar:
         for it in range(max_iterations):
-            sample_forward(gi, gf, p, split, new_f, nf, old_f, nof)
+            kernel("sample_forward", n)(gi, gf, p, split, new_f, nf, old_f, nof)
             salt = np.int64(it) * 2 + 1
             sample_reverse(new_f, nf, p, new_r, nr, np.int64(seed), salt)
             sample_reverse(old_f, nof, p, old_r, nor, np.int64(seed), salt + 1)
             inserted = 0
             for lo in range(0, n, block):
                 hi = min(n, lo + block)
-                local_join(x, inv, kind, gd, new_f, nf, new_r, nr, old_f, nof, old_r, nor, p, split, selective,
-                           lo, hi, cap, upd_u, upd_v, upd_d, upd_n)
-                inserted += int(apply_updates(gd, gi, gf, hi - lo, cap, upd_u, upd_v, upd_d, upd_n,
-                                              not selective, workers))
+                kernel("local_join", n)(x, inv, kind, gd, new_f, nf, new_r, nr, old_f, nof, old_r, nor, p, split,
+                                        selective, lo, hi, cap, upd_u, upd_v, upd_d, upd_n)
+                inserted += int(kernel("apply_updates", n)(gd, gi, gf, hi - lo, cap, upd_u, upd_v, upd_d, upd_n,
+                                                           not selective, workers if n >= SERIAL_BELOW else 1))
             history.append(inserted)
             times.append(time.perf_counter() - t0 - paused)
             bar.update(1)
@@ -422,14 +459,14 @@ class CpuEngine:
         return d * (4 if itemsize == 2 else itemsize) + (4 if cosine else 0) + 9 * k + 16 * p + 16 + 8 * k
 
     def init(self, x, inv, kind, gd, gi, gf, keep, split, seed):
-        init_graph(x, inv, kind, gd, gi, gf, keep, split, np.int64(seed))
+        kernel("init_graph", gd.shape[0])(x, inv, kind, gd, gi, gf, keep, split, np.int64(seed))
 
     def merge_lists(self, ad, ai, bd, bi, k):
         n = ad.shape[0]
         out_d = np.empty((n, k), np.float32)
         out_i = np.empty((n, k), np.int32)
-        merge_lists(np.ascontiguousarray(ad), np.ascontiguousarray(ai), np.ascontiguousarray(bd),
-                    np.ascontiguousarray(bi), out_d, out_i)
+        kernel("merge_lists", n)(np.ascontiguousarray(ad), np.ascontiguousarray(ai), np.ascontiguousarray(bd),
+                                 np.ascontiguousarray(bi), out_d, out_i)
         return out_d, out_i
 
     def refine(self, x, inv, kind, gd, gi, gf, *, p, max_iterations, threshold, seed, split=0, selective=False,

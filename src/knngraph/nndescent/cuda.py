@@ -18,6 +18,7 @@ from . import _kernels as K
 __all__ = ["CudaEngine"]
 
 JOIN_THREADS = 256
+WARP_SIM = 32
 
 
 class CudaEngine:
@@ -84,6 +85,8 @@ class CudaEngine:
     # launches
 
     def _warp_grid(self, n):
+        if self.simulate:
+            return 1  # the simulator runs a block's threads as Python threads: keep them few
         return max(1, min(math.ceil(n / K.WPB), self.sm_count * 64))
 
     def init(self, x, inv, kind, gd, gi, gf, keep, split, seed):
@@ -130,7 +133,8 @@ class CudaEngine:
         join = K.join_kernel(p)
         merge = K.merge_kernel(32 * math.ceil(k / 32))
         grid_w = self._warp_grid(n)
-        grid_j = max(1, min(n, self.sm_count * 32))
+        grid_j = 1 if self.simulate else max(1, min(n, self.sm_count * 32))
+        join_threads = WARP_SIM if self.simulate else JOIN_THREADS
         history, times = [], []
         paused = 0.0
         t0 = time.perf_counter()
@@ -141,7 +145,7 @@ class CudaEngine:
                 counter.fill(0)
                 K.sample_kernel[grid_w, K.WPB * 32](gi_, gf_, p, split, new_f_, nf_, old_f_, nof_, new_r_, nr_,
                                                    old_r_, nor_)
-                join[grid_j, JOIN_THREADS](x_, inv_, kind, gd_, new_f_, nf_, new_r_, nr_, old_f_, nof_, old_r_,
+                join[grid_j, join_threads](x_, inv_, kind, gd_, new_f_, nf_, new_r_, nr_, old_f_, nof_, old_r_,
                                            nor_, p, split, cand_)
                 merge[grid_w, K.WPB * 32](gd_, gi_, gf_, cand_, counter_)
                 inserted = int(counter[0]) if self.simulate else int(counter.get()[0])

@@ -1,0 +1,299 @@
+"""NN-Descent on the CPU: recall floors against the exact graph, merge, add, out-of-core, determinism,
+metrics and dtypes, bad input, save/load; plus one whole GPU-path build in the CUDA simulator."""
+
+import numpy as np
+import pytest
+
+import knngraph
+from knngraph import nndescent
+
+K = 32
+
+
+@pytest.fixture(scope="module")
+def sift():
+    from knngraph.datasets import load_sample
+
+    return load_sample().base
+
+
+@pytest.fixture(scope="module")
+def exact(sift):
+    return knngraph.knn_graph(sift, K, method="exact", device="cpu", verbose=False)
+
+
+@pytest.fixture(scope="module")
+def direct(sift):
+    return knngraph.knn_graph(sift, K, method="nndescent", device="cpu", verbose=False, seed=1)
+
+
+def _recall(g, exact, k=10):
+    return knngraph.graph_recall(g, k, true_graph=exact)
+
+
+def test_recall_sift20k(direct, exact):
+    assert direct.indices.shape == (20000, K) and direct.indices.dtype == np.int32
+    assert direct.distances.dtype == np.float32
+    assert _recall(direct, exact) >= 0.95
+    assert not (direct.indices == np.arange(20000)[:, None]).any()
+    assert (np.diff(direct.distances, axis=1) >= 0).all()
+    info = direct.info
+    assert info["method"] == "nndescent" and info["iterations"] <= 20 and info["update"] == "all"
+
+
+def test_selective_update_recall(sift, exact):
+    """GNND's selective update on the CPU (the GPU scheme) reaches the same floor."""
+    g = knngraph.knn_graph(sift, K, method="nndescent", device="cpu", verbose=False, update="selective")
+    assert _recall(g, exact) >= 0.95
+
+
+def test_merge_halves(sift, exact, direct):
+    h = 10000
+    g1 = knngraph.knn_graph(sift[:h], K, method="nndescent", device="cpu", verbose=False, seed=2)
+    g2 = knngraph.knn_graph(sift[h:], K, method="nndescent", device="cpu", verbose=False, seed=3)
+    g = knngraph.merge_graphs(g1, g2, sift[:h], sift[h:], device="cpu", verbose=False)
+    assert g.indices.shape == (20000, K)
+    assert _recall(g, exact) >= _recall(direct, exact) - 0.02
+    assert not (g.indices == np.arange(20000)[:, None]).any()
+    for row in g.indices[::997]:
+        assert len(set(row.tolist())) == K
+
+
+def test_add_keeps_recall(sift, exact, direct):
+    index = nndescent.build(nndescent.IndexParams(k=K, seed=4), sift[:16000], device="cpu", verbose=False)
+    bigger = index.add(sift[16000:], device="cpu", verbose=False)
+    assert bigger.graph.n == 20000 and bigger.dataset.shape == sift.shape
+    assert index.graph.n == 16000  # the original is unchanged
+    assert _recall(bigger.graph, exact) >= _recall(direct, exact) - 0.02
+    # a handful of vectors (fewer than k) takes the exact path for their own graph
+    small = bigger.add(sift[:5] // 2 + 1, device="cpu", verbose=False)
+    assert small.graph.n == 20005 and (small.graph.indices[-5:] >= 0).all()
+
+
+def test_deterministic_with_seed(sift):
+    x = sift[:3000]
+    a = knngraph.knn_graph(x, 10, method="nndescent", device="cpu", verbose=False, seed=7)
+    b = knngraph.knn_graph(x, 10, method="nndescent", device="cpu", verbose=False, seed=7)
+    c = knngraph.knn_graph(x, 10, method="nndescent", device="cpu", verbose=False, seed=8)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_array_equal(a.distances, b.distances)
+    assert not np.array_equal(a.indices, c.indices)
+
+
+def test_deterministic_across_thread_counts(sift):
+    import numba
+
+    x = sift[:2000]
+    a = knngraph.knn_graph(x, 8, method="nndescent", device="cpu", verbose=False, seed=3)
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        b = knngraph.knn_graph(x, 8, method="nndescent", device="cpu", verbose=False, seed=3)
+    finally:
+        numba.set_num_threads(old)
+    np.testing.assert_array_equal(a.indices, b.indices)
+
+
+def test_out_of_core_base_4x_memory_limit(sift):
+    """memory_limit a quarter of the base: shards, a GGM per shard pair, recall kept."""
+    x = sift[:1500].astype(np.float32)
+    k = 10
+    ex = knngraph.knn_graph(x, k, method="exact", device="cpu", verbose=False)
+    g = knngraph.knn_graph(x, k, method="nndescent", device="cpu", verbose=False, memory_limit=x.nbytes // 4)
+    assert g.info["shards"] >= 4
+    assert g.info["merges"] == g.info["shards"] * (g.info["shards"] - 1) // 2
+    assert knngraph.graph_recall(g, k, true_graph=ex) >= 0.95
+    assert not (g.indices == np.arange(len(x))[:, None]).any()
+
+
+def test_out_of_core_from_memory_map(tmp_path, sift):
+    from knngraph import io
+
+    path = tmp_path / "base.u8bin"
+    io.write(path, sift[:1200])
+    mm = io.read(path)
+    ex = knngraph.knn_graph(sift[:1200], 8, method="exact", device="cpu", verbose=False)
+    g = knngraph.knn_graph(mm, 8, method="nndescent", device="cpu", verbose=False, memory_limit="150KB")
+    assert g.info["shards"] >= 2
+    assert knngraph.graph_recall(g, 8, true_graph=ex) >= 0.95
+
+
+def test_too_small_memory_limit_says_how_much():
+    x = np.random.default_rng(0).random((300, 16), dtype=np.float32)
+    with pytest.raises(MemoryError, match="MiB"):
+        knngraph.knn_graph(x, 10, method="nndescent", device="cpu", verbose=False, memory_limit=1000)
+
+
+@pytest.mark.parametrize("metric", ["sqeuclidean", "euclidean", "inner_product", "cosine"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.int8])
+def test_metrics_and_dtypes(metric, dtype):
+    rng = np.random.default_rng(5)
+    centers = rng.normal(size=(8, 12)) * 4
+    xf = centers[rng.integers(0, 8, 600)] + rng.normal(size=(600, 12))
+    if dtype in (np.uint8, np.int8):
+        xf = np.clip(xf * 8 + (128 if dtype == np.uint8 else 0), *(0, 255) if dtype == np.uint8 else (-128, 127))
+    x = xf.astype(dtype)
+    ex = knngraph.knn_graph(x, 10, method="exact", metric=metric, device="cpu", verbose=False)
+    g = knngraph.knn_graph(x, 10, method="nndescent", metric=metric, device="cpu", verbose=False)
+    assert g.metric == ex.metric
+    # inner product is no metric: "a neighbour's neighbour is a neighbour" holds less, NN-Descent stalls lower
+    assert knngraph.graph_recall(g, 10, true_graph=ex) >= (0.8 if metric == "inner_product" else 0.93)
+    # reported distances agree with the exact ones for the same pairs
+    ref = knngraph.metrics.pairwise_distances(x[:5].astype(np.float64), x.astype(np.float64), metric)
+    np.testing.assert_allclose(g.distances[:5], np.take_along_axis(ref, g.indices[:5].astype(np.int64), 1),
+                               rtol=2e-3, atol=2e-3)
+
+
+def test_minilm_cosine_float16():
+    from knngraph.datasets import load_minilm_words
+
+    try:
+        data = load_minilm_words()
+    except FileNotFoundError:
+        pytest.skip("minilm-words dataset not available")
+    x = np.ascontiguousarray(data.base[:4000])
+    ex = knngraph.knn_graph(x, K, method="exact", metric="cosine", device="cpu", verbose=False)
+    g = knngraph.knn_graph(x, K, method="nndescent", metric="cosine", device="cpu", verbose=False)
+    assert knngraph.graph_recall(g, 10, true_graph=ex) >= 0.95
+
+
+def test_merge_graph_of_other_builder_and_k(sift, exact):
+    """Exact sub-graphs merge too; k below the inputs' degree keeps the first k."""
+    h = 1000
+    x = sift[:2 * h]
+    g1 = knngraph.knn_graph(x[:h], 16, method="exact", device="cpu", verbose=False)
+    g2 = knngraph.knn_graph(x[h:], 12, method="exact", device="cpu", verbose=False)
+    g = knngraph.merge_graphs(g1, g2, x[:h], x[h:], device="cpu", verbose=False)
+    assert g.degree == 12
+    ex = knngraph.knn_graph(x, 12, method="exact", device="cpu", verbose=False)
+    assert knngraph.graph_recall(g, 10, true_graph=ex) >= 0.95
+    g8 = knngraph.merge_graphs(g1, g2, x[:h], x[h:], k=8, device="cpu", verbose=False)
+    assert g8.degree == 8
+
+
+def test_euclidean_graphs_merge_in_their_own_units(sift):
+    x = sift[:1600].astype(np.float32)
+    g1 = knngraph.knn_graph(x[:800], 10, method="exact", metric="euclidean", device="cpu", verbose=False)
+    g2 = knngraph.knn_graph(x[800:], 10, method="exact", metric="euclidean", device="cpu", verbose=False)
+    g = knngraph.merge_graphs(g1, g2, x[:800], x[800:], device="cpu", verbose=False)
+    ex = knngraph.knn_graph(x, 10, method="exact", metric="euclidean", device="cpu", verbose=False)
+    assert g.metric == "euclidean"
+    assert knngraph.graph_recall(g, 10, true_graph=ex) >= 0.95
+    ref = knngraph.metrics.pairwise_distances(x[:50], x, "euclidean")
+    np.testing.assert_allclose(g.distances[:50], np.take_along_axis(ref, g.indices[:50].astype(np.int64), 1),
+                               rtol=1e-4)
+
+
+def test_save_load_round_trip(tmp_path):
+    x = np.random.default_rng(1).random((300, 6), dtype=np.float32)
+    index = nndescent.build(nndescent.IndexParams(k=8, metric="cosine"), x, device="cpu", verbose=False)
+    path = tmp_path / "g.knng"
+    nndescent.save(path, index)
+    back = nndescent.load(path)
+    np.testing.assert_array_equal(back.graph.indices, index.graph.indices)
+    np.testing.assert_array_equal(back.dataset, x)
+    assert back.params == index.params and back.metric == "cosine"
+    with pytest.raises(ValueError, match="metric"):
+        nndescent.load(path, metric="sqeuclidean")
+    more = back.add(x[:20] + 0.5, device="cpu", verbose=False)
+    assert more.graph.n == 320
+
+
+def test_params_validation():
+    with pytest.raises(ValueError, match="'sample_size'"):
+        nndescent.IndexParams(sample_size=33)
+    with pytest.raises(ValueError, match="'update'"):
+        nndescent.IndexParams(update="some")
+    with pytest.raises(ValueError, match="unknown metric"):
+        nndescent.IndexParams(metric="manhattan")
+    with pytest.raises(ValueError, match="'max_iterations'"):
+        nndescent.IndexParams(max_iterations=0)
+    with pytest.raises(ValueError, match="'termination_threshold'"):
+        nndescent.IndexParams(termination_threshold=2.0)
+    with pytest.raises(ValueError, match="memory_limit"):
+        nndescent.IndexParams(memory_limit="lots")
+    with pytest.raises(TypeError, match="IndexParams"):
+        nndescent.build({"k": 3}, np.zeros((10, 2), np.float32))
+
+
+def test_bad_input():
+    x = np.random.default_rng(0).random((50, 4), dtype=np.float32)
+    build = knngraph.knn_graph
+    with pytest.raises(ValueError, match="smaller than the number of vectors"):
+        build(x, 50, method="nndescent", device="cpu")
+    with pytest.raises(ValueError, match="at least 1"):
+        build(x, 0, method="nndescent", device="cpu")
+    with pytest.raises(TypeError, match="integer"):
+        build(x, 2.5, method="nndescent", device="cpu")
+    bad = x.copy()
+    bad[7, 1] = np.nan
+    with pytest.raises(ValueError, match="row 7"):
+        build(bad, 5, method="nndescent", device="cpu")
+    with pytest.raises(TypeError, match="dtype"):
+        build(x.astype(np.int64), 5, method="nndescent", device="cpu")
+    with pytest.raises(ValueError, match="2-D"):
+        build(x[0], 2, method="nndescent", device="cpu")
+    with pytest.raises(ValueError, match="empty"):
+        build(x[:0], 2, method="nndescent", device="cpu")
+    with pytest.raises(ValueError, match="unknown graph method"):
+        build(x, 5, method="nn-descent", device="cpu")
+
+
+def test_merge_bad_input():
+    rng = np.random.default_rng(0)
+    a = rng.random((40, 4), dtype=np.float32)
+    b = rng.random((30, 4), dtype=np.float32)
+    ga = knngraph.knn_graph(a, 6, method="exact", device="cpu", verbose=False)
+    gb = knngraph.knn_graph(b, 6, method="exact", device="cpu", verbose=False)
+    merge = knngraph.merge_graphs
+    with pytest.raises(TypeError, match="Graph"):
+        merge(ga, gb.indices, a, b, device="cpu")
+    with pytest.raises(ValueError, match="g2 has 30 nodes but base2 has 40"):
+        merge(ga, gb, a, a, device="cpu")
+    with pytest.raises(ValueError, match="dimensions"):
+        merge(ga, gb, a, rng.random((30, 5), dtype=np.float32), device="cpu")
+    gc = knngraph.knn_graph(b, 6, method="exact", metric="cosine", device="cpu", verbose=False)
+    with pytest.raises(ValueError, match="different metrics"):
+        merge(ga, gc, a, b, device="cpu")
+    with pytest.raises(ValueError, match=r"k must be in \[1, 6\]"):
+        merge(ga, gb, a, b, k=7, device="cpu")
+    broken = knngraph.Graph(gb.indices + 100, gb.distances, gb.metric)
+    with pytest.raises(ValueError, match="outside"):
+        merge(ga, broken, a, b, device="cpu")
+
+
+def test_extend_bad_input():
+    x = np.random.default_rng(0).random((40, 4), dtype=np.float32)
+    index = nndescent.build(nndescent.IndexParams(k=5), x, device="cpu", verbose=False)
+    with pytest.raises(ValueError, match="dimensions"):
+        index.add(np.zeros((3, 5), np.float32), device="cpu")
+    with pytest.raises(TypeError, match="dtype"):
+        index.add(np.zeros((3, 4), np.uint8), device="cpu")
+    with pytest.raises(TypeError, match="Index"):
+        nndescent.extend(index.graph, x, device="cpu")
+
+
+def test_gpu_requires_selective_update():
+    params = nndescent.IndexParams(update="all")
+    from knngraph._device import Device
+    from knngraph.nndescent import _config
+
+    with pytest.raises(ValueError, match="only implemented on the CPU"):
+        _config(params, 8, Device("cuda"), False)
+
+
+@pytest.mark.sim
+def test_whole_gpu_path_in_simulator():
+    """init -> (sample, join, merge) x iterations -> lists, through the GPU engine on the simulator."""
+    rng = np.random.default_rng(2)
+    x = rng.random((20, 4), dtype=np.float32)
+    ex = knngraph.knn_graph(x, 4, method="exact", device="cpu", verbose=False)
+    index = nndescent.build(nndescent.IndexParams(k=4, sample_size=2, max_iterations=2), x, verbose=False,
+                            _simulate=True)
+    g = index.graph
+    assert g.info["update"] == "selective" and 1 <= g.info["iterations"] <= 2
+    assert not (g.indices == np.arange(20)[:, None]).any()
+    assert (np.diff(g.distances, axis=1) >= 0).all()
+    np.testing.assert_allclose(g.distances, np.take_along_axis(
+        knngraph.metrics.pairwise_distances(x, x), g.indices.astype(np.int64), 1), rtol=1e-5, atol=1e-6)
+    assert knngraph.graph_recall(g, 4, true_graph=ex) >= 0.7
