@@ -27,6 +27,7 @@ fi
 GPU_BENCHMARKS=(
   "exact:python3 benchmarks/exact_gpu.py --out $OUT ${BENCH_ARGS:-}"
   "profile_select:python3 benchmarks/profile_select.py --out $OUT"
+  "nndescent:python3 benchmarks/nndescent_gpu.py --out $OUT ${BENCH_ARGS:-}"
 )
 
 what=${1:-all}

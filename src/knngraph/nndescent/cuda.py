@@ -105,10 +105,11 @@ class CudaEngine:
         return out_d, out_i
 
     def refine(self, x, inv, kind, gd, gi, gf, *, p, max_iterations, threshold, seed, split=0, selective=True,
-               verbose=False, desc="nn-descent (cuda)", stats=None, callback=None):
+               verbose=False, desc="nn-descent (cuda)", stats=None, callback=None, profile=False):
         """GNND iterations on an initialised graph (in place); returns per-iteration insert counts.
 
-        ``seed`` is unused on the GPU (the reverse samples come from the atomic race order)."""
+        ``seed`` is unused on the GPU (the reverse samples come from the atomic race order). ``profile``
+        synchronises after every launch and adds per-kernel seconds to ``stats`` (benchmarks only)."""
         if not selective:
             raise ValueError("update='all' is only implemented on the CPU; the GPU path uses GNND's "
                              "selective update (update='auto' or 'selective')")
@@ -136,18 +137,31 @@ class CudaEngine:
         grid_j = 1 if self.simulate else max(1, min(n, self.sm_count * 32))
         join_threads = WARP_SIM if self.simulate else JOIN_THREADS
         history, times = [], []
+        kernel_s = {"sample": 0.0, "join": 0.0, "merge": 0.0}
         paused = 0.0
+
+        def tick(name, t):
+            if profile:
+                self.synchronize()
+                now = time.perf_counter()
+                kernel_s[name] += now - t
+                return now
+            return t
         t0 = time.perf_counter()
         with progress(max_iterations, desc, disable=not verbose, min_steps=1) as bar:
             for it in range(max_iterations):
                 nr.fill(0)
                 nor.fill(0)
                 counter.fill(0)
+                tk = tick("sample", time.perf_counter())
                 K.sample_kernel[grid_w, K.WPB * 32](gi_, gf_, p, split, new_f_, nf_, old_f_, nof_, new_r_, nr_,
                                                    old_r_, nor_)
+                tk = tick("sample", tk)
                 join[grid_j, join_threads](x_, inv_, kind, gd_, new_f_, nf_, new_r_, nr_, old_f_, nof_, old_r_,
                                            nor_, p, split, cand_)
+                tk = tick("join", tk)
                 merge[grid_w, K.WPB * 32](gd_, gi_, gf_, cand_, counter_)
+                tick("merge", tk)
                 inserted = int(counter[0]) if self.simulate else int(counter.get()[0])
                 history.append(inserted)
                 times.append(time.perf_counter() - t0 - paused)
@@ -162,4 +176,6 @@ class CudaEngine:
             stats["updates_per_iteration"] = history
             stats["seconds_per_iteration"] = times
             stats["iterations"] = len(history)
+            if profile:
+                stats["kernel_seconds"] = kernel_s
         return history

@@ -1,0 +1,105 @@
+"""GNND on a real GPU (marker ``gpu``; run by scripts/gpu_check.sh): the CPU floors on sift-photos 450k."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import knngraph
+from knngraph import nndescent
+
+pytestmark = pytest.mark.gpu
+
+K = 32
+
+
+@pytest.fixture(scope="module")
+def sift450k():
+    from knngraph import io
+
+    d = os.environ.get("KNNGRAPH_DEVICE_DATA")
+    if d and (Path(d) / "sift450k-base.u8bin").exists():
+        return np.ascontiguousarray(io.read(Path(d) / "sift450k-base.u8bin"))
+    try:
+        from knngraph.datasets import load_sift_photos
+
+        return np.ascontiguousarray(load_sift_photos(450_000).base)
+    except FileNotFoundError:
+        pytest.skip("sift-photos 450k not available (set KNNGRAPH_DEVICE_DATA)")
+
+
+def _recall(g, base, k=10):
+    return knngraph.graph_recall(g, k, base=base, sample=1000, seed=0, device="cuda")
+
+
+@pytest.fixture(scope="module")
+def direct(sift450k):
+    return knngraph.knn_graph(sift450k, K, method="nndescent", device="cuda", verbose=False)
+
+
+def test_gpu_recall_450k(sift450k, direct):
+    g = direct
+    assert isinstance(g.indices, np.ndarray) and g.indices.shape == (450_000, K)
+    assert g.info["device"] == "cuda" and g.info["update"] == "selective"
+    assert not (g.indices == np.arange(len(sift450k))[:, None]).any()
+    assert (g.indices >= 0).all() and (np.diff(g.distances, axis=1) >= 0).all()
+    for row in g.indices[::9973]:
+        assert len(set(row.tolist())) == K
+    assert _recall(g, sift450k) >= 0.95
+
+
+def test_gpu_merge_halves_450k(sift450k, direct):
+    h = len(sift450k) // 2
+    g1 = knngraph.knn_graph(sift450k[:h], K, method="nndescent", device="cuda", verbose=False, seed=1)
+    g2 = knngraph.knn_graph(sift450k[h:], K, method="nndescent", device="cuda", verbose=False, seed=2)
+    g = knngraph.merge_graphs(g1, g2, sift450k[:h], sift450k[h:], device="cuda", verbose=False)
+    assert _recall(g, sift450k) >= _recall(direct, sift450k) - 0.02
+
+
+def test_gpu_add_keeps_recall_450k(sift450k, direct):
+    index = nndescent.build(nndescent.IndexParams(k=K), sift450k[:400_000], device="cuda", verbose=False)
+    bigger = index.add(sift450k[400_000:], device="cuda", verbose=False)
+    assert bigger.graph.n == 450_000
+    assert _recall(bigger.graph, sift450k) >= _recall(direct, sift450k) - 0.02
+
+
+def test_gpu_out_of_core_4x(sift450k):
+    x = sift450k[:100_000].astype(np.float32)
+    g = knngraph.knn_graph(x, K, method="nndescent", device="cuda", verbose=False, memory_limit=x.nbytes // 4)
+    assert g.info["shards"] >= 4
+    assert _recall(g, x) >= 0.95
+
+
+def test_gpu_device_input_stays_on_device(sift450k):
+    import cupy as cp
+
+    x = cp.asarray(sift450k[:50_000])
+    g = knngraph.knn_graph(x, 16, method="nndescent", device="cuda", verbose=False)
+    assert isinstance(g.indices, cp.ndarray) and isinstance(g.distances, cp.ndarray)
+    assert _recall(g.to_host(), sift450k[:50_000]) >= 0.95
+
+
+def test_gpu_quality_matches_cpu(sift450k):
+    x = sift450k[:20_000]
+    ex = knngraph.knn_graph(x, K, method="exact", device="cuda", verbose=False)
+    gpu = knngraph.knn_graph(x, K, method="nndescent", device="cuda", verbose=False)
+    cpu = knngraph.knn_graph(x, K, method="nndescent", device="cpu", verbose=False, update="selective")
+    r_gpu = knngraph.graph_recall(gpu, 10, true_graph=ex)
+    r_cpu = knngraph.graph_recall(cpu, 10, true_graph=ex)
+    assert r_gpu >= 0.95 and r_gpu >= r_cpu - 0.02
+
+
+@pytest.mark.parametrize("metric,dtype", [("sqeuclidean", np.float32), ("euclidean", np.float16),
+                                          ("inner_product", np.float32), ("cosine", np.int8),
+                                          ("cosine", np.float16)])
+def test_gpu_metrics_and_dtypes(metric, dtype):
+    rng = np.random.default_rng(5)
+    centers = rng.normal(size=(32, 48)) * 3
+    xf = centers[rng.integers(0, 32, 20_000)] + rng.normal(size=(20_000, 48))
+    if dtype == np.int8:
+        xf = np.clip(xf * 12, -128, 127)
+    x = xf.astype(dtype)
+    ex = knngraph.knn_graph(x, 16, method="exact", metric=metric, device="cuda", verbose=False)
+    g = knngraph.knn_graph(x, 16, method="nndescent", metric=metric, device="cuda", verbose=False)
+    assert knngraph.graph_recall(g, 10, true_graph=ex) >= (0.8 if metric == "inner_product" else 0.93)
