@@ -195,17 +195,12 @@ def _join_inputs(rng, kind, split, *, n, d, k=6, p=3, dtype=np.uint8):
         gd, gi, gf = _cpu_graph(xc, k, kind, 2)
         gf[rng.random((n, k)) < 0.4] = 0
     s = _samples_cpu(gi, gf, p, split)
-    return x, gd, s, p
+    return x, gd, gi, gf, s, p
 
 
-@pytest.mark.parametrize("kind,split,dtype,d", [(L2, 0, np.uint8, 37), (IP, 0, np.int8, 9), (COS, 0, np.int8, 9),
-                                                (L2, 9, np.uint8, 9), (L2, 0, np.float16, 9)])
-def test_join_kernel_matches_cpu_selective_join(rng, kind, split, dtype, d):
-    """The join kernel's candidate slots = the CPU selective local join's updates reduced per slot
-    (d=37 stages two dimension chunks, the second one partial)."""
-    x, gd, s, p = _join_inputs(rng, kind, split, dtype=dtype, n=20, d=d)
-    n, k = gd.shape
-    xc = x.astype(np.float32) if dtype == np.float16 else x
+def _cpu_selective_updates(x, gd, s, p, kind, split):
+    n = gd.shape[0]
+    xc = x.astype(np.float32) if x.dtype == np.float16 else x
     cap = cpu.join_capacity(p, True)
     upd_u = np.zeros(n * cap, np.int32)
     upd_v = np.zeros(n * cap, np.int32)
@@ -213,14 +208,50 @@ def test_join_kernel_matches_cpu_selective_join(rng, kind, split, dtype, d):
     upd_n = np.zeros(n, np.int32)
     cpu.local_join(xc, _cpu_inv(xc, kind), kind, gd, s["new_f"], s["nf"], s["new_r"], s["nr"], s["old_f"], s["nof"],
                    s["old_r"], s["nor"], p, split, True, 0, n, cap, upd_u, upd_v, upd_d, upd_n)
-    updates = [(upd_u[t * cap + e], upd_v[t * cap + e], upd_d[t * cap + e]) for t in range(n) for e in range(upd_n[t])]
-    assert updates, "the test data should produce updates"
-    cand = np.full((n, K.SLOTS), K.EMPTY, np.uint64)
-    K.join_kernel(p)[2, 64](x, _inv(xc, kind), kind, gd, s["new_f"], s["nf"], s["new_r"], s["nr"], s["old_f"],
-                            s["nof"], s["old_r"], s["nor"], p, split, cand)
+    return cap, upd_u, upd_v, upd_d, upd_n
+
+
+def _run_join(x, gd, gi, gf, s, p, kind, split, insert):
+    n = gd.shape[0]
+    xc = x.astype(np.float32) if x.dtype == np.float16 else x
+    cand = np.full((n if insert == "slots" else 1, K.SLOTS), K.EMPTY, np.uint64)
+    locks = np.zeros(n if insert == "lock" else 1, np.int32)
+    counter = np.zeros(1, np.int64)
+    K.join_kernel(p, insert)[2, 64](x, _inv(xc, kind), kind, gd, gi, gf, s["new_f"], s["nf"], s["new_r"], s["nr"],
+                                    s["old_f"], s["nof"], s["old_r"], s["nor"], p, split, cand, locks, counter)
+    return cand, locks, counter
+
+
+@pytest.mark.parametrize("kind,split,dtype,d", [(L2, 0, np.uint8, 37), (COS, 0, np.int8, 9), (L2, 9, np.uint8, 9),
+                                                (L2, 0, np.float16, 9)])
+def test_join_kernel_locked_insert_matches_cpu(rng, kind, split, dtype, d):
+    """Lock mode: the lists after the join = the CPU selective local join's updates applied on the CPU
+    (d=37 stages two dimension chunks, the second one partial)."""
+    x, gd, gi, gf, s, p = _join_inputs(rng, kind, split, dtype=dtype, n=20, d=d)
+    cap, upd_u, upd_v, upd_d, upd_n = _cpu_selective_updates(x, gd, s, p, kind, split)
+    assert upd_n.sum() > 0, "the test data should produce updates"
+    ref = [a.copy() for a in (gd, gi, gf)]
+    cpu.apply_updates(*ref, len(upd_n), cap, upd_u, upd_v, upd_d, upd_n, False, 1)
+    before = [set(row.tolist()) for row in gi]
+    _, locks, counter = _run_join(x, gd, gi, gf, s, p, kind, split, "lock")
+    np.testing.assert_array_equal(gi, ref[1])
+    np.testing.assert_allclose(gd, ref[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(gf, ref[2])
+    assert (locks == 0).all()
+    assert counter[0] >= sum(len(set(row.tolist()) - before[r]) for r, row in enumerate(gi)) > 0
+
+
+@pytest.mark.parametrize("kind,dtype", [(IP, np.int8)])
+def test_join_kernel_slots_match_cpu_selective_join(rng, kind, dtype):
+    """Slot mode: the candidate slots = the CPU selective local join's updates reduced per slot."""
+    x, gd, gi, gf, s, p = _join_inputs(rng, kind, 0, dtype=dtype, n=20, d=9)
+    cap, upd_u, upd_v, upd_d, upd_n = _cpu_selective_updates(x, gd, s, p, kind, 0)
+    updates = [(upd_u[t * cap + e], upd_v[t * cap + e], upd_d[t * cap + e]) for t in range(len(upd_n))
+               for e in range(upd_n[t])]
+    cand, _, _ = _run_join(x, gd, gi.copy(), gf.copy(), s, p, kind, 0, "slots")
     got = _decode_slots(cand)
-    want = _slot_reduce(n, updates)
-    assert got.keys() == want.keys()
+    want = _slot_reduce(len(upd_n), updates)
+    assert got.keys() == want.keys() and want
     for key in want:
         assert got[key][1] == want[key][1]
         assert got[key][0] == pytest.approx(want[key][0], rel=1e-5, abs=1e-5)

@@ -46,7 +46,7 @@ import functools
 import math
 
 import numpy as np
-from numba import cuda, float32, int32, uint32, uint64
+from numba import cuda, float32, int16, int32, int64, uint8, uint32, uint64
 
 from .._distances import DIST_IP, DIST_L2SQ, FULL_MASK, warp_distance
 from ._common import NEW, OLD, candidate_range, less, progression
@@ -165,6 +165,69 @@ def pow2_at_least(x: int) -> int:
     return 1 << max(5, math.ceil(math.log2(max(x, 1))))
 
 
+@cuda.jit(device=True, inline=True)
+def _locked_insert(gd, gi, gf, locks, counter, u, d, v, lane):
+    """Insert (d, v) into u's sorted list under u's spinlock; one whole warp (section 4.3, "Multiple
+    Spinlocks", with one lock per list: the list stays globally sorted, no segment merge needed).
+
+    Lane 0 takes the lock (atomic CAS, backing off with nanosleep); the warp reads the list with
+    ld.global.cg (L2, never a stale L1 line written by another SM), rejects a duplicate or a pair not
+    better than the last entry, counts the entries before (d, v) with ballots, shifts the tail by one
+    (highest round first, so nothing is overwritten before it is read) and writes the new entry as NEW.
+    """
+    k = gd.shape[1]
+    uu = int64(u)
+    # lock-free pre-check with plain loads: most late offers are already listed (a stale read can only
+    # make us skip an offer, never corrupt the list)
+    seen = False
+    for j in range(lane, k, WARP):
+        if gi[u, j] == v:
+            seen = True
+    if cuda.any_sync(FULL_MASK, seen):
+        return
+    if lane == 0:
+        while cuda.atomic.cas(locks, u, 0, 1) != 0:
+            cuda.nanosleep(32)
+    cuda.syncwarp(FULL_MASK)
+    dup = False
+    pos = 0
+    for j0 in range(0, k, WARP):
+        j = j0 + lane
+        ed = INF
+        ei = int32(ID_PAD)
+        if j < k:
+            ed = cuda.ldcg(gd, (uu, int64(j)))
+            ei = cuda.ldcg(gi, (uu, int64(j)))
+        if cuda.any_sync(FULL_MASK, ei == v):
+            dup = True
+        pos += cuda.popc(cuda.ballot_sync(FULL_MASK, j < k and less(ed, ei, d, v)))
+    if not dup and pos < k:
+        for j0 in range(((k - 1) // WARP) * WARP, -1, -WARP):
+            j = j0 + lane
+            ed = INF
+            ei = int32(-1)
+            ef = uint8(OLD)
+            if j < k:
+                ed = cuda.ldcg(gd, (uu, int64(j)))
+                ei = cuda.ldcg(gi, (uu, int64(j)))
+                ef = cuda.ldcg(gf, (uu, int64(j)))
+            cuda.syncwarp(FULL_MASK)
+            if j >= pos and j + 1 < k:
+                cuda.stcg(gd, (uu, int64(j + 1)), ed)
+                cuda.stcg(gi, (uu, int64(j + 1)), ei)
+                cuda.stcg(gf, (uu, int64(j + 1)), ef)
+            cuda.syncwarp(FULL_MASK)
+        if lane == 0:
+            cuda.stcg(gd, (uu, int64(pos)), d)
+            cuda.stcg(gi, (uu, int64(pos)), v)
+            cuda.stcg(gf, (uu, int64(pos)), uint8(NEW))
+            cuda.atomic.add(counter, 0, 1)
+    cuda.threadfence()
+    cuda.syncwarp(FULL_MASK)
+    if lane == 0:
+        cuda.atomic.exch(locks, u, 0)
+
+
 # --------------------------------------------------------------------------------------------------
 # initial graph
 
@@ -281,25 +344,41 @@ def sample_kernel(gi, gf, p, split, new_f, nf, old_f, nof, new_r, nr, old_r, nor
 
 
 @functools.lru_cache(maxsize=None)
-def join_kernel(pmax: int):
-    """The local-join kernel for sample counts p <= ``pmax`` (NEW and OLD sets of at most 2 pmax)."""
+def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = None):
+    """The local-join kernel for sample counts p <= ``pmax`` (NEW and OLD sets of at most 2 pmax).
+
+    ``insert="lock"``: selected pairs go straight into the lists under per-list spinlocks
+    (:func:`_locked_insert`); ``"slots"``: into the packed 64-bit candidate slots, merged afterwards by
+    :func:`merge_kernel`. ``max_registers`` caps registers per thread (occupancy vs spills)."""
+    use_lock = insert == "lock"
+    jit = cuda.jit
+    if max_registers:
+        try:
+            jit = cuda.jit(max_registers=max_registers)
+        except TypeError:  # the simulator's jit takes no register cap
+            pass
     p2 = 2 * pmax
     stride = p2 + 1                 # odd row stride: conflict-free column and row reads
     n_tri = p2 * (p2 - 1) // 2
+    cols = pow2_at_least(p2)        # NEW-OLD pair t -> (t / cols, t % cols): shifts, no division
+    lg_cols = cols.bit_length() - 1
     # shared array sizes must be plain compile-time constants
     ids_len = 2 * p2
     chunk_len = DC * stride
     no_len = p2 * stride
 
-    @cuda.jit
-    def kernel(x, inv, kind, gd, new_f, nf, new_r, nr, old_f, nof, old_r, nor, p, split, cand):
+    @jit
+    def kernel(x, inv, kind, gd, gi, gf, new_f, nf, new_r, nr, old_f, nof, old_r, nor, p, split, cand, locks,
+               counter):
         raw = cuda.shared.array(ids_len, int32)    # samples as gathered: NEW [0, p2), OLD [p2, 2 p2)
+        keep = cuda.shared.array(ids_len, int32)   # 1 where raw[i] is the first copy of its id
         ids = cuda.shared.array(ids_len, int32)    # deduplicated: NEW [0, nn), OLD [p2, p2 + no)
         cnt = cuda.shared.array(2, int32)
+        tri_uv = cuda.shared.array(n_tri, int16)   # Eqs. (1)-(2) evaluated once: u << 8 | v
         sn = cuda.shared.array(chunk_len, float32)   # NEW vectors, dimension-major chunk
         so = cuda.shared.array(chunk_len, float32)   # OLD vectors
-        d_new = cuda.shared.array(n_tri, float32)      # NEW-NEW, D_new[u(u-1)/2 + v], u > v
-        d_no = cuda.shared.array(no_len, float32)  # NEW-OLD, D_no[i * stride + j]
+        d_new = cuda.shared.array(n_tri, float32)    # NEW-NEW, D_new[u(u-1)/2 + v], u > v
+        d_no = cuda.shared.array(no_len, float32)    # NEW-OLD, D_no[i * stride + j]
         tid = cuda.threadIdx.x
         nt = cuda.blockDim.x
         w = tid // WARP
@@ -309,6 +388,10 @@ def join_kernel(pmax: int):
         k = gd.shape[1]
         dim = x.shape[1]
         merge = split > 0
+        ustride = uint64(stride)
+        for t in range(tid, n_tri, nt):
+            u, v = _tri(t)
+            tri_uv[t] = int16(u * 256 + v)
         s = cuda.blockIdx.x
         while s < n:
             a = nf[s]
@@ -330,42 +413,41 @@ def join_kernel(pmax: int):
                         v = old_r[s, q - c]
                 raw[t] = v
             cuda.syncthreads()
-
-            # dedupe and compact (warp 0); an id in both sets stays NEW
+            # dedupe: a thread per sample; an id in both sets stays NEW
+            for t in range(tid, 2 * p2, nt):
+                v = raw[t]
+                ok = v >= 0
+                if ok:
+                    lo = p2 if t >= p2 else 0
+                    for j in range(lo, t):
+                        if raw[j] == v:
+                            ok = False
+                            break
+                    if ok and t >= p2:
+                        for j in range(a + b):
+                            if raw[j] == v:
+                                ok = False
+                                break
+                keep[t] = 1 if ok else 0
+            cuda.syncthreads()
+            # compact (warp 0, ballot prefix sums)
             if w == 0:
                 below = cuda.lanemask_lt()
                 nn = 0
                 for base in range(0, a + b, WARP):
                     i = base + lane
-                    v = raw[i] if i < a + b else -1
-                    keep = v >= 0
-                    if keep:
-                        for j in range(i):
-                            if raw[j] == v:
-                                keep = False
-                                break
-                    bal = cuda.ballot_sync(FULL_MASK, keep)
-                    if keep:
-                        ids[nn + cuda.popc(bal & below)] = v
+                    ok = i < a + b and keep[i] != 0
+                    bal = cuda.ballot_sync(FULL_MASK, ok)
+                    if ok:
+                        ids[nn + cuda.popc(bal & below)] = raw[i]
                     nn += cuda.popc(bal)
                 no = 0
                 for base in range(0, c + e, WARP):
                     i = base + lane
-                    v = raw[p2 + i] if i < c + e else -1
-                    keep = v >= 0
-                    if keep:
-                        for j in range(i):
-                            if raw[p2 + j] == v:
-                                keep = False
-                                break
-                    if keep:
-                        for j in range(a + b):
-                            if raw[j] == v:
-                                keep = False
-                                break
-                    bal = cuda.ballot_sync(FULL_MASK, keep)
-                    if keep:
-                        ids[p2 + no + cuda.popc(bal & below)] = v
+                    ok = i < c + e and keep[p2 + i] != 0
+                    bal = cuda.ballot_sync(FULL_MASK, ok)
+                    if ok:
+                        ids[p2 + no + cuda.popc(bal & below)] = raw[p2 + i]
                     no += cuda.popc(bal)
                 if lane == 0:
                     cnt[0] = nn
@@ -377,7 +459,7 @@ def join_kernel(pmax: int):
             # GGM: every NEW sample of a node lies in the other subset, so NEW-NEW pairs are same-subset
             # pairs and are not computed (section 5.1); NEW-OLD pairs are all cross pairs
             n_nn = 0 if merge else nn * (nn - 1) // 2
-            n_no = nn * no
+            n_no = nn * cols if no > 0 else 0
             if nn > 0 and n_nn + n_no > 0:
                 for c0 in range(0, dim, DC):
                     # stage dims [c0, c0 + DC) of every sample, dimension-major
@@ -395,50 +477,66 @@ def join_kernel(pmax: int):
                         else:
                             so[q * stride + r - nn] = val
                     cuda.syncthreads()
+                    # unsigned indices below: no negative-index wraparound code in the inner loops
                     for t in range(tid, n_nn, nt):
-                        u, v = _tri(t)
+                        uv = uint64(tri_uv[t])
+                        bu = uv >> uint64(8)
+                        bv = uv & uint64(255)
                         acc = float32(0.0)
                         if kind == DIST_L2SQ:
                             for q in range(DC):
-                                df = sn[q * stride + u] - sn[q * stride + v]
+                                off = uint64(q * stride)
+                                df = sn[off + bu] - sn[off + bv]
                                 acc += df * df
                         else:
                             for q in range(DC):
-                                acc += sn[q * stride + u] * sn[q * stride + v]
+                                off = uint64(q * stride)
+                                acc += sn[off + bu] * sn[off + bv]
+                        ut = uint64(t)
                         if c0 == 0:
-                            d_new[t] = acc
+                            d_new[ut] = acc
                         else:
-                            d_new[t] += acc
+                            d_new[ut] += acc
                     for t in range(tid, n_no, nt):
-                        i = t // no
-                        j = t - i * no
-                        acc = float32(0.0)
-                        if kind == DIST_L2SQ:
-                            for q in range(DC):
-                                df = sn[q * stride + i] - so[q * stride + j]
-                                acc += df * df
-                        else:
-                            for q in range(DC):
-                                acc += sn[q * stride + i] * so[q * stride + j]
-                        if c0 == 0:
-                            d_no[i * stride + j] = acc
-                        else:
-                            d_no[i * stride + j] += acc
+                        ut = uint64(t)
+                        bi = ut >> uint64(lg_cols)
+                        bj = ut & uint64(cols - 1)
+                        if bj < uint64(no):
+                            acc = float32(0.0)
+                            if kind == DIST_L2SQ:
+                                for q in range(DC):
+                                    off = uint64(q * stride)
+                                    df = sn[off + bi] - so[off + bj]
+                                    acc += df * df
+                            else:
+                                for q in range(DC):
+                                    off = uint64(q * stride)
+                                    acc += sn[off + bi] * so[off + bj]
+                            o = bi * ustride + bj
+                            if c0 == 0:
+                                d_no[o] = acc
+                            else:
+                                d_no[o] += acc
                     cuda.syncthreads()
 
-                # selective update (Alg. 2): one warp per sample row
+                # selective update (Alg. 2): one warp per sample row; part 0 = nearest NEW partner (none
+                # for a NEW row in a merge: same-subset pairs), part 1 = nearest OLD partner (NEW rows)
                 for r in range(w, m, n_warps):
                     if r < nn:
                         u = ids[r]
                     else:
                         u = ids[p2 + r - nn]
                     wd = gd[u, k - 1]
-                    # nearest NEW partner (a NEW row in a merge has none: same-subset pairs)
-                    if not (merge and r < nn):
+                    for part in range(2):
+                        if (part == 0 and merge and r < nn) or (part == 1 and r >= nn):
+                            continue
                         bd = INF
                         bv = int32(ID_PAD)
-                        for j in range(lane, nn, WARP):
-                            if j != r:
+                        n_cols = nn if part == 0 else no
+                        for j in range(lane, n_cols, WARP):
+                            if part == 0:
+                                if j == r:
+                                    continue
                                 if r < nn:
                                     hi = max(r, j)
                                     lo = min(r, j)
@@ -446,26 +544,19 @@ def join_kernel(pmax: int):
                                 else:
                                     acc = d_no[j * stride + (r - nn)]
                                 vj = ids[j]
-                                dd = _finish(acc, kind, inv, u, vj)
-                                if less(dd, vj, bd, bv):
-                                    bd = dd
-                                    bv = vj
-                        bd, bv = _warp_min(bd, bv)
-                        if lane == 0 and bv != ID_PAD and bd < wd:
-                            cuda.atomic.min(cand, (u, bv % SLOTS), pack(bd, bv))
-                    # nearest OLD partner of a NEW row
-                    if r < nn:
-                        bd = INF
-                        bv = int32(ID_PAD)
-                        for j in range(lane, no, WARP):
-                            vj = ids[p2 + j]
-                            dd = _finish(d_no[r * stride + j], kind, inv, u, vj)
+                            else:
+                                acc = d_no[r * stride + j]
+                                vj = ids[p2 + j]
+                            dd = _finish(acc, kind, inv, u, vj)
                             if less(dd, vj, bd, bv):
                                 bd = dd
                                 bv = vj
                         bd, bv = _warp_min(bd, bv)
-                        if lane == 0 and bv != ID_PAD and bd < wd:
-                            cuda.atomic.min(cand, (u, bv % SLOTS), pack(bd, bv))
+                        if bv != ID_PAD and bd < wd:
+                            if use_lock:
+                                _locked_insert(gd, gi, gf, locks, counter, u, bd, bv, lane)
+                            elif lane == 0:
+                                cuda.atomic.min(cand, (u, bv % SLOTS), pack(bd, bv))
             cuda.syncthreads()  # shared memory is reused by the next node
             s += cuda.gridDim.x
 

@@ -274,17 +274,15 @@ def apply_updates(gd, gi, gf, n_nodes, cap, upd_u, upd_v, upd_d, upd_n, symmetri
     for w in prange(n_workers):
         lo = w * n // n_workers
         hi = (w + 1) * n // n_workers
-        c = 0
         for t in range(n_nodes):
             base = t * cap
             for e in range(upd_n[t]):
                 u = upd_u[base + e]
                 v = upd_v[base + e]
                 if lo <= u < hi:
-                    c += _insert(gd, gi, gf, u, v if v >= 0 else -1 - v, upd_d[base + e])
+                    counts[w] += _insert(gd, gi, gf, u, v if v >= 0 else -1 - v, upd_d[base + e])
                 if symmetric and lo <= v < hi:
-                    c += _insert(gd, gi, gf, v, u if u >= 0 else -1 - u, upd_d[base + e])
-        counts[w] = c
+                    counts[w] += _insert(gd, gi, gf, v, u if u >= 0 else -1 - u, upd_d[base + e])
     return counts.sum()
 
 

@@ -1,7 +1,8 @@
 """GNND on the GPU: CuPy arrays, numba-cuda kernels (see ``_kernels.py``), few large launches.
 
-An iteration is three kernel launches (sample, join, merge) plus two CuPy fills and one 8-byte read of
-the insert counter (the convergence test). Arrays are allocated once per build (or per GGM merge).
+An iteration is two kernel launches (sample, join with in-place locked inserts; a third, merge, with
+the candidate-slot insert variant) plus CuPy fills and one 8-byte read of the insert counter (the
+convergence test). Arrays are allocated once per build (or per GGM merge).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class CudaEngine:
 
     def memory_per_node(self, d, itemsize, k, p, cosine):
         """Device bytes per node of a build or merge (vectors, lists, samples, candidate slots, outputs)."""
-        return d * itemsize + (4 if cosine else 0) + 9 * k + 16 * p + 16 + 8 * K.SLOTS + 8 * k
+        return d * itemsize + (4 if cosine else 0) + 9 * k + 16 * p + 20 + 8 * k
 
     # ---------------------------------------------------------------------------------------------
     # launches
@@ -105,11 +106,17 @@ class CudaEngine:
         return out_d, out_i
 
     def refine(self, x, inv, kind, gd, gi, gf, *, p, max_iterations, threshold, seed, split=0, selective=True,
-               verbose=False, desc="nn-descent (cuda)", stats=None, callback=None, profile=False):
+               verbose=False, desc="nn-descent (cuda)", stats=None, callback=None, profile=False, insert="lock",
+               max_registers=None):
         """GNND iterations on an initialised graph (in place); returns per-iteration insert counts.
 
-        ``seed`` is unused on the GPU (the reverse samples come from the atomic race order). ``profile``
+        ``seed`` is unused on the GPU (the reverse samples come from the atomic race order). ``insert``:
+        "lock" inserts selected pairs into the lists under per-list spinlocks during the join; "slots"
+        offers them to packed 64-bit atomic candidate slots merged by a third kernel (kept for the
+        measurement; it loses offers that collide in a slot and converges more slowly). ``profile``
         synchronises after every launch and adds per-kernel seconds to ``stats`` (benchmarks only)."""
+        if insert not in ("lock", "slots"):
+            raise ValueError(f"insert must be 'lock' or 'slots', got {insert!r}")
         if not selective:
             raise ValueError("update='all' is only implemented on the CPU; the GPU path uses GNND's "
                              "selective update (update='auto' or 'selective')")
@@ -125,13 +132,15 @@ class CudaEngine:
         nof = cp.zeros(n, cp.int32)
         nr = cp.zeros(n, cp.int32)
         nor = cp.zeros(n, cp.int32)
-        cand = cp.full((n, K.SLOTS), K.EMPTY, cp.uint64)
+        use_slots = insert == "slots"
+        cand = cp.full((n if use_slots else 1, K.SLOTS), K.EMPTY, cp.uint64)
+        locks = cp.zeros(1 if use_slots else n, cp.int32)
         counter = cp.zeros(1, cp.int64)
         # numba device views, made once: launching with them skips per-launch interface conversions
         nb = [a if self.simulate else cuda.as_cuda_array(a)
-              for a in (x, inv, gd, gi, gf, new_f, nf, old_f, nof, new_r, nr, old_r, nor, cand, counter)]
-        (x_, inv_, gd_, gi_, gf_, new_f_, nf_, old_f_, nof_, new_r_, nr_, old_r_, nor_, cand_, counter_) = nb
-        join = K.join_kernel(p)
+              for a in (x, inv, gd, gi, gf, new_f, nf, old_f, nof, new_r, nr, old_r, nor, cand, locks, counter)]
+        (x_, inv_, gd_, gi_, gf_, new_f_, nf_, old_f_, nof_, new_r_, nr_, old_r_, nor_, cand_, locks_, counter_) = nb
+        join = K.join_kernel(p, insert, max_registers)
         merge = K.merge_kernel(32 * math.ceil(k / 32))
         grid_w = self._warp_grid(n)
         grid_j = 1 if self.simulate else max(1, min(n, self.sm_count * 32))
@@ -157,11 +166,12 @@ class CudaEngine:
                 K.sample_kernel[grid_w, K.WPB * 32](gi_, gf_, p, split, new_f_, nf_, old_f_, nof_, new_r_, nr_,
                                                    old_r_, nor_)
                 tk = tick("sample", tk)
-                join[grid_j, join_threads](x_, inv_, kind, gd_, new_f_, nf_, new_r_, nr_, old_f_, nof_, old_r_,
-                                           nor_, p, split, cand_)
+                join[grid_j, join_threads](x_, inv_, kind, gd_, gi_, gf_, new_f_, nf_, new_r_, nr_, old_f_, nof_,
+                                           old_r_, nor_, p, split, cand_, locks_, counter_)
                 tk = tick("join", tk)
-                merge[grid_w, K.WPB * 32](gd_, gi_, gf_, cand_, counter_)
-                tick("merge", tk)
+                if use_slots:
+                    merge[grid_w, K.WPB * 32](gd_, gi_, gf_, cand_, counter_)
+                    tick("merge", tk)
                 inserted = int(counter[0]) if self.simulate else int(counter.get()[0])
                 history.append(inserted)
                 times.append(time.perf_counter() - t0 - paused)
