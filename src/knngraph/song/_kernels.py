@@ -105,7 +105,7 @@ def _dist4_generic(kind, base, v0, v1, v2, v3, qv, w, dim, lane):
 
 @cuda.jit(device=True, inline=True)
 def _byte(word, b, signed):
-    x = (word >> (8 * b)) & 255
+    x = int32((word >> (8 * b)) & 255)
     if signed and x >= 128:
         x -= 256
     return float32(x)
@@ -490,6 +490,7 @@ def prune_kernel(lcap: int, rcap: int, wpb: int):
                 cnt[w] = nk
             cuda.syncwarp(FULL_MASK)
             nk = cnt[w]
+            cuda.syncwarp(FULL_MASK)  # every lane has read cnt before lane 0 reuses it
             if nk < degree:
                 if lane == 0:
                     c = 0

@@ -20,10 +20,10 @@ from numba import prange
 from .._distances import DIST_IP, DIST_L2SQ, cpu_distance
 from ._structs import cpu_dedup_sorted, cpu_sort_pairs
 
-__all__ = ["prune_cpu"]
+__all__ = ["prune_cpu", "occlusion_factor"]
 
 
-@numba.njit(inline="always")
+@numba.njit(cache=True)
 def _gather(u, src, base, kind, inv, ids, d, n0):
     """Append the valid ids of row ``src`` (not u, not -1) with their distance to u; returns the count."""
     n = n0
@@ -37,13 +37,11 @@ def _gather(u, src, base, kind, inv, ids, d, n0):
     return n
 
 
-@numba.njit(parallel=True)
-def _prune(base, inv, kind, alpha, primary, primary2, secondary, degree, fill, out_ids, out_d):
+@numba.njit(parallel=True, cache=True)
+def _prune(base, inv, kind, factor, primary, primary2, secondary, degree, fill, out_ids, out_d):
     n = primary.shape[0]
     cap = primary.shape[1] + primary2.shape[1] + secondary.shape[1]
-    a = np.float32(alpha * alpha) if kind == DIST_L2SQ else np.float32(alpha)
-    if kind == DIST_IP:
-        a = np.float32(1.0)
+    a = np.float32(factor)
     for u in prange(n):
         ids = np.empty(cap, np.int32)
         d = np.empty(cap, np.float32)
@@ -99,10 +97,20 @@ def _prune(base, inv, kind, alpha, primary, primary2, secondary, degree, fill, o
             row_d[t] = np.inf
 
 
+def occlusion_factor(kind: int, alpha: float) -> float:
+    """The factor f of the occlusion test f * d(r, c) < d(u, c) on internal distances: alpha^2 for
+    squared L2, alpha for cosine, 1 for inner product."""
+    if kind == DIST_L2SQ:
+        return float(np.float32(alpha * alpha))
+    if kind == DIST_IP:
+        return 1.0
+    return float(np.float32(alpha))
+
+
 def prune_cpu(base, inv, kind, alpha, primary, primary2, secondary, degree, fill):
     """Run the pruning routine for every node; returns ids int32 and internal distances float32 [n, R]."""
     n = primary.shape[0]
     out_ids = np.empty((n, degree), np.int32)
     out_d = np.empty((n, degree), np.float32)
-    _prune(base, inv, kind, float(alpha), primary, primary2, secondary, int(degree), bool(fill), out_ids, out_d)
+    _prune(base, inv, kind, occlusion_factor(kind, alpha), primary, primary2, secondary, int(degree), bool(fill), out_ids, out_d)
     return out_ids, out_d

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
+from numba import prange, types
+from numba.extending import overload
 
 from .._distances import cpu_distance
 from . import _structs as st
 
-__all__ = ["search_cpu", "DIST_HAMMING", "popcount32"]
+__all__ = ["search_cpu", "rerank_cpu", "DIST_HAMMING", "popcount32"]
 
 #: distance kind for 1-bit codes (uint32 words): the Hamming distance, section VII
 DIST_HAMMING = 3
@@ -44,7 +45,7 @@ CHUNK = 32
 _QUERIES_PER_TASK = 8
 
 
-@numba.njit(inline="always")
+@numba.njit(cache=True)
 def popcount32(x):
     x = x - ((x >> 1) & 0x55555555)
     x = (x & 0x33333333) + ((x >> 2) & 0x33333333)
@@ -52,23 +53,35 @@ def popcount32(x):
     return ((x * 0x01010101) & 0xFFFFFFFF) >> 24
 
 
-@numba.njit(inline="always")
-def _hamming(kind, base, i, queries, j, inv_b, inv_q):
-    """Hamming distance between uint32 code rows base[i] and queries[j]."""
-    acc = 0
-    for w in range(base.shape[1]):
-        acc += popcount32(np.int64(base[i, w] ^ queries[j, w]))
-    return np.float32(acc)
+def _distance(kind, base, i, queries, j, inv_b, inv_q):
+    """Distance between base[i] and queries[j]: the metric's (see ``_distances.cpu_distance``), or the
+    Hamming distance when ``base`` holds uint32 codes (section VII); chosen at compile time by dtype."""
+    raise NotImplementedError  # pragma: no cover - only the compiled overload runs
 
 
-@numba.njit(inline="always")
+@overload(_distance)
+def _distance_impl(kind, base, i, queries, j, inv_b, inv_q):
+    if isinstance(base, types.Array) and base.dtype == types.uint32:
+        def hamming(kind, base, i, queries, j, inv_b, inv_q):
+            acc = 0
+            for w in range(base.shape[1]):
+                acc += popcount32(np.int64(base[i, w] ^ queries[j, w]))
+            return np.float32(acc)
+        return hamming
+
+    def metric(kind, base, i, queries, j, inv_b, inv_q):
+        return cpu_distance(kind, base, i, queries, j, inv_b, inv_q)
+    return metric
+
+
+@numba.njit(cache=True)
 def _is_visited(use_bloom, ht, bw, hmask, hshift, bbits, bnhash, v):
     if use_bloom:
         return st.cpu_bloom_contains(bw, 0, bbits, bnhash, v)
     return st.cpu_hash_contains(ht, 0, hmask, hshift, v)
 
 
-@numba.njit(inline="always")
+@numba.njit(cache=True)
 def _offer(c, cand, cd, n, m, qsize, qk, qi, tk, ti, use_bloom, ht, bw, hmask, hshift, bbits, bnhash):
     """Data-structure maintenance for one chunk of ``c`` candidates; returns the new queue size."""
     for t in range(c):
@@ -96,83 +109,76 @@ def _offer(c, cand, cd, n, m, qsize, qk, qi, tk, ti, use_bloom, ht, bw, hmask, h
     return n
 
 
-def _make_search(_distance):
-    """The parallel search loop with ``_distance`` (vectors or codes) bound at compile time."""
-
-    @numba.njit(parallel=True)
-    def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, use_bloom, hslots, hshift,
-                bwords, bnhash, out_k, out_i, out_nd):
-        nq = queries.shape[0]
-        deg = graph.shape[1]
-        ne = entries.shape[0]
-        hmask = hslots - 1
-        bbits = bwords * 32 - 1
-        ntasks = (nq + _QUERIES_PER_TASK - 1) // _QUERIES_PER_TASK
-        for task in prange(ntasks):
-            qk = np.empty(qsize, np.float32)
-            qi = np.empty(qsize, np.int32)
-            tk = np.empty(qsize, np.float32)
-            ti = np.empty(qsize, np.int32)
-            ht = np.empty(hslots, np.int32)
-            bw = np.empty(bwords, np.uint32)
-            cand = np.empty(CHUNK, np.int32)
-            cd = np.empty(CHUNK, np.float32)
-            for j in range(task * _QUERIES_PER_TASK, min(nq, (task + 1) * _QUERIES_PER_TASK)):
-                ht[:] = -1
-                bw[:] = 0
-                n = 0
-                m = 0
-                nd = 0
-                # entry points, 32 at a time, like any other candidate chunk
-                for s in range(0, ne, CHUNK):
+@numba.njit(parallel=True, cache=True)
+def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, use_bloom, hslots, hshift,
+            bwords, bnhash, out_k, out_i, out_nd):
+    nq = queries.shape[0]
+    deg = graph.shape[1]
+    ne = entries.shape[0]
+    hmask = hslots - 1
+    bbits = bwords * 32 - 1
+    ntasks = (nq + _QUERIES_PER_TASK - 1) // _QUERIES_PER_TASK
+    for task in prange(ntasks):
+        qk = np.empty(qsize, np.float32)
+        qi = np.empty(qsize, np.int32)
+        tk = np.empty(qsize, np.float32)
+        ti = np.empty(qsize, np.int32)
+        ht = np.empty(hslots, np.int32)
+        bw = np.empty(bwords, np.uint32)
+        cand = np.empty(CHUNK, np.int32)
+        cd = np.empty(CHUNK, np.float32)
+        for j in range(task * _QUERIES_PER_TASK, min(nq, (task + 1) * _QUERIES_PER_TASK)):
+            ht[:] = -1
+            bw[:] = 0
+            n = 0
+            m = 0
+            nd = 0
+            # entry points, 32 at a time, like any other candidate chunk
+            for s in range(0, ne, CHUNK):
+                c = 0
+                for t in range(s, min(ne, s + CHUNK)):
+                    v = entries[t]
+                    if not _is_visited(use_bloom, ht, bw, hmask, hshift, bbits, bnhash, v):
+                        cand[c] = v
+                        c += 1
+                for t in range(c):
+                    cd[t] = _distance(kind, base, cand[t], queries, j, inv_b, inv_q)
+                nd += c
+                n = _offer(c, cand, cd, n, m, qsize, qk, qi, tk, ti, use_bloom, ht, bw, hmask, hshift, bbits, bnhash)
+            while n > 0:
+                dk = qk[0]
+                du = qi[0]
+                n = st.cpu_smmh_pop_min(qk, qi, 0, n)
+                if m == qsize:
+                    if not (dk < tk[0] or (dk == tk[0] and du < ti[0])):
+                        break  # the best unexpanded vertex is worse than all of topk
+                    ev = ti[0]
+                    st.cpu_maxheap_replace_top(tk, ti, 0, m, dk, du)
+                    if not use_bloom:
+                        st.cpu_hash_delete(ht, 0, hmask, hshift, ev)
+                else:
+                    m = st.cpu_maxheap_push(tk, ti, 0, m, dk, du)
+                for s in range(0, deg, CHUNK):
                     c = 0
-                    for t in range(s, min(ne, s + CHUNK)):
-                        v = entries[t]
-                        if not _is_visited(use_bloom, ht, bw, hmask, hshift, bbits, bnhash, v):
+                    for t in range(s, min(deg, s + CHUNK)):
+                        v = graph[du, t]
+                        if v >= 0 and not _is_visited(use_bloom, ht, bw, hmask, hshift, bbits, bnhash, v):
                             cand[c] = v
                             c += 1
                     for t in range(c):
                         cd[t] = _distance(kind, base, cand[t], queries, j, inv_b, inv_q)
                     nd += c
                     n = _offer(c, cand, cd, n, m, qsize, qk, qi, tk, ti, use_bloom, ht, bw, hmask, hshift, bbits, bnhash)
-                while n > 0:
-                    dk = qk[0]
-                    du = qi[0]
-                    n = st.cpu_smmh_pop_min(qk, qi, 0, n)
-                    if m == qsize:
-                        if not (dk < tk[0] or (dk == tk[0] and du < ti[0])):
-                            break  # the best unexpanded vertex is worse than all of topk
-                        ev = ti[0]
-                        st.cpu_maxheap_replace_top(tk, ti, 0, m, dk, du)
-                        if not use_bloom:
-                            st.cpu_hash_delete(ht, 0, hmask, hshift, ev)
-                    else:
-                        m = st.cpu_maxheap_push(tk, ti, 0, m, dk, du)
-                    for s in range(0, deg, CHUNK):
-                        c = 0
-                        for t in range(s, min(deg, s + CHUNK)):
-                            v = graph[du, t]
-                            if v >= 0 and not _is_visited(use_bloom, ht, bw, hmask, hshift, bbits, bnhash, v):
-                                cand[c] = v
-                                c += 1
-                        for t in range(c):
-                            cd[t] = _distance(kind, base, cand[t], queries, j, inv_b, inv_q)
-                        nd += c
-                        n = _offer(c, cand, cd, n, m, qsize, qk, qi, tk, ti, use_bloom, ht, bw, hmask, hshift, bbits, bnhash)
-                st.cpu_maxheap_sort(tk, ti, 0, m)
-                for t in range(k):
-                    if t < m:
-                        out_k[j, t] = tk[t]
-                        out_i[j, t] = ti[t]
-                    else:
-                        out_k[j, t] = np.inf
-                        out_i[j, t] = -1
-                out_nd[j] = nd
+            st.cpu_maxheap_sort(tk, ti, 0, m)
+            for t in range(k):
+                if t < m:
+                    out_k[j, t] = tk[t]
+                    out_i[j, t] = ti[t]
+                else:
+                    out_k[j, t] = np.inf
+                    out_i[j, t] = -1
+            out_nd[j] = nd
 
-    return _search
-
-
-_SEARCH = {False: _make_search(cpu_distance), True: _make_search(_hamming)}
 
 
 def search_cpu(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_size, visited):
@@ -189,6 +195,40 @@ def search_cpu(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_s
     hslots, hshift = st.hash_capacity(queue_size)
     bwords, bnhash = st.bloom_shape(queue_size)
     use_bloom = visited == "bloom"
-    _SEARCH[kind == DIST_HAMMING](graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_size, use_bloom,
+    _search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_size, use_bloom,
             hslots, hshift, bwords if use_bloom else 1, bnhash, out_k, out_i, out_nd)
     return out_k, out_i, out_nd
+
+
+@numba.njit(parallel=True, cache=True)
+def _rerank(base, queries, inv_b, inv_q, kind, cand, k, out_k, out_i):
+    nq, r = cand.shape
+    for j in prange(nq):
+        d = np.empty(r, np.float32)
+        ids = np.empty(r, np.int32)
+        c = 0
+        for t in range(r):
+            v = cand[j, t]
+            if v < 0:
+                continue
+            ids[c] = v
+            d[c] = cpu_distance(kind, base, v, queries, j, inv_b, inv_q)
+            c += 1
+        st.cpu_sort_pairs(d, ids, 0, c)
+        for t in range(k):
+            if t < c:
+                out_k[j, t] = d[t]
+                out_i[j, t] = ids[t]
+            else:
+                out_k[j, t] = np.inf
+                out_i[j, t] = -1
+
+
+def rerank_cpu(base, queries, inv_b, inv_q, kind, candidates, k):
+    """Exact distances of each query to its candidate ids (host arrays); the k nearest, sorted by
+    (distance, id): internal distances float32 and ids int32 [nq, k]."""
+    nq = queries.shape[0]
+    out_k = np.empty((nq, k), np.float32)
+    out_i = np.empty((nq, k), np.int32)
+    _rerank(base, queries, inv_b, inv_q, kind, np.ascontiguousarray(candidates), k, out_k, out_i)
+    return out_k, out_i

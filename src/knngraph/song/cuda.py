@@ -112,6 +112,8 @@ def prune_cuda(base, inv, kind, alpha, primary, primary2, secondary, degree, fil
     out_ids = xp.empty((n, degree), xp.int32)
     out_d = xp.empty((n, degree), xp.float32)
     blocks = (n + wpb - 1) // wpb
-    kern[blocks, wpb * kn.WARP](base, inv, kind, float(alpha), primary, primary2, secondary, int(degree),
+    from ._prune_cpu import occlusion_factor
+
+    kern[blocks, wpb * kn.WARP](base, inv, kind, occlusion_factor(kind, alpha), primary, primary2, secondary, int(degree),
                                 bool(fill), out_ids, out_d)
     return out_ids, out_d

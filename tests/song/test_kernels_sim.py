@@ -1,0 +1,105 @@
+"""SONG's CUDA kernels in the numba CUDA simulator on tiny inputs, against the CPU path id for id.
+
+Inputs are small integers, so every distance is exact in float32 on both paths and the searches must
+agree exactly (ids, distances and the number of distance computations)."""
+
+import numpy as np
+import pytest
+
+import knngraph
+from knngraph._distances import cpu_vectors, distance_kind, inverse_norms
+from knngraph.song import _kernels as kn
+from knngraph.song._prune_cpu import prune_cpu
+from knngraph.song.cpu import DIST_HAMMING, search_cpu
+from knngraph.song.cuda import distance_mode, prune_cuda, search_device
+
+pytestmark = pytest.mark.sim
+
+
+def _small(rng, dtype, n, d, lo=-6, hi=7):
+    if np.dtype(dtype) == np.uint8:
+        lo, hi = 0, 13
+    return rng.integers(lo, hi, (n, d)).astype(dtype)
+
+
+def _graph(x, metric, degree=6):
+    g = knngraph.knn_graph(x, 10, metric=metric, device="cpu", verbose=False)
+    return knngraph.optimize_graph(g, x, degree, device="cpu")
+
+
+@pytest.mark.parametrize("dtype,dim,metric,visited,mode", [
+    (np.uint8, 12, "sqeuclidean", "hash", kn.MODE_PACKED_U8),
+    (np.int8, 8, "inner_product", "bloom", kn.MODE_PACKED_I8),
+    (np.float32, 7, "cosine", "hash", kn.MODE_GENERIC),
+    (np.float16, 9, "euclidean", "hash", kn.MODE_GENERIC),
+])
+def test_search_kernel_matches_cpu(dtype, dim, metric, visited, mode, rng):
+    x = _small(rng, dtype, 40, dim)
+    q = _small(rng, np.float32, 3, dim)
+    g = _graph(x, metric)
+    kind = distance_kind(metric)
+    xc = cpu_vectors(x)
+    inv_b = inverse_norms(xc) if metric == "cosine" else np.zeros(1, np.float32)
+    inv_q = inverse_norms(q) if metric == "cosine" else np.zeros(1, np.float32)
+    entries = np.array([3, 0, 17, 3], np.int32)  # a repeated entry point is visited once
+    assert distance_mode(x.dtype, dim, False) == mode
+    ck, ci, cn = search_cpu(g.indices, xc, q, inv_b, inv_q, kind, entries, 4, 6, visited)
+    gk, gi, gn = search_device(g.indices, x, q, inv_b, inv_q, kind, entries, 4, 6, visited, mode, xp=np,
+                               max_warps=2)
+    np.testing.assert_array_equal(gi, ci)
+    np.testing.assert_array_equal(gn, cn)
+    if metric == "cosine":
+        np.testing.assert_allclose(gk, ck, rtol=1e-5, atol=1e-6)
+    else:
+        np.testing.assert_array_equal(gk, ck)
+
+
+def test_hamming_kernel_matches_cpu(rng):
+    codes = rng.integers(0, 2**32, (40, 2), dtype=np.uint64).astype(np.uint32)
+    qcodes = rng.integers(0, 2**32, (3, 2), dtype=np.uint64).astype(np.uint32)
+    g = _graph(rng.standard_normal((40, 5)).astype(np.float32), "sqeuclidean")
+    z = np.zeros(1, np.float32)
+    entries = np.array([5, 9], np.int32)
+    ck, ci, cn = search_cpu(g.indices, codes, qcodes, z, z, DIST_HAMMING, entries, 3, 5, "hash")
+    gk, gi, gn = search_device(g.indices, codes, qcodes, z, z, DIST_HAMMING, entries, 3, 5, "hash",
+                               kn.MODE_HAMMING, xp=np, max_warps=1)
+    np.testing.assert_array_equal(gi, ci)
+    np.testing.assert_array_equal(gk, ck)
+    np.testing.assert_array_equal(gn, cn)
+
+
+def test_prune_kernel_matches_cpu(rng):
+    x = _small(rng, np.int8, 14, 5)
+    g = knngraph.knn_graph(x, 7, device="cpu", verbose=False)
+    g.indices[2, 1] = g.indices[2, 0]  # a repeated id
+    g.indices[5, -2:] = -1
+    kind = distance_kind("sqeuclidean")
+    inv = np.zeros(1, np.float32)
+    empty = np.empty((14, 0), np.int32)
+    cf, cd = prune_cpu(x, inv, kind, 1.1, g.indices, empty, empty, 4, False)
+    gf, gd = prune_cuda(x, inv, kind, 1.1, g.indices, empty, empty, 4, False, xp=np, max_warps=2)
+    np.testing.assert_array_equal(gf, cf)
+    np.testing.assert_array_equal(gd, cd)
+    rev = np.roll(cf, 1, axis=0)
+    cf2, cd2 = prune_cpu(x, inv, kind, 1.1, cf, rev, g.indices, 4, True)
+    gf2, gd2 = prune_cuda(x, inv, kind, 1.1, cf, rev, g.indices, 4, True, xp=np, max_warps=2)
+    np.testing.assert_array_equal(gf2, cf2)
+    np.testing.assert_array_equal(gd2, cd2)
+
+
+def test_kernel_rows_and_entries_longer_than_a_warp(rng):
+    # complete graph of degree 39 (two 32-id chunks per row) and 35 entry points (two chunks): exact
+    from .conftest import complete_graph
+
+    x = _small(rng, np.float32, 40, 4)
+    q = _small(rng, np.float32, 1, 4)
+    g = complete_graph(40)
+    entries = np.arange(35, dtype=np.int32)[::-1].copy()
+    z = np.zeros(1, np.float32)
+    gk, gi, gn = search_device(g.indices, x, q, z, z, 0, entries, 5, 8, "hash", kn.MODE_GENERIC, xp=np,
+                               max_warps=1)
+    full = ((q[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+    order = np.lexsort((np.broadcast_to(np.arange(40), full.shape), full), axis=1)[:, :5]
+    np.testing.assert_array_equal(gi, order)
+    ck, ci, cn = search_cpu(g.indices, x, q, z, z, 0, entries, 5, 8, "hash")
+    np.testing.assert_array_equal(gn, cn)

@@ -1,0 +1,69 @@
+"""knngraph.optimize_graph on the CPU: shape and invariants of the result, the pruning rule, bad input."""
+
+import numpy as np
+import pytest
+
+import knngraph
+from knngraph import metrics
+
+
+def test_prepared_graph_invariants(sample, sift_graphs):
+    raw, g = sift_graphs
+    assert g.indices.shape == (20000, 32) and g.indices.dtype == np.int32 and g.distances.dtype == np.float32
+    assert g.metric == "sqeuclidean" and g.info["method"] == "optimize_graph"
+    ids = g.indices
+    assert (ids >= 0).all()  # every row filled to the degree
+    assert not (ids == np.arange(20000)[:, None]).any()  # no self loops
+    assert all(len(set(r)) == 32 for r in ids[::97].tolist())  # no repeated ids
+    assert (np.diff(g.distances, axis=1) >= 0).all()  # sorted
+    rows = np.arange(0, 20000, 501)
+    ref = metrics.pairwise_distances(sample.base[rows], sample.base, "sqeuclidean")
+    np.testing.assert_array_equal(g.distances[rows], np.take_along_axis(ref, ids[rows].astype(np.int64), 1))
+    # reverse edges: the prepared graph is much closer to symmetric than the k-NN graph
+    def symmetric_share(gr, cols):
+        src = np.repeat(np.arange(gr.n), cols)
+        dst = gr.indices[:, :cols].ravel()
+        fwd = set(zip(src.tolist(), dst.tolist()))
+        return np.mean([(b, a) in fwd for a, b in list(fwd)[::50]])
+    assert symmetric_share(g, 32) > symmetric_share(raw, 32) + 0.1
+
+
+def test_pruning_rule_on_a_line():
+    # points on a line: from 0 the RNG rule keeps 1 and drops 2, 3 (reached through 1)
+    x = np.array([[0], [1], [2], [3], [10]], dtype=np.float32)
+    g = knngraph.knn_graph(x, 4, device="cpu", verbose=False)
+    pruned = knngraph.optimize_graph(g, x, degree=1, device="cpu")
+    assert pruned.indices[:, 0].tolist() == [1, 0, 1, 2, 3]
+    full = knngraph.optimize_graph(g, x, degree=4, device="cpu")
+    assert full.indices[0].tolist() == [1, 2, 3, 4]  # filled back up to the degree, nearest first
+    np.testing.assert_array_equal(full.distances[0], [1, 4, 9, 100])
+
+
+def test_metrics_and_missing_ids(rng):
+    x = rng.standard_normal((200, 6)).astype(np.float32)
+    for metric in metrics.METRICS:
+        g = knngraph.knn_graph(x, 12, metric=metric, device="cpu", verbose=False)
+        g.indices[::7, -3:] = -1
+        p = knngraph.optimize_graph(g, x, degree=8, alpha=1.2, device="cpu")
+        assert p.metric == metric and p.indices.shape == (200, 8)
+        assert ((p.indices >= -1) & (p.indices < 200)).all()
+        ok = p.indices >= 0
+        full = metrics.pairwise_distances(x, x, metric)
+        np.testing.assert_allclose(p.distances[ok], np.take_along_axis(full, np.where(ok, p.indices, 0), 1)[ok],
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_bad_input(sample, sift_graphs):
+    raw, _ = sift_graphs
+    with pytest.raises(ValueError, match="graph has 20000 rows but base has 100"):
+        knngraph.optimize_graph(raw, sample.base[:100], device="cpu")
+    with pytest.raises(ValueError, match="alpha must be a number >= 1"):
+        knngraph.optimize_graph(raw, sample.base, alpha=0.5, device="cpu")
+    with pytest.raises(ValueError, match="degree must be in the range"):
+        knngraph.optimize_graph(raw, sample.base, degree=0, device="cpu")
+    with pytest.raises(TypeError, match="knngraph.Graph"):
+        knngraph.optimize_graph(raw.indices, sample.base, device="cpu")
+    bad = knngraph.knn_graph(sample.base[:50], 8, device="cpu", verbose=False)
+    bad.indices[3, 0] = 50
+    with pytest.raises(ValueError, match="row 3"):
+        knngraph.optimize_graph(bad, sample.base[:50], device="cpu")
