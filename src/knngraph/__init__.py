@@ -15,9 +15,11 @@ from .bruteforce import KNNResult
 from .evaluate import graph_recall, r_at_k, recall_at_k
 from .graph import Graph
 from .nndescent import merge_graphs
+from . import song
+from .song import optimize_graph
 
 __version__ = "0.1.0"
 
 __all__ = ["knn", "knn_graph", "Graph", "KNNResult", "GRAPH_METHODS", "gpu_available", "recall_at_k",
            "r_at_k", "graph_recall", "bruteforce", "evaluate", "metrics", "__version__", "nndescent",
-           "merge_graphs"]
+           "merge_graphs", "song", "optimize_graph"]
