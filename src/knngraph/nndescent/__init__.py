@@ -57,8 +57,8 @@ class IndexParams(Params):
         Distance; see :mod:`knngraph.metrics`.
     sample_size : int, default=0
         p, the NEW and OLD entries sampled from each list per iteration (GNND section 4.1); reverse
-        samples add up to p more of each. 0 = auto: k/2 clipped to [4, 32] (the GNND authors used
-        k=64, p=32). At most 32 and at most k.
+        samples add up to p more of each. 0 = auto: k for selective update, k/2 for 'all', clipped to
+        [4, 32] and to k (the GNND authors used k=64, p=32).
     max_iterations : int, default=20
         Iteration cap.
     termination_threshold : float, default=0.001
@@ -124,12 +124,12 @@ class Index:
 
 
 def _config(params: IndexParams, k: int, dev: Device, verbose: bool) -> _build.Config:
-    p = params.sample_size or auto_sample_size(k)
-    p = max(1, min(p, k))
     if params.update == "all" and dev.is_cuda:
         raise ValueError("update='all' is only implemented on the CPU; the GPU path uses GNND's selective "
                          "update (update='auto' or 'selective')")
     selective = params.update == "selective" or (params.update == "auto" and dev.is_cuda)
+    p = params.sample_size or auto_sample_size(k, selective)
+    p = max(1, min(p, k))
     return _build.Config(k=k, p=p, max_iterations=params.max_iterations, threshold=params.termination_threshold,
                          seed=params.seed, selective=selective, kind=distance_kind(params.metric), verbose=verbose)
 

@@ -18,6 +18,10 @@ from .._progress import progress
 
 __all__ = ["Config", "make_engine", "build_in_memory", "ggm", "plan_shard_rows", "sharded_build"]
 
+#: sample size and iteration cap of the shard-pair merges of an out-of-core build
+MERGE_SAMPLE = 16
+MERGE_ITERATIONS = 10
+
 
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -190,7 +194,10 @@ def sharded_build(engine, data, cfg: Config, shard_rows: int, *, stats=None):
                 res_i.append(np.where(li >= 0, li + np.int32(lo), np.int32(-1)).astype(np.int32))
                 del block, gd, gi
                 bar.update(1)
-            merge_cfg = dataclasses.replace(cfg, verbose=False)
+            # shard-pair merges start from two finished graphs and only look for cross pairs: fewer samples
+            # and iterations suffice (the GNND authors' code used 10-12 samples and 3-11 iterations)
+            merge_cfg = dataclasses.replace(cfg, verbose=False, p=min(cfg.p, MERGE_SAMPLE),
+                                            max_iterations=min(cfg.max_iterations, MERGE_ITERATIONS))
             for i, (lo_i, hi_i) in enumerate(bounds[:-1]):
                 ni = hi_i - lo_i
                 xi = fetch.next()

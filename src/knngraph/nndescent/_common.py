@@ -78,7 +78,10 @@ def less(da, ia, db, ib):
     return da < db or (da == db and ia < ib)
 
 
-def auto_sample_size(k: int) -> int:
-    """Default sample count p: k/2 (the GNND authors' k=64, p=32), between 4 and 32."""
-    return int(min(32, max(4, k // 2)))
+def auto_sample_size(k: int, selective: bool) -> int:
+    """Default sample count p. Selective update (GPU) inserts only each sample's nearest partners, so it
+    needs more samples: p = k up to 32 (the GNND authors used k=64, p=32); inserting every improving pair
+    (CPU) converges with p = k/2. At least 4, at most 32 and k."""
+    p = k if selective else k // 2
+    return int(min(32, k, max(4, p)))
 

@@ -165,67 +165,88 @@ def pow2_at_least(x: int) -> int:
     return 1 << max(5, math.ceil(math.log2(max(x, 1))))
 
 
-@cuda.jit(device=True, inline=True)
-def _locked_insert(gd, gi, gf, locks, counter, u, d, v, lane):
-    """Insert (d, v) into u's sorted list under u's spinlock; one whole warp (section 4.3, "Multiple
-    Spinlocks", with one lock per list: the list stays globally sorted, no segment merge needed).
+@functools.lru_cache(maxsize=None)
+def locked_insert(rounds: int):
+    """Device function inserting (d, v) into u's sorted list under u's spinlock, for lists of at most
+    ``32 * rounds`` entries; one whole warp (section 4.3, "Multiple Spinlocks", with one lock per list:
+    the list stays globally sorted, so no segment merge is needed).
 
-    Lane 0 takes the lock (atomic CAS, backing off with nanosleep); the warp reads the list with
-    ld.global.cg (L2, never a stale L1 line written by another SM), rejects a duplicate or a pair not
-    better than the last entry, counts the entries before (d, v) with ballots, shifts the tail by one
-    (highest round first, so nothing is overwritten before it is read) and writes the new entry as NEW.
+    A lock-free pre-check drops offers whose id is already listed (most offers of late iterations; a
+    stale read can only make us skip an offer). Then lane 0 takes the lock (atomic CAS, nanosleep
+    back-off); the warp reads the list once with ld.global.cg (L2: never a stale L1 line written by
+    another SM) into registers, rejects a duplicate or a pair not better than the last entry, finds the
+    position with ballots, and writes the shifted tail (each lane's predecessor comes by shfl_up) and the
+    new NEW entry; a fence precedes the release.
     """
-    k = gd.shape[1]
-    uu = int64(u)
-    # lock-free pre-check with plain loads: most late offers are already listed (a stale read can only
-    # make us skip an offer, never corrupt the list)
-    seen = False
-    for j in range(lane, k, WARP):
-        if gi[u, j] == v:
-            seen = True
-    if cuda.any_sync(FULL_MASK, seen):
-        return
-    if lane == 0:
-        while cuda.atomic.cas(locks, u, 0, 1) != 0:
-            cuda.nanosleep(32)
-    cuda.syncwarp(FULL_MASK)
-    dup = False
-    pos = 0
-    for j0 in range(0, k, WARP):
-        j = j0 + lane
-        ed = INF
-        ei = int32(ID_PAD)
-        if j < k:
-            ed = cuda.ldcg(gd, (uu, int64(j)))
-            ei = cuda.ldcg(gi, (uu, int64(j)))
-        if cuda.any_sync(FULL_MASK, ei == v):
-            dup = True
-        pos += cuda.popc(cuda.ballot_sync(FULL_MASK, j < k and less(ed, ei, d, v)))
-    if not dup and pos < k:
-        for j0 in range(((k - 1) // WARP) * WARP, -1, -WARP):
-            j = j0 + lane
-            ed = INF
-            ei = int32(-1)
-            ef = uint8(OLD)
-            if j < k:
-                ed = cuda.ldcg(gd, (uu, int64(j)))
-                ei = cuda.ldcg(gi, (uu, int64(j)))
-                ef = cuda.ldcg(gf, (uu, int64(j)))
-            cuda.syncwarp(FULL_MASK)
-            if j >= pos and j + 1 < k:
-                cuda.stcg(gd, (uu, int64(j + 1)), ed)
-                cuda.stcg(gi, (uu, int64(j + 1)), ei)
-                cuda.stcg(gf, (uu, int64(j + 1)), ef)
-            cuda.syncwarp(FULL_MASK)
+
+    @cuda.jit(device=True, inline=True)
+    def insert(gd, gi, gf, locks, counter, u, d, v, lane):
+        k = gd.shape[1]
+        uu = int64(u)
+        seen = False
+        for r in range(rounds):
+            j = r * WARP + lane
+            if j < k and gi[u, j] == v:
+                seen = True
+        if cuda.any_sync(FULL_MASK, seen):
+            return
         if lane == 0:
-            cuda.stcg(gd, (uu, int64(pos)), d)
-            cuda.stcg(gi, (uu, int64(pos)), v)
-            cuda.stcg(gf, (uu, int64(pos)), uint8(NEW))
-            cuda.atomic.add(counter, 0, 1)
-    cuda.threadfence()
-    cuda.syncwarp(FULL_MASK)
-    if lane == 0:
-        cuda.atomic.exch(locks, u, 0)
+            while cuda.atomic.cas(locks, u, 0, 1) != 0:
+                cuda.nanosleep(32)
+        cuda.syncwarp(FULL_MASK)
+        ld = cuda.local.array(rounds, float32)
+        li = cuda.local.array(rounds, int32)
+        lf = cuda.local.array(rounds, int32)
+        for r in range(rounds):
+            j = r * WARP + lane
+            if j < k:
+                ld[r] = cuda.ldcg(gd, (uu, int64(j)))
+                li[r] = cuda.ldcg(gi, (uu, int64(j)))
+                lf[r] = int32(cuda.ldcg(gf, (uu, int64(j))))
+            else:
+                ld[r] = INF
+                li[r] = int32(ID_PAD)
+                lf[r] = int32(OLD)
+        dup = False
+        pos = 0
+        for r in range(rounds):
+            j = r * WARP + lane
+            if cuda.any_sync(FULL_MASK, li[r] == v):
+                dup = True
+            pos += cuda.popc(cuda.ballot_sync(FULL_MASK, j < k and less(ld[r], li[r], d, v)))
+        if not dup and pos < k:
+            cd = INF
+            ci = int32(-1)
+            cf = int32(OLD)
+            for r in range(rounds):
+                j = r * WARP + lane
+                pd = cuda.shfl_up_sync(FULL_MASK, ld[r], 1)
+                pi = cuda.shfl_up_sync(FULL_MASK, li[r], 1)
+                pf = cuda.shfl_up_sync(FULL_MASK, lf[r], 1)
+                if lane == 0:
+                    pd = cd
+                    pi = ci
+                    pf = cf
+                cd = cuda.shfl_sync(FULL_MASK, ld[r], WARP - 1)
+                ci = cuda.shfl_sync(FULL_MASK, li[r], WARP - 1)
+                cf = cuda.shfl_sync(FULL_MASK, lf[r], WARP - 1)
+                if j < k:
+                    if j == pos:
+                        cuda.stcg(gd, (uu, int64(j)), d)
+                        cuda.stcg(gi, (uu, int64(j)), v)
+                        cuda.stcg(gf, (uu, int64(j)), uint8(NEW))
+                    elif j > pos:
+                        cuda.stcg(gd, (uu, int64(j)), pd)
+                        cuda.stcg(gi, (uu, int64(j)), pi)
+                        cuda.stcg(gf, (uu, int64(j)), uint8(pf))
+            if lane == 0:
+                cuda.atomic.add(counter, 0, 1)
+        cuda.threadfence()
+        cuda.syncwarp(FULL_MASK)
+        if lane == 0:
+            cuda.atomic.exch(locks, u, 0)
+
+    return insert
 
 
 # --------------------------------------------------------------------------------------------------
@@ -344,13 +365,15 @@ def sample_kernel(gi, gf, p, split, new_f, nf, old_f, nof, new_r, nr, old_r, nor
 
 
 @functools.lru_cache(maxsize=None)
-def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = None):
+def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = None, kmax: int = 64):
     """The local-join kernel for sample counts p <= ``pmax`` (NEW and OLD sets of at most 2 pmax).
 
     ``insert="lock"``: selected pairs go straight into the lists under per-list spinlocks
-    (:func:`_locked_insert`); ``"slots"``: into the packed 64-bit candidate slots, merged afterwards by
+    (:func:`locked_insert`, lists of at most ``kmax`` entries); ``"slots"``: into the packed 64-bit
+    candidate slots, merged afterwards by
     :func:`merge_kernel`. ``max_registers`` caps registers per thread (occupancy vs spills)."""
     use_lock = insert == "lock"
+    insert_fn = locked_insert(max(1, -(-kmax // WARP)))
     jit = cuda.jit
     if max_registers:
         try:
@@ -364,7 +387,8 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
     lg_cols = cols.bit_length() - 1
     # shared array sizes must be plain compile-time constants
     ids_len = 2 * p2
-    chunk_len = DC * stride
+    chunk_len = DC * stride + cols  # + cols: the NEW-OLD tiles may read (and discard) past the last row
+    half = cols // 2
     no_len = p2 * stride
 
     @jit
@@ -392,6 +416,10 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
         for t in range(tid, n_tri, nt):
             u, v = _tri(t)
             tri_uv[t] = int16(u * 256 + v)
+        # the 2 x 2 tiles read (and discard) unused columns: make those finite once
+        for t in range(tid, chunk_len, nt):
+            sn[t] = float32(0.0)
+            so[t] = float32(0.0)
         s = cuda.blockIdx.x
         while s < n:
             a = nf[s]
@@ -459,7 +487,7 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
             # GGM: every NEW sample of a node lies in the other subset, so NEW-NEW pairs are same-subset
             # pairs and are not computed (section 5.1); NEW-OLD pairs are all cross pairs
             n_nn = 0 if merge else nn * (nn - 1) // 2
-            n_no = nn * cols if no > 0 else 0
+            n_no = ((nn + 1) // 2) * half if no > 0 else 0
             if nn > 0 and n_nn + n_no > 0:
                 for c0 in range(0, dim, DC):
                     # stage dims [c0, c0 + DC) of every sample, dimension-major
@@ -497,26 +525,63 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
                             d_new[ut] = acc
                         else:
                             d_new[ut] += acc
+                    # NEW-OLD: 2 x 2 register tiles, rows (i, i + 1) x columns (j, j + cols/2): four pairs
+                    # from four shared loads per dimension (the paper's 16 x 16 tiling, one level down)
                     for t in range(tid, n_no, nt):
                         ut = uint64(t)
-                        bi = ut >> uint64(lg_cols)
-                        bj = ut & uint64(cols - 1)
+                        bi = (ut >> uint64(lg_cols - 1)) * uint64(2)
+                        bj = ut & uint64(half - 1)
+                        bj2 = bj + uint64(half)
                         if bj < uint64(no):
-                            acc = float32(0.0)
+                            a00 = float32(0.0)
+                            a01 = float32(0.0)
+                            a10 = float32(0.0)
+                            a11 = float32(0.0)
                             if kind == DIST_L2SQ:
                                 for q in range(DC):
                                     off = uint64(q * stride)
-                                    df = sn[off + bi] - so[off + bj]
-                                    acc += df * df
+                                    x0 = sn[off + bi]
+                                    x1 = sn[off + bi + uint64(1)]
+                                    y0 = so[off + bj]
+                                    y1 = so[off + bj2]
+                                    f00 = x0 - y0
+                                    f01 = x0 - y1
+                                    f10 = x1 - y0
+                                    f11 = x1 - y1
+                                    a00 += f00 * f00
+                                    a01 += f01 * f01
+                                    a10 += f10 * f10
+                                    a11 += f11 * f11
                             else:
                                 for q in range(DC):
                                     off = uint64(q * stride)
-                                    acc += sn[off + bi] * so[off + bj]
+                                    x0 = sn[off + bi]
+                                    x1 = sn[off + bi + uint64(1)]
+                                    y0 = so[off + bj]
+                                    y1 = so[off + bj2]
+                                    a00 += x0 * y0
+                                    a01 += x0 * y1
+                                    a10 += x1 * y0
+                                    a11 += x1 * y1
+                            row2 = bi + uint64(1) < uint64(nn)
+                            col2 = bj2 < uint64(no)
                             o = bi * ustride + bj
                             if c0 == 0:
-                                d_no[o] = acc
+                                d_no[o] = a00
+                                if col2:
+                                    d_no[o + uint64(half)] = a01
+                                if row2:
+                                    d_no[o + ustride] = a10
+                                    if col2:
+                                        d_no[o + ustride + uint64(half)] = a11
                             else:
-                                d_no[o] += acc
+                                d_no[o] += a00
+                                if col2:
+                                    d_no[o + uint64(half)] += a01
+                                if row2:
+                                    d_no[o + ustride] += a10
+                                    if col2:
+                                        d_no[o + ustride + uint64(half)] += a11
                     cuda.syncthreads()
 
                 # selective update (Alg. 2): one warp per sample row; part 0 = nearest NEW partner (none
@@ -554,7 +619,7 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
                         bd, bv = _warp_min(bd, bv)
                         if bv != ID_PAD and bd < wd:
                             if use_lock:
-                                _locked_insert(gd, gi, gf, locks, counter, u, bd, bv, lane)
+                                insert_fn(gd, gi, gf, locks, counter, u, bd, bv, lane)
                             elif lane == 0:
                                 cuda.atomic.min(cand, (u, bv % SLOTS), pack(bd, bv))
             cuda.syncthreads()  # shared memory is reused by the next node
