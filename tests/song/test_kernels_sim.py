@@ -43,11 +43,12 @@ def test_search_kernel_matches_cpu(dtype, dim, metric, visited, mode, rng):
     inv_q = inverse_norms(q) if metric == "cosine" else np.zeros(1, np.float32)
     entries = np.array([3, 0, 17, 3], np.int32)  # a repeated entry point is visited once
     assert distance_mode(x.dtype, dim, False) == mode
-    ck, ci, cn = search_cpu(g.indices, xc, q, inv_b, inv_q, kind, entries, 4, 6, visited)
-    gk, gi, gn = search_device(g.indices, x, q, inv_b, inv_q, kind, entries, 4, 6, visited, mode, xp=np,
+    ck, ci, cn, ce = search_cpu(g.indices, xc, q, inv_b, inv_q, kind, entries, 4, 6, visited)
+    gk, gi, gn, ge = search_device(g.indices, x, q, inv_b, inv_q, kind, entries, 4, 6, visited, mode, xp=np,
                                max_warps=2)
     np.testing.assert_array_equal(gi, ci)
     np.testing.assert_array_equal(gn, cn)
+    np.testing.assert_array_equal(ge, ce)
     if metric == "cosine":
         np.testing.assert_allclose(gk, ck, rtol=1e-5, atol=1e-6)
     else:
@@ -60,12 +61,13 @@ def test_hamming_kernel_matches_cpu(rng):
     g = _graph(rng.standard_normal((40, 5)).astype(np.float32), "sqeuclidean")
     z = np.zeros(1, np.float32)
     entries = np.array([5, 9], np.int32)
-    ck, ci, cn = search_cpu(g.indices, codes, qcodes, z, z, DIST_HAMMING, entries, 3, 5, "hash")
-    gk, gi, gn = search_device(g.indices, codes, qcodes, z, z, DIST_HAMMING, entries, 3, 5, "hash",
+    ck, ci, cn, ce = search_cpu(g.indices, codes, qcodes, z, z, DIST_HAMMING, entries, 3, 5, "hash")
+    gk, gi, gn, ge = search_device(g.indices, codes, qcodes, z, z, DIST_HAMMING, entries, 3, 5, "hash",
                                kn.MODE_HAMMING, xp=np, max_warps=1)
     np.testing.assert_array_equal(gi, ci)
     np.testing.assert_array_equal(gk, ck)
     np.testing.assert_array_equal(gn, cn)
+    np.testing.assert_array_equal(ge, ce)
 
 
 def test_prune_kernel_matches_cpu(rng):
@@ -96,10 +98,11 @@ def test_kernel_rows_and_entries_longer_than_a_warp(rng):
     g = complete_graph(40)
     entries = np.arange(35, dtype=np.int32)[::-1].copy()
     z = np.zeros(1, np.float32)
-    gk, gi, gn = search_device(g.indices, x, q, z, z, 0, entries, 5, 8, "hash", kn.MODE_GENERIC, xp=np,
+    gk, gi, gn, ge = search_device(g.indices, x, q, z, z, 0, entries, 5, 8, "hash", kn.MODE_GENERIC, xp=np,
                                max_warps=1)
     full = ((q[:, None, :] - x[None, :, :]) ** 2).sum(-1)
     order = np.lexsort((np.broadcast_to(np.arange(40), full.shape), full), axis=1)[:, :5]
     np.testing.assert_array_equal(gi, order)
-    ck, ci, cn = search_cpu(g.indices, x, q, z, z, 0, entries, 5, 8, "hash")
+    ck, ci, cn, ce = search_cpu(g.indices, x, q, z, z, 0, entries, 5, 8, "hash")
     np.testing.assert_array_equal(gn, cn)
+    np.testing.assert_array_equal(ge, ce)

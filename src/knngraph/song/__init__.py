@@ -83,15 +83,20 @@ class SearchParams(Params):
         (0: all Q). Between k and Q.
     batch_size : int, default=0
         Queries per GPU launch (0: all, at most 2^20); host queries are copied batch by batch.
+    max_registers : int, default=0
+        GPU only: cap on registers per thread of the search kernel (0: the compiler's choice). A cap
+        lets more warps stay resident at the price of some spilling; benchmarks/song_gpu.py measures it.
     """
 
     queue_size: int = 64
     visited: str = "hash"
     rerank: int = 0
     batch_size: int = 0
+    max_registers: int = 0
 
     _constraints = {"queue_size": Interval(1, MAX_QUEUE_SIZE), "visited": Options(("hash", "bloom")),
-                    "rerank": Interval(0, MAX_QUEUE_SIZE), "batch_size": Interval(0, None)}
+                    "rerank": Interval(0, MAX_QUEUE_SIZE), "batch_size": Interval(0, None),
+                    "max_registers": Interval(0, 255)}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -243,34 +248,37 @@ def _search_arrays(dev: Device, g_ids, xb, inv_b, entries, queries, k, metric, s
             sm = cp.cuda.Device(dev.index).attributes["MultiProcessorCount"]
             if hashed:
                 qcodes = hasher.encode(cp.asarray(queries))
-                out_k, out_i, nd = search_device(g_ids, codes, qcodes, cp.zeros(1, cp.float32), cp.zeros(1, cp.float32),
-                                                 DIST_HAMMING, entries, k_search, sp.queue_size, sp.visited,
-                                                 distance_mode(None, 0, True), xp=cp, batch_size=sp.batch_size,
-                                                 sm_count=sm, verbose=verbose)
+                out_k, out_i, nd, ne = search_device(g_ids, codes, qcodes, cp.zeros(1, cp.float32),
+                                                     cp.zeros(1, cp.float32), DIST_HAMMING, entries, k_search,
+                                                     sp.queue_size, sp.visited, distance_mode(None, 0, True), xp=cp,
+                                                     batch_size=sp.batch_size, sm_count=sm, verbose=verbose,
+                                                     max_registers=sp.max_registers or None)
             else:
                 qinv_fn = (lambda qb: inverse_norms(qb, cp)) if metric == "cosine" else None
-                out_k, out_i, nd = search_device(g_ids, xb, queries, inv_b, cp.zeros(1, cp.float32), kind, entries,
-                                                 k_search, sp.queue_size, sp.visited,
-                                                 distance_mode(xb.dtype, xb.shape[1], False), xp=cp,
-                                                 batch_size=sp.batch_size, sm_count=sm, verbose=verbose,
-                                                 query_inv_fn=qinv_fn)
+                out_k, out_i, nd, ne = search_device(g_ids, xb, queries, inv_b, cp.zeros(1, cp.float32), kind,
+                                                     entries, k_search, sp.queue_size, sp.visited,
+                                                     distance_mode(xb.dtype, xb.shape[1], False), xp=cp,
+                                                     batch_size=sp.batch_size, sm_count=sm, verbose=verbose,
+                                                     query_inv_fn=qinv_fn, max_registers=sp.max_registers or None)
             if stats is not None:
                 stats["distances_per_query"] = float(nd.mean()) if nd.size else 0.0
+                stats["expansions_per_query"] = float(ne.mean()) if ne.size else 0.0
     else:
         from .cpu import DIST_HAMMING, search_cpu
 
         if hashed:
             qcodes = hasher.encode(as_numpy(queries))
             z = np.zeros(1, np.float32)
-            out_k, out_i, nd = search_cpu(g_ids, codes, qcodes, z, z, DIST_HAMMING, entries, k_search,
-                                          sp.queue_size, sp.visited)
+            out_k, out_i, nd, ne = search_cpu(g_ids, codes, qcodes, z, z, DIST_HAMMING, entries, k_search,
+                                              sp.queue_size, sp.visited)
         else:
             qf = np.ascontiguousarray(as_numpy(queries), dtype=np.float32)
             inv_q = inverse_norms(qf) if metric == "cosine" else np.zeros(1, np.float32)
-            out_k, out_i, nd = search_cpu(g_ids, xb, qf, inv_b, inv_q, kind, entries, k_search,
-                                          sp.queue_size, sp.visited)
+            out_k, out_i, nd, ne = search_cpu(g_ids, xb, qf, inv_b, inv_q, kind, entries, k_search,
+                                              sp.queue_size, sp.visited)
         if stats is not None:
             stats["distances_per_query"] = float(nd.mean()) if nd.size else 0.0
+            stats["expansions_per_query"] = float(ne.mean()) if ne.size else 0.0
     if hashed:
         from .cpu import rerank_cpu
 
@@ -318,7 +326,8 @@ def search(graph: Graph, base, queries, k: int, params: SearchParams | None = No
     device : {'auto', 'cpu', 'cuda', 'cuda:N'}, default='auto'
     verbose : bool, default=True
     stats : dict, optional
-        Filled with ``distances_per_query`` (mean number of distance computations) and ``seconds``.
+        Filled with ``distances_per_query`` (mean number of distance computations),
+        ``expansions_per_query`` (mean number of vertices whose row was read) and ``seconds``.
 
     Returns
     -------

@@ -270,9 +270,11 @@ def warps_per_block(qcap, use_bloom, vsize, dpad, max_warps=4):
 
 
 @functools.lru_cache(maxsize=None)
-def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, wpb: int):
+def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, wpb: int,
+                  max_registers: int | None = None):
     """The search kernel for queue capacity ``qcap`` (runtime queue_size <= qcap), a visited set of
-    ``vsize`` hash slots or Bloom words, a staged query row of ``dpad`` floats and a distance mode."""
+    ``vsize`` hash slots or Bloom words, a staged query row of ``dpad`` floats and a distance mode.
+    ``max_registers`` caps registers per thread (more resident warps, possibly some spilling)."""
     QN = wpb * qcap
     HN = wpb * vsize if not use_bloom else 1
     BN = wpb * vsize if use_bloom else 1
@@ -285,9 +287,11 @@ def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, 
     else:
         stage, load_query = _stage_generic, _load_query_generic
 
-    @cuda.jit
+    jit = cuda.jit(max_registers=max_registers) if max_registers else cuda.jit
+
+    @jit
     def kernel(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, hshift, bnhash, counter, out_k,
-               out_i, out_nd):
+               out_i, out_nd, out_ne):
         qk = cuda.shared.array(QN, dtype=float32)
         qi = cuda.shared.array(QN, dtype=int32)
         tk = cuda.shared.array(QN, dtype=float32)
@@ -329,6 +333,7 @@ def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, 
             n = 0  # |q| and |topk|: meaningful in lane 0 only
             m = 0
             nd = 0
+            ne_ = 0
             u = int32(-1)
             step = 0  # 0: entry points, then expansions of u
             ns = (ne + WARP - 1) // WARP
@@ -376,6 +381,8 @@ def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, 
                                 if not use_bloom:
                                     st.gpu_hash_delete(ht, voff, hmask, hshift, ev)
                                 nu = du
+                        if nu >= 0:
+                            ne_ += 1
                         ctl[w] = nu
                     cuda.syncwarp(FULL_MASK)
                     u = ctl[w]
@@ -390,6 +397,7 @@ def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, 
                 st.gpu_maxheap_sort(tk, ti, off, m)
                 ctl[w] = m
                 out_nd[j] = nd
+                out_ne[j] = ne_
             cuda.syncwarp(FULL_MASK)
             mm = ctl[w]
             for t in range(lane, k, WARP):

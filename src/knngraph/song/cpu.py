@@ -111,7 +111,7 @@ def _offer(c, cand, cd, n, m, qsize, qk, qi, tk, ti, use_bloom, ht, bw, hmask, h
 
 @numba.njit(parallel=True, cache=True)
 def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, use_bloom, hslots, hshift,
-            bwords, bnhash, out_k, out_i, out_nd):
+            bwords, bnhash, out_k, out_i, out_nd, out_ne):
     nq = queries.shape[0]
     deg = graph.shape[1]
     ne = entries.shape[0]
@@ -133,6 +133,7 @@ def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, use_blo
             n = 0
             m = 0
             nd = 0
+            ne_ = 0
             # entry points, 32 at a time, like any other candidate chunk
             for s in range(0, ne, CHUNK):
                 c = 0
@@ -158,6 +159,7 @@ def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, use_blo
                         st.cpu_hash_delete(ht, 0, hmask, hshift, ev)
                 else:
                     m = st.cpu_maxheap_push(tk, ti, 0, m, dk, du)
+                ne_ += 1
                 for s in range(0, deg, CHUNK):
                     c = 0
                     for t in range(s, min(deg, s + CHUNK)):
@@ -178,6 +180,7 @@ def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, use_blo
                     out_k[j, t] = np.inf
                     out_i[j, t] = -1
             out_nd[j] = nd
+            out_ne[j] = ne_
 
 
 
@@ -186,18 +189,20 @@ def search_cpu(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_s
 
     ``base`` is what the CPU kernels can read (see ``_distances.cpu_vectors``) or uint32 codes with
     ``kind=DIST_HAMMING``; ``queries`` float32 (or uint32 codes). Returns internal distances float32,
-    ids int32 (both [nq, k], -1/inf where fewer than k were found) and distance computations per query.
+    ids int32 (both [nq, k], -1/inf where fewer than k were found), distance computations and expanded
+    vertices per query.
     """
     nq = queries.shape[0]
     out_k = np.empty((nq, k), np.float32)
     out_i = np.empty((nq, k), np.int32)
     out_nd = np.empty(nq, np.int32)
+    out_ne = np.empty(nq, np.int32)
     hslots, hshift = st.hash_capacity(queue_size)
     bwords, bnhash = st.bloom_shape(queue_size)
     use_bloom = visited == "bloom"
     _search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_size, use_bloom,
-            hslots, hshift, bwords if use_bloom else 1, bnhash, out_k, out_i, out_nd)
-    return out_k, out_i, out_nd
+            hslots, hshift, bwords if use_bloom else 1, bnhash, out_k, out_i, out_nd, out_ne)
+    return out_k, out_i, out_nd, out_ne
 
 
 @numba.njit(parallel=True, cache=True)

@@ -15,7 +15,7 @@ from . import _structs as st
 __all__ = ["search_device", "prune_cuda", "queue_capacity", "kernel_for", "distance_mode"]
 
 #: queue_size is rounded up to one of these compile-time capacities (one kernel build per capacity)
-_MIN_QCAP = 16
+_MIN_QCAP = 32
 
 
 def queue_capacity(queue_size: int) -> int:
@@ -35,7 +35,8 @@ def distance_mode(dtype, dim: int, hashed: bool) -> int:
     return kn.MODE_GENERIC
 
 
-def kernel_for(queue_size: int, visited: str, dim: int, mode: int, max_warps: int = 4):
+def kernel_for(queue_size: int, visited: str, dim: int, mode: int, max_warps: int = 4,
+               max_registers: int | None = None):
     """(kernel, hash shift, Bloom hash count) for a search configuration."""
     qcap = queue_capacity(queue_size)
     use_bloom = visited == "bloom"
@@ -56,13 +57,14 @@ def kernel_for(queue_size: int, visited: str, dim: int, mode: int, max_warps: in
     if per_block > kn.SHARED_BUDGET:
         raise ValueError(f"queue_size={queue_size} with dim={dim} needs {per_block} bytes of shared memory per "
                          f"warp, more than the {kn.SHARED_BUDGET} a block may use; lower queue_size")
-    return kn.search_kernel(qcap, use_bloom, vsize, dpad, mode, wpb), hshift, bnhash
+    return kn.search_kernel(qcap, use_bloom, vsize, dpad, mode, wpb, max_registers), hshift, bnhash
 
 
 def search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_size, visited, mode, *,
                   xp, batch_size: int = 0, max_warps: int = 4, sm_count: int = 1, verbose: bool = False,
-                  query_inv_fn=None):
-    """Search every query on the device; returns device arrays (internal distances, ids, #distances).
+                  query_inv_fn=None, max_registers: int | None = None):
+    """Search every query on the device; returns device arrays (internal distances, ids, number of
+    distance computations, number of expanded vertices).
 
     ``base`` is the vectors (or uint32 codes, mode HAMMING) on the device; ``queries`` may be on the host
     or the device and is streamed in batches of ``batch_size`` (0: all at once, at most 2^20).
@@ -70,7 +72,7 @@ def search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queu
     """
     nq = queries.shape[0]
     dim = queries.shape[1]
-    kern, hshift, bnhash = kernel_for(queue_size, visited, dim, mode, max_warps)
+    kern, hshift, bnhash = kernel_for(queue_size, visited, dim, mode, max_warps, max_registers)
     wpb = kern.warps_per_block
     if mode in (kn.MODE_PACKED_U8, kn.MODE_PACKED_I8):
         base_arg = base.view(xp.uint32)
@@ -79,6 +81,7 @@ def search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queu
     out_k = xp.empty((nq, k), xp.float32)
     out_i = xp.empty((nq, k), xp.int32)
     out_nd = xp.empty(nq, xp.int32)
+    out_ne = xp.empty(nq, xp.int32)
     batch = int(batch_size) if batch_size else min(nq, 1 << 20)
     batches = range(0, nq, batch)
     with progress(len(batches), "song search", disable=not verbose) as bar:
@@ -92,9 +95,9 @@ def search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queu
             # enough blocks to fill the GPU; warps then pull queries from the counter
             blocks = int(max(1, min((e - s + wpb - 1) // wpb, sm_count * 32)))
             kern[blocks, wpb * kn.WARP](graph_ids, base_arg, qb, inv_b, qinv, kind, entries, k, queue_size, hshift,
-                                        bnhash, counter, out_k[s:e], out_i[s:e], out_nd[s:e])
+                                        bnhash, counter, out_k[s:e], out_i[s:e], out_nd[s:e], out_ne[s:e])
             bar.update(1)
-    return out_k, out_i, out_nd
+    return out_k, out_i, out_nd, out_ne
 
 
 def prune_cuda(base, inv, kind, alpha, primary, primary2, secondary, degree, fill, *, xp=None, max_warps=4):
