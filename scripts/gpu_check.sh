@@ -28,6 +28,7 @@ GPU_BENCHMARKS=(
   "exact:python3 benchmarks/exact_gpu.py --out $OUT ${BENCH_ARGS:-}"
   "profile_select:python3 benchmarks/profile_select.py --out $OUT"
   "nndescent:python3 benchmarks/nndescent_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  "song:python3 benchmarks/song_gpu.py --out $OUT ${BENCH_ARGS:-}"
 )
 
 what=${1:-all}

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 
-import knngraph
 from knngraph import metrics, song
 from knngraph.evaluate import recall_at_k
 from knngraph.song.hashing import RandomProjectionHasher

@@ -298,7 +298,7 @@ def _search_arrays(dev: Device, g_ids, xb, inv_b, entries, queries, k, metric, s
 
 
 def search(graph: Graph, base, queries, k: int, params: SearchParams | None = None, *, queue_size=None,
-           visited=None, entry_points=None, metric=None, device="auto", verbose: bool = True,
+           visited=None, entry_points=None, metric=None, batch_size=None, device="auto", verbose: bool = True,
            stats: dict | None = None) -> KNNResult:
     """Approximate top-``k`` of each query by SONG graph search (one GPU warp per query).
 
@@ -319,6 +319,8 @@ def search(graph: Graph, base, queries, k: int, params: SearchParams | None = No
     queue_size : int, optional
         The speed/recall knob (default 64, see :class:`SearchParams`).
     visited : {'hash', 'bloom'}, optional
+    batch_size : int, optional
+        Queries per GPU launch (see :class:`SearchParams`).
     entry_points : 1-D array of int, optional
         Start vertices shared by all queries; default: the medoid + 31 random vertices (module docs).
     metric : str, optional
@@ -345,7 +347,7 @@ def search(graph: Graph, base, queries, k: int, params: SearchParams | None = No
     >>> i[:, 0].tolist()
     [0, 1, 2]
     """
-    sp = _merge_params(params, {"queue_size": queue_size, "visited": visited})
+    sp = _merge_params(params, {"queue_size": queue_size, "visited": visited, "batch_size": batch_size})
     qkind = array_kind(queries)
     dev = resolve_device(device, base, queries)
     on_gpu_base = dev.is_cuda and is_device_array(base)
@@ -436,9 +438,11 @@ class Index:
         return self._cache[key]
 
     def search(self, queries, k: int, params: SearchParams | None = None, *, queue_size=None, visited=None,
-               rerank=None, device="auto", verbose: bool = True, stats: dict | None = None) -> KNNResult:
+               rerank=None, batch_size=None, max_registers=None, device="auto", verbose: bool = True,
+               stats: dict | None = None) -> KNNResult:
         """Top-``k`` of each query; see :func:`knngraph.song.search` (keywords override ``params``)."""
-        sp = _merge_params(params, {"queue_size": queue_size, "visited": visited, "rerank": rerank})
+        sp = _merge_params(params, {"queue_size": queue_size, "visited": visited, "rerank": rerank,
+                                    "batch_size": batch_size, "max_registers": max_registers})
         qkind = array_kind(queries)
         dev = resolve_device(device, self.dataset, queries)
         q = check_vectors(queries, "queries", on_gpu=dev.is_cuda and is_device_array(queries))

@@ -1,0 +1,118 @@
+"""SONG on a real GPU (marker ``gpu``; scripts/gpu_check.sh runs these with KNNGRAPH_GPU_TESTS=1).
+
+sift-photos 450k comes from $KNNGRAPH_DEVICE_DATA (scripts/prepare_device_data.py). The GPU and CPU
+paths run the same algorithm; on uint8 data every distance is an exact integer in float32, so they
+must return the same ids."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import knngraph
+from knngraph import metrics, song
+from knngraph.evaluate import recall_at_k
+
+from .conftest import random_vectors
+
+pytestmark = pytest.mark.gpu
+
+CACHE = Path(os.environ.get("KNNGRAPH_SONG_CACHE", "/tmp/knngraph-song"))
+
+
+def _sift450k():
+    d = os.environ.get("KNNGRAPH_DEVICE_DATA")
+    if not d or not (Path(d) / "sift450k-base.u8bin").exists():
+        pytest.skip("needs KNNGRAPH_DEVICE_DATA with sift450k-base.u8bin (scripts/prepare_device_data.py)")
+    from knngraph import io
+
+    base = np.ascontiguousarray(io.read(Path(d) / "sift450k-base.u8bin"))
+    queries = np.ascontiguousarray(io.read(Path(d) / "sift-query.u8bin"))
+    gt = np.asarray(io.read(Path(d) / "sift450k-gt32.ibin"))
+    return base, queries, gt
+
+
+def prepared_sift450k(base):
+    """The prepared exact graph (k-NN 64 -> degree 32) built on the GPU, cached for the benchmark."""
+    path = CACHE / "sift450k-exact64-opt32.knng"
+    if path.exists():
+        return knngraph.Graph.load(path)
+    raw = knngraph.knn_graph(base, 64, device="cuda", verbose=False)
+    g = knngraph.optimize_graph(raw, base, degree=32, device="cuda", verbose=False)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    g.save(path)
+    raw.save(CACHE / "sift450k-exact64.knng")
+    return g
+
+
+def _true_dist(base, queries, ids):
+    diff = base[ids].astype(np.float32) - queries[:, None, :].astype(np.float32)
+    return (diff * diff).sum(-1)
+
+
+def test_sift450k_recall_and_same_ids_as_cpu():
+    base, queries, gt = _sift450k()
+    g = prepared_sift450k(base)
+    index = song.build(song.IndexParams(), base, graph=g, device="cuda")
+    stats = {}
+    d, i = index.search(queries, 10, queue_size=64, device="cuda", verbose=False, stats=stats)
+    assert isinstance(i, np.ndarray) and i.shape == (10000, 10) and i.dtype == np.int32
+    r = recall_at_k(i, gt, 10, distances=d, true_distances=_true_dist(base, queries, gt[:, :10]))
+    assert r >= 0.95, r
+    np.testing.assert_array_equal(d[:100], _true_dist(base, queries[:100], i[:100]))
+    cpu_stats = {}
+    dc, ic = index.search(queries[:300], 10, queue_size=64, device="cpu", verbose=False, stats=cpu_stats)
+    np.testing.assert_array_equal(i[:300], ic)
+    np.testing.assert_array_equal(d[:300], dc)
+
+
+def test_prepare_on_gpu_matches_cpu(sample):
+    raw = knngraph.knn_graph(sample.base, 64, device="cpu", verbose=False)
+    gg = knngraph.optimize_graph(raw, sample.base, degree=32, device="cuda")
+    gc = knngraph.optimize_graph(raw, sample.base, degree=32, device="cpu")
+    np.testing.assert_array_equal(gg.indices, gc.indices)
+    np.testing.assert_array_equal(gg.distances, gc.distances)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.int8])
+@pytest.mark.parametrize("metric", metrics.METRICS)
+def test_dtypes_and_metrics_match_cpu(dtype, metric, rng):
+    base = random_vectors(rng, 3000, 40, dtype)
+    queries = random_vectors(rng, 200, 40, dtype)
+    g = knngraph.optimize_graph(knngraph.knn_graph(base, 24, metric=metric, device="cpu", verbose=False), base,
+                                degree=16, device="cpu")
+    dg, ig = song.search(g, base, queries, 10, queue_size=32, device="cuda", verbose=False)
+    dc, ic = song.search(g, base, queries, 10, queue_size=32, device="cpu", verbose=False)
+    if np.dtype(dtype).kind in "iu" and metric in ("sqeuclidean", "inner_product"):
+        np.testing.assert_array_equal(ig, ic)  # exact integer arithmetic on both paths
+        np.testing.assert_array_equal(dg, dc)
+    else:  # float rounding may order near-ties differently
+        assert recall_at_k(ig, ic, 10) >= 0.97
+        np.testing.assert_allclose(dg[:, 0], dc[:, 0], rtol=1e-3, atol=1e-3)
+
+
+def test_bloom_hashing_batches_and_device_arrays(sample, rng):
+    import cupy as cp
+
+    raw = knngraph.knn_graph(sample.base, 64, device="cuda", verbose=False)
+    g = knngraph.optimize_graph(raw, sample.base, degree=32, device="cuda")
+    index = song.build(song.IndexParams(), sample.base, graph=g.to_host(), device="cuda")
+    for visited in ("hash", "bloom"):
+        dg, ig = index.search(sample.queries, 10, queue_size=32, visited=visited, device="cuda", verbose=False)
+        dc, ic = index.search(sample.queries, 10, queue_size=32, visited=visited, device="cpu", verbose=False)
+        np.testing.assert_array_equal(ig, ic)
+    db, ib = index.search(sample.queries, 10, queue_size=32, batch_size=173, device="cuda", verbose=False)
+    da, ia = index.search(sample.queries, 10, queue_size=32, device="cuda", verbose=False)
+    np.testing.assert_array_equal(ib, ia)
+    # device inputs: used in place, results come back as CuPy
+    dq = cp.asarray(sample.queries)
+    d2, i2 = song.search(g, cp.asarray(sample.base), dq, 10, queue_size=32, device="cuda", verbose=False)
+    assert isinstance(i2, cp.ndarray)
+    assert recall_at_k(i2.get(), sample.gt_indices, 10, distances=d2.get(), true_distances=sample.gt_distances) >= 0.95
+    # hashed index: Hamming search on the GPU, exact re-rank on the host; same ids as the CPU path
+    h = song.build(song.IndexParams(hash_bits=256), sample.base, graph=g.to_host(), device="cuda")
+    dh, ih = h.search(sample.queries, 10, queue_size=64, device="cuda", verbose=False)
+    dhc, ihc = h.search(sample.queries, 10, queue_size=64, device="cpu", verbose=False)
+    np.testing.assert_array_equal(ih, ihc)
+    assert recall_at_k(ih, sample.gt_indices, 10, distances=dh, true_distances=sample.gt_distances) >= 0.75
