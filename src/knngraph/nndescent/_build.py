@@ -20,7 +20,7 @@ __all__ = ["Config", "make_engine", "build_in_memory", "ggm", "plan_shard_rows",
 
 #: sample size and iteration cap of the shard-pair merges of an out-of-core build
 MERGE_SAMPLE = 16
-MERGE_ITERATIONS = 10
+MERGE_ITERATIONS = 6
 
 
 @dataclasses.dataclass(frozen=True)
