@@ -294,6 +294,8 @@ def plot(results, out_dir):
     axes[0].axvline(TARGET_SECONDS, color="gray", ls=":", label="target 0.35 s")
     if "exact" in sift:
         axes[0].axvline(sift["exact"]["seconds"], color="red", ls=":", label=f"exact graph {sift['exact']['seconds']:.2f} s")
+    right = max([r["seconds"] for run in sift["runs"] for r in run["timed"]] + [sift.get("exact", {}).get("seconds", 0)])
+    axes[0].set_xlim(0, right * 1.1)
     axes[0].set_xlabel("seconds")
     axes[0].set_ylabel("graph recall@10")
     axes[0].set_ylim(0.8, 1.001)

@@ -1,0 +1,38 @@
+"""``knngraph build --method nndescent`` from a vector file to a graph file, then ``knngraph eval``."""
+
+import json
+
+import numpy as np
+
+from knngraph import io
+from knngraph.cli import main
+from knngraph.graph import Graph
+
+
+def test_build_and_eval(tmp_path, capsys, sample):
+    base = tmp_path / "base.u8bin"
+    io.write(base, sample.base[:3000])
+    out = tmp_path / "g.knng"
+    assert main(["build", str(base), "-k", "16", "--out", str(out), "--device", "cpu", "--json", "--quiet"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["method"] == "nndescent" and payload["n"] == 3000 and payload["iterations"] >= 1
+    g = Graph.load(out)
+    assert g.indices.shape == (3000, 16) and g.info["method"] == "nndescent"
+    assert main(["eval", str(out), "--base", str(base), "-k", "10", "--device", "cpu", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["graph_recall"] >= 0.95
+
+
+def test_build_ids_output_and_errors(tmp_path, capsys):
+    x = np.random.default_rng(0).random((200, 8), dtype=np.float32)
+    base = tmp_path / "base.fbin"
+    io.write(base, x)
+    ids = tmp_path / "ids.ibin"
+    dist = tmp_path / "dist.fbin"
+    assert main(["build", str(base), "-k", "5", "--out", str(ids), "--out-distances", str(dist), "--device", "cpu",
+                 "--metric", "cosine", "--quiet"]) == 0
+    assert io.read(ids).shape == (200, 5) and io.read(dist).shape == (200, 5)
+    capsys.readouterr()
+    assert main(["build", str(base), "-k", "500", "--out", str(ids), "--device", "cpu", "--quiet"]) == 2
+    assert "smaller than the number of vectors" in capsys.readouterr().err
+    assert main(["build", str(base), "-k", "5", "--method", "magic", "--out", str(ids), "--device", "cpu"]) == 2
+    assert "unknown graph method" in capsys.readouterr().err
