@@ -7,7 +7,8 @@ longer fits):
 1. the exact k-NN graph (k=64) prepared by knngraph.optimize_graph to degree 32 (built on the GPU,
    cached under $KNNGRAPH_SONG_CACHE or /tmp/knngraph-song), 10k queries, k=10;
 2. register caps of the search kernel (max_registers) at queue_size 32; the best is used below;
-3. queue_size sweep on the prepared graph (the targets: >= 1M QPS at recall 0.95, >= 400k at 0.99);
+3. queue_size sweep on the prepared graph (the targets: >= 1M QPS at recall 0.95, >= 400k at 0.99),
+   and on the same graph prepared with ``fill=False``;
 4. the same sweep on the unprepared graph (first 32 columns of the exact k-NN graph);
 5. batch sizes 100, 1k, 10k, 100k (100k = the queries repeated) at the queue size reaching 0.95;
 6. 1-bit hashing (128, 256, 512 bits): codes on the GPU, exact re-rank on the host;
@@ -131,12 +132,22 @@ def main():
     log.write(part="registers_choice", max_registers=best_regs)
 
     # ---- 3. queue sweep, prepared exact graph
-    qsizes = [10, 16, 24, 32, 48, 64, 96, 128] if args.quick else [10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256]
+    qsizes = [10, 16, 24, 32, 48, 64, 96, 128, 192] if args.quick else [10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128,
+                                                                          160, 192, 256]
     curves = {"prepared exact (degree 32)": []}
     for qs in qsizes:
         r = run(index, queries, "sweep_prepared", queue_size=qs, max_registers=best_regs)
         curves["prepared exact (degree 32)"].append((r["recall@10"], r["qps"]))
     q95 = next((qs for qs, (rc, _) in zip(qsizes, curves["prepared exact (degree 32)"]) if rc >= 0.95), 32)
+
+    # ---- 3b. the same graph prepared without filling rows (diverse + reverse edges only)
+    if left() > 40:
+        nofill = knngraph.optimize_graph(raw, base, degree=32, fill=False, device="cuda", verbose=False)
+        ix_nf = song.build(song.IndexParams(fill=False), base, graph=nofill, device="cuda")
+        curves["prepared exact, no fill"] = []
+        for qs in ([32, 64, 96, 128, 192] if args.quick else [24, 32, 48, 64, 96, 128, 192, 256]):
+            r = run(ix_nf, queries, "sweep_prepared_nofill", queue_size=qs, max_registers=best_regs)
+            curves["prepared exact, no fill"].append((r["recall@10"], r["qps"]))
 
     # ---- 4. unprepared
     if left() > 30:

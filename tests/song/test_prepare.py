@@ -67,3 +67,19 @@ def test_bad_input(sample, sift_graphs):
     bad.indices[3, 0] = 50
     with pytest.raises(ValueError, match="row 3"):
         knngraph.optimize_graph(bad, sample.base[:50], device="cpu")
+
+
+def test_without_fill_rows_keep_only_diverse_edges(sample, sift_graphs):
+    from knngraph import song
+    from knngraph.evaluate import recall_at_k
+
+    raw, filled = sift_graphs
+    g = knngraph.optimize_graph(raw, sample.base, degree=32, fill=False, device="cpu")
+    valid = g.indices >= 0
+    assert 5 < valid.sum(1).mean() < 24  # diverse + reverse edges only
+    assert (valid[:, :-1] >= valid[:, 1:]).all()  # -1 padding at the end of each row
+    assert np.isinf(g.distances[~valid]).all()
+    d, i = song.search(g, sample.base, sample.queries[:300], 10, queue_size=48, device="cpu", verbose=False)
+    assert recall_at_k(i, sample.gt_indices[:300], 10, distances=d, true_distances=sample.gt_distances[:300]) >= 0.95
+    with pytest.raises(TypeError, match="fill must be True or False"):
+        knngraph.optimize_graph(raw, sample.base, fill="no", device="cpu")

@@ -114,6 +114,8 @@ class IndexParams(Params):
         k-NN graph builder, a key of ``knngraph.GRAPH_METHODS`` ('exact'; 'nndescent' when installed).
     alpha : float, default=1.0
         Pruning relaxation of :func:`knngraph.optimize_graph`.
+    fill : bool, default=True
+        Fill rows up to ``graph_degree`` (:func:`knngraph.optimize_graph`); False keeps diverse edges only.
     hash_bits : int, default=0
         0: search full vectors. 32..1024 (a power of two): keep 1-bit random-projection codes of this
         length for the search and re-rank with the full vectors (data larger than GPU memory).
@@ -126,11 +128,12 @@ class IndexParams(Params):
     intermediate_graph_degree: int = 64
     build_method: str = "exact"
     alpha: float = 1.0
+    fill: bool = True
     hash_bits: int = 0
     seed: int = 0
 
     _constraints = {"metric": Metric(), "graph_degree": Interval(1, 1024),
-                    "intermediate_graph_degree": Interval(1, 4096), "alpha": Interval(1.0, None, integer=False),
+                    "intermediate_graph_degree": Interval(1, 4096), "alpha": Interval(1.0, None, integer=False), "fill": Options((True, False)),
                     "hash_bits": Options((0,) + HASH_BITS), "seed": Interval(0, None)}
 
 
@@ -483,7 +486,8 @@ def build(params: IndexParams, dataset, *, graph: Graph | None = None, device="a
 
         k0 = min(params.intermediate_graph_degree, n - 1)
         g0 = knn_graph(x, k0, method=params.build_method, metric=params.metric, device=device, verbose=verbose)
-        graph = optimize_graph(g0, x, params.graph_degree, alpha=params.alpha, device=device, verbose=verbose)
+        graph = optimize_graph(g0, x, params.graph_degree, alpha=params.alpha, fill=params.fill, device=device,
+                               verbose=verbose)
     else:
         _check_graph(graph, n)
         if graph.metric != params.metric:

@@ -15,9 +15,17 @@ steps, each on the GPU or the CPU:
 2. **Reverse edges.** Every kept edge u -> c offers c the edge c -> u; each node takes its ``degree``
    nearest offers. This makes the graph close to symmetric, so a node is reachable from its neighbours.
 3. **Merge to a fixed out-degree.** The kept forward edges and the reverse edges are pruned together
-   with the same rule (up to ``degree``); the row is then filled up to ``degree`` with the rejected ones,
-   then with the rest of the original row, nearest first. Every row has ``degree`` ids (fewer only when
-   the graph has fewer distinct candidates), sorted by distance.
+   with the same rule (up to ``degree``). With ``fill=True`` (default) the row is then filled up to
+   ``degree`` with the rejected ones, then with the rest of the original row, nearest first, so every
+   row has ``degree`` ids (fewer only when the graph has fewer distinct candidates). With
+   ``fill=False`` rows keep only the diverse edges (about 12 of 32 on SIFT) and end in -1 padding.
+   Rows are sorted by distance.
+
+Measured on sift-photos 100k (CPU, exact 64-NN graph, degree 32; tests and benchmarks/song_cpu.py):
+alpha = 1.0 beats 1.2 and 1.4 at every queue size; ``fill=False`` gets more recall per distance
+computation (queue 128: recall@10 0.993 with 1,200 distances per query; ``fill=True`` at queue 64: 0.984
+with 1,340) at the cost of more expansions (more sequential steps per query). The GPU results in
+benchmarks/results/ use ``fill=True``; which one is faster on a GPU is not measured yet.
 
 The result is deterministic (ties are ordered by id). Cost: O(n * L * degree) distance evaluations,
 L = the input degree; on the GPU one warp handles one node.
@@ -57,8 +65,8 @@ def _reverse_edges(ids, dists, degree, xp):
     return rev, rev_d
 
 
-def optimize_graph(graph: Graph, base, degree: int = 32, *, alpha: float = 1.0, device="auto",
-                   verbose: bool = True) -> Graph:
+def optimize_graph(graph: Graph, base, degree: int = 32, *, alpha: float = 1.0, fill: bool = True,
+                   device="auto", verbose: bool = True) -> Graph:
     """Prepare a search graph from a k-NN graph: diversity pruning, reverse edges, fixed out-degree.
 
     Parameters
@@ -72,6 +80,8 @@ def optimize_graph(graph: Graph, base, degree: int = 32, *, alpha: float = 1.0, 
         Out-degree of the result. 32 fills one GPU warp per expansion in :func:`knngraph.song.search`.
     alpha : float, default=1.0
         Pruning relaxation, >= 1 (see the module docs): 1 is the RNG rule; larger keeps fewer, longer edges.
+    fill : bool, default=True
+        Top every row up to ``degree`` with pruned candidates (step 3); False keeps only diverse edges.
     device : {'auto', 'cpu', 'cuda', 'cuda:N'}, default='auto'
     verbose : bool, default=True
 
@@ -100,6 +110,8 @@ def optimize_graph(graph: Graph, base, degree: int = 32, *, alpha: float = 1.0, 
     degree = check_int(degree, "degree", low=1, high=1024)
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating, np.integer)) or not alpha >= 1:
         raise ValueError(f"alpha must be a number >= 1, got {alpha!r}")
+    if not isinstance(fill, (bool, np.bool_)):
+        raise TypeError(f"fill must be True or False, got {fill!r}")
     check_finite(x, "base")
     graph.validate_ids()
     metric = graph.metric
@@ -116,7 +128,7 @@ def optimize_graph(graph: Graph, base, degree: int = 32, *, alpha: float = 1.0, 
             empty = cp.empty((graph.n, 0), cp.int32)
             fwd, fwd_d = prune_cuda(xg, inv, kind, alpha, ids_in, empty, empty, degree, False)
             rev, _ = _reverse_edges(fwd, fwd_d, degree, cp)
-            out, out_d = prune_cuda(xg, inv, kind, alpha, fwd, rev, ids_in, degree, True)
+            out, out_d = prune_cuda(xg, inv, kind, alpha, fwd, rev, ids_in, degree, bool(fill))
             kept = float((fwd >= 0).sum()) / graph.n
             dist = report_distances(out_d, metric, cp)
             dist = cp.where(out < 0, cp.float32(np.inf), dist)
@@ -132,11 +144,11 @@ def optimize_graph(graph: Graph, base, degree: int = 32, *, alpha: float = 1.0, 
         empty = np.empty((graph.n, 0), np.int32)
         fwd, fwd_d = prune_cpu(xh, inv, kind, alpha, ids_in, empty, empty, degree, False)
         rev, _ = _reverse_edges(fwd, fwd_d, degree, np)
-        out, out_d = prune_cpu(xh, inv, kind, alpha, fwd, rev, ids_in, degree, True)
+        out, out_d = prune_cpu(xh, inv, kind, alpha, fwd, rev, ids_in, degree, bool(fill))
         kept = float((fwd >= 0).sum()) / graph.n
         dist = report_distances(out_d, metric, np)
         dist[out < 0] = np.inf
     info = {"method": "optimize_graph", "source": dict(graph.info), "degree": degree, "alpha": float(alpha),
-            "input_degree": graph.degree, "seconds": time.perf_counter() - t0,
+            "input_degree": graph.degree, "fill": bool(fill), "seconds": time.perf_counter() - t0,
             "device": "cuda" if dev.is_cuda else "cpu", "diverse_edges_per_node": kept}
     return Graph(out, dist, metric, info)
