@@ -18,8 +18,19 @@ Two ways in::
 **The speed/recall knob is ``queue_size``** (Q): each query keeps its Q best candidates (the bounded
 priority queue of section IV-C) and its Q best results so far; the search stops when the nearest
 unexpanded candidate is worse than all Q results. Larger Q: more vertices expanded, higher recall, lower
-throughput; ``k <= queue_size``. On sift-photos with a prepared exact graph of degree 32, Q = 16 gives
-recall@10 about 0.94, Q = 32 about 0.97, Q = 64 about 0.99 (CPU tests and benchmarks/song_*.py).
+throughput; ``k <= queue_size``. Measured with a prepared exact graph of degree 32 (k=10):
+
+==========  ===========================  =============================================
+queue_size  sift-photos 20k (CPU tests)  sift-photos 450k, 10k queries, H200
+==========  ===========================  =============================================
+16          recall@10 0.94               recall@10 0.84, 2.5M queries/s
+32          0.97                         0.92, 1.6M queries/s
+48                                       0.95, 1.2M queries/s
+64          0.99                         0.96, 1.0M queries/s
+128                                      0.986, 0.6M queries/s
+==========  ===========================  =============================================
+
+(benchmarks/results/song_gpu_h200.*; QPS counts the whole call on host queries.)
 
 **Entry points.** By default each query starts from 32 vertices: the *medoid* (the base vector nearest
 to the base mean, a central vertex from which most of the graph is a few hops away) and 31 vertices
@@ -31,6 +42,12 @@ cost one 32-id chunk of distance computations per query. Pass ``entry_points=`` 
 shared memory with selected insertion and visited deletion, so it holds only the ids in the queue and
 in the results (<= 2Q); ``"bloom"`` is a Bloom filter (no deletion: every id ever queued stays marked, so
 fewer distances are recomputed but rare false positives may skip a vertex).
+
+**What is implemented from the paper**: one warp per query and the three stages of Fig. 3; the
+bounded priority queue (symmetric min-max heap), selected insertion and visited deletion (section IV);
+hash table and Bloom filter visited sets; 1-bit hashing (section VII). Not implemented: the Cuckoo filter,
+the "basic" and "selected-insertion-only" hash-table ablations of Fig. 7, multi-query per warp and
+multi-step probing (section V; the paper measured both as slower than one query and one step).
 
 **Data beyond GPU memory** (section VII): ``IndexParams(hash_bits=128)`` keeps 1-bit random-projection
 codes (16 bytes per vector at 128 bits) on the GPU and the full vectors in host memory; the graph is
