@@ -15,7 +15,7 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         array[index] = value
 
     def _nanosleep(self, ns):
-        time.sleep(0)  # let the lock holder's thread run
+        time.sleep(5e-4)  # back off so the lock holder's 32 threads get the interpreter
 
     for _name, _fn in (("ldcg", _ldcg), ("stcg", _stcg), ("nanosleep", _nanosleep)):
         if not hasattr(kernelapi.FakeCUDAModule, _name):

@@ -15,8 +15,8 @@ How it works (paper sections in brackets): random initial lists, then iterations
 NEW and p OLD entries of each list plus up to p reverse entries each [4.1], a local join of every
 NEW-NEW and NEW-OLD sample pair of each node [4.2], and the update of the lists [4.3]. The GPU path uses
 GNND's fixed-size sample arrays, one thread block per node, shared-memory distance tiles and selective
-update with contention-free 64-bit atomic candidate slots (see ``_kernels.py``); the CPU path runs the
-same iteration in numba (see ``cpu.py``). Merging two graphs [5.1] keeps half of every list, fills the
+update with spinlocked in-place insertion (see ``_kernels.py``); the CPU path runs the same iteration in
+numba (see ``cpu.py``). Merging two graphs [5.1] keeps half of every list, fills the
 other half with random nodes of the other set and refines with cross pairs only. When the data does not
 fit ``memory_limit`` it is cut into shards, each shard's graph is built and every pair of shards is
 merged once [5], with the next shard loaded while the current merge runs.

@@ -4,7 +4,7 @@ Graph layout in global memory (section 4): n fixed-degree lists, ``gd`` float32 
 ``gi`` int32 [n, k] ids, ``gf`` uint8 [n, k] flags (1 = NEW), each row sorted by (distance, id); -1 ids
 (with inf distances) only at the end of a row. Distances are internal values (squared L2, -dot, 1 - cos).
 
-One iteration is three launches, none of which allocates memory:
+One iteration is two launches (three with candidate slots), none of which allocates memory:
 
 ``sample_kernel`` (section 4.1), one warp per node: the first ``p`` NEW and first ``p`` OLD entries of
     the list become the node's forward samples (ballot + popc prefix, coalesced); the sampled NEW
@@ -16,21 +16,21 @@ One iteration is three launches, none of which allocates memory:
     memory (NEW wins over OLD), then cross-match. Vectors are staged through shared memory in chunks of
     ``DC`` dimensions (the paper's sub-vectors), stored dimension-major with an odd row stride so that a
     warp reads consecutive banks. NEW-NEW distances fill the strict lower triangle ``D_new`` indexed by
-    Eqs. (1)-(2); NEW-OLD distances fill the tile ``D_no``. Selective update (Alg. 2): for each sample a
-    warp finds its nearest partner with a shuffle min-reduction and offers only that pair.
+    Eqs. (1)-(2) (evaluated once per block into a lookup table); NEW-OLD distances fill ``D_no``, each
+    thread computing a 2 x 2 register tile. Shared-memory indices are unsigned: numba emits
+    negative-index wraparound code for signed ones, which tripled the inner loop. Selective update
+    (Alg. 2): for each sample a warp finds its nearest NEW and nearest OLD partner with a shuffle
+    min-reduction and inserts only those.
 
-    Offers go into fixed candidate slots instead of the lists: the pair (v, d) for node u is written
-    with one 64-bit ``atomicMin`` of (order-preserving distance bits << 32 | v) into slot
-    ``cand[u, v % SLOTS]``. This is the "packed 64-bit distance|id atomics" alternative to the paper's
-    segmented spinlocks (section 4.3, "Multiple Spinlocks"): no thread ever waits, a slot keeps the
-    nearest of the offers that hash to it, and the same v always lands in the same slot (no duplicates
-    among a node's candidates).
-
-``merge_kernel``, one warp per node: the node's ``SLOTS`` candidates (one per lane) are checked for
-    duplicates against the list, ranked among themselves with shuffles and against the list by binary
-    search, and the list is rewritten as the merge of both, cut at k, inserted entries flagged NEW. The
-    slots are reset for the next iteration. The lists therefore stay sorted; no segment merge is needed
-    at the end (the paper's per-segment lists need one).
+    Insertion, ``insert="lock"`` (default): the warp inserts straight into the list under a spinlock per
+    list (:func:`locked_insert`), the paper's scheme with one lock per list instead of k/32 segments, so
+    the list stays globally sorted and needs no segment merge. ``insert="slots"``: the "packed 64-bit
+    distance|id atomics" alternative, one ``atomicMin`` of (order-preserving distance bits << 32 | v)
+    into ``cand[u, v % SLOTS]``, then ``merge_kernel`` (one warp per node: the 32 candidates are checked
+    for duplicates, ranked with shuffles and by binary search, and merged into the list). Slots never
+    wait but keep only the nearest of the offers that collide in a slot. Measured on an H200 (sift 450k,
+    k=64, p=32, 6 iterations): slots 0.536 s at recall@10 0.915, locks 0.560 s at 0.9965; the lost
+    offers slow convergence far more than the locks cost, so locks are the default.
 
 ``init_kernel`` draws the random initial lists (Alg. 1 l.1-5; the same ids as the CPU path for the same
 seed) or, for GGM (section 5.1), keeps the first half of each list and fills the rest from the other
