@@ -1,0 +1,13 @@
+"""The Examples in knngraph.nndescent's docstrings run."""
+
+import doctest
+import importlib
+
+import pytest
+
+
+@pytest.mark.parametrize("name", ["knngraph.nndescent"])
+def test_doctests(name):
+    mod = importlib.import_module(name)
+    result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS, verbose=False)
+    assert result.attempted > 0 and result.failed == 0
