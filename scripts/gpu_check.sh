@@ -29,6 +29,7 @@ GPU_BENCHMARKS=(
   "profile_select:python3 benchmarks/profile_select.py --out $OUT"
   "nndescent:python3 benchmarks/nndescent_gpu.py --out $OUT ${BENCH_ARGS:-}"
   "song:python3 benchmarks/song_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  "suite:python3 -m benchmarks suite gpu --out $OUT/bench_gpu.jsonl --plots ${BENCH_ARGS:-}"
 )
 
 what=${1:-all}

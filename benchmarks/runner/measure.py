@@ -1,0 +1,290 @@
+"""Timing protocol, peak memory, and the description of the machine and library versions.
+
+Timing protocol (issue 5): one warm-up call whose time is reported separately (``first_call_s``: JIT
+compilation and first-use caches land here), then the median of ``repeats`` timed calls; before each clock
+read, GPU work (CuPy and PyTorch) is synchronised.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import importlib.metadata
+import os
+import platform
+import statistics
+import threading
+import time
+
+import numpy as np
+
+__all__ = ["sync", "Timing", "time_calls", "HostPeak", "GpuPeak", "environment", "library_versions"]
+
+
+def sync() -> None:
+    """Wait for all queued GPU work (CuPy and PyTorch), if either is loaded and has a GPU."""
+    import sys
+
+    if "cupy" in sys.modules:
+        try:
+            sys.modules["cupy"].cuda.runtime.deviceSynchronize()
+        except Exception:
+            pass
+    if "torch" in sys.modules:
+        try:
+            torch = sys.modules["torch"]
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+        except Exception:
+            pass
+
+
+class Timing:
+    """Result of :func:`time_calls`: ``median_s``, every timed call's ``all_s``, ``first_call_s`` (None
+    without warm-up) and the last call's return value ``result``."""
+
+    def __init__(self, median_s, all_s, first_call_s, result):
+        self.median_s = median_s
+        self.all_s = all_s
+        self.first_call_s = first_call_s
+        self.result = result
+
+
+def time_calls(fn, repeats: int = 3, warmup: bool = True) -> Timing:
+    """Time ``fn()`` by the protocol above; returns a :class:`Timing`."""
+    first = None
+    result = None
+    if warmup:
+        sync()
+        t0 = time.perf_counter()
+        result = fn()
+        sync()
+        first = time.perf_counter() - t0
+    times = []
+    for _ in range(max(1, repeats)):
+        result = None  # let the previous result go before the next call allocates its own
+        sync()
+        t0 = time.perf_counter()
+        result = fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return Timing(statistics.median(times), times, first, result)
+
+
+class HostPeak:
+    """Peak resident memory (bytes) of this process since :meth:`reset`.
+
+    On Linux the kernel's high-water mark is reset by writing 5 to ``/proc/self/clear_refs`` and read from
+    ``VmHWM``; where that is not possible a thread samples the resident size every 20 ms. The peak is of
+    the whole process, so it includes the dataset the runner holds.
+    """
+
+    def __init__(self):
+        self._kernel = self._try_kernel()
+        self._stop = None
+        self._peak = 0
+
+    @staticmethod
+    def _hwm() -> int | None:
+        try:
+            with open("/proc/self/status") as fh:
+                for line in fh:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+        return None
+
+    def _try_kernel(self) -> bool:
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")
+        except OSError:
+            return False
+        return self._hwm() is not None
+
+    def reset(self) -> None:
+        if self._kernel:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")
+            return
+        self._stop_sampler()
+        try:
+            import psutil
+        except ImportError:
+            return
+        proc = psutil.Process()
+        self._peak = proc.memory_info().rss
+        self._stop = threading.Event()
+
+        def sample():
+            while not self._stop.wait(0.02):
+                self._peak = max(self._peak, proc.memory_info().rss)
+
+        threading.Thread(target=sample, daemon=True).start()
+
+    def _stop_sampler(self):
+        if self._stop is not None:
+            self._stop.set()
+            self._stop = None
+
+    def peak_bytes(self) -> int | None:
+        if self._kernel:
+            return self._hwm()
+        if self._stop is None:
+            return None
+        try:
+            import psutil
+
+            self._peak = max(self._peak, psutil.Process().memory_info().rss)
+        except ImportError:
+            pass
+        return int(self._peak)
+
+    @property
+    def source(self) -> str:
+        return "VmHWM" if self._kernel else "rss sampled every 20 ms"
+
+
+class GpuPeak:
+    """Peak GPU memory (bytes) allocated since :meth:`reset`, through CuPy's memory pool and PyTorch's
+    caching allocator (the two frameworks the measured code allocates with; numba kernels allocate nothing).
+
+    CuPy's pool keeps every block until it is freed, so after ``free_all_blocks()`` at reset its size at the
+    end is the peak of what was held at once; PyTorch reports its own peak. Returns None without a GPU.
+    """
+
+    def __init__(self):
+        self._cupy_base = 0
+        self.available = False
+        try:
+            import cupy
+
+            self.available = cupy.cuda.runtime.getDeviceCount() > 0
+        except Exception:
+            pass
+
+    def reset(self) -> None:
+        import sys
+
+        sync()
+        if "cupy" in sys.modules and self.available:
+            pool = sys.modules["cupy"].get_default_memory_pool()
+            pool.free_all_blocks()
+            self._cupy_base = pool.total_bytes()
+        if "torch" in sys.modules:
+            torch = sys.modules["torch"]
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+
+    def peak_bytes(self) -> int | None:
+        import sys
+
+        if not self.available:
+            return None
+        total = 0
+        if "cupy" in sys.modules:
+            total += sys.modules["cupy"].get_default_memory_pool().total_bytes() - self._cupy_base
+        if "torch" in sys.modules:
+            torch = sys.modules["torch"]
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                total += torch.cuda.max_memory_allocated()
+        return int(total)
+
+
+# packages whose versions go into every JSON line (distribution name -> import name)
+_LIBRARIES = {"knngraph": "knngraph", "numpy": "numpy", "numba": "numba", "numba-cuda": "numba_cuda",
+              "cupy": "cupy", "torch": "torch", "pynndescent": "pynndescent", "hnswlib": "hnswlib",
+              "faiss-cpu": "faiss", "scikit-learn": "sklearn", "matplotlib": "matplotlib"}
+
+
+def library_versions() -> dict:
+    """Versions of the libraries the benchmarks use (None when not installed), without importing them
+    where the package metadata is enough."""
+    out = {"python": platform.python_version()}
+    for dist, module in _LIBRARIES.items():
+        version = None
+        for name in (dist, f"{dist}-cuda12x", f"{dist}-cuda13x") if dist == "cupy" else (dist,):
+            try:
+                version = importlib.metadata.version(name)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        if version is None and module in ("knngraph", "cupy", "torch", "numba_cuda"):
+            try:  # knngraph may run from the source tree (PYTHONPATH) on the GPU machine
+                version = importlib.import_module(module).__version__
+            except Exception:
+                version = None
+        out[dist] = version
+    return out
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpu_name() -> str | None:
+    try:
+        from knngraph._device import _gpu_probe
+
+        ok, _ = _gpu_probe()
+        if not ok:
+            return None
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    except Exception:
+        return None
+
+
+def _host_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def source_revision() -> dict:
+    """The knngraph commit measured: ``$KNNGRAPH_BENCH_COMMIT`` when set (a GPU machine's copy has no git),
+    else ``git rev-parse HEAD`` of the source tree, with the library files that differ from it."""
+    if os.environ.get("KNNGRAPH_BENCH_COMMIT"):
+        return {"commit": os.environ["KNNGRAPH_BENCH_COMMIT"], "modified": os.environ.get("KNNGRAPH_BENCH_MODIFIED", "")}
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+        modified = subprocess.run(["git", "-C", str(root), "diff", "--name-only", "HEAD", "--", "src"],
+                                  capture_output=True, text=True, timeout=10).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "modified": ""}
+    return {"commit": commit or None, "modified": " ".join(modified)}
+
+
+def environment() -> dict:
+    """Machine and versions: CPU model, cores, host memory, GPU name (None without one), libraries, and
+    the knngraph source revision."""
+    return {"cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+            "host_memory_bytes": _host_memory(), "gpu": _gpu_name(), "platform": platform.platform(),
+            "versions": library_versions(), "source": source_revision()}
+
+
+def now() -> str:
+    """UTC date and time, ISO format, seconds."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def as_float(x) -> float | None:
+    if x is None:
+        return None
+    return float(np.asarray(x))

@@ -1,0 +1,451 @@
+"""The methods the runner measures: knngraph's and the baselines users would otherwise pick.
+
+Each method answers one or both tasks:
+
+* ``search``: build an index over the base (``build``), then answer the queries (``search``, top-k ids);
+* ``graph``: build the k-nearest-neighbour graph of the base (``graph``: k other nodes per node).
+
+Parameters are split into build parameters and search parameters; a sweep is the product of lists of
+values for each (``build_sweep`` / ``search_sweep`` / ``graph_sweep`` hold the defaults, the suites and the
+command line override them). A baseline whose library is not installed reports why in :meth:`missing`
+and the runner writes a ``skipped`` line with that note: nothing is ever substituted for it.
+
+Inputs: on ``device="cuda"`` knngraph and PyTorch receive the base and queries already on the GPU (CuPy
+arrays, uploaded once per dataset outside the timings) unless a run asks for ``input="host"``; CPU
+libraries receive NumPy arrays. Conversions a library needs (uint8 / float16 -> float32, normalising
+for cosine) happen inside the timed build or search call, since users pay them too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+
+import numpy as np
+
+__all__ = ["Context", "Method", "METHODS", "get", "strip_self"]
+
+
+@dataclasses.dataclass
+class Context:
+    """Where and how a run executes: ``device`` 'cpu' or 'cuda', CPU ``threads``, ``seed``."""
+
+    device: str = "cpu"
+    threads: int = 1
+    seed: int = 0
+
+
+def _host(a) -> np.ndarray:
+    if hasattr(a, "__cuda_array_interface__"):
+        import cupy
+
+        return cupy.asnumpy(cupy.asarray(a))
+    if type(a).__module__.startswith("torch"):
+        return a.detach().cpu().numpy()
+    return np.asarray(a)
+
+
+def _float32(x) -> np.ndarray:
+    return np.ascontiguousarray(_host(x), dtype=np.float32)
+
+
+def _normalised(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return np.ascontiguousarray(x / norms, dtype=np.float32)
+
+
+def strip_self(ids: np.ndarray, k: int) -> np.ndarray:
+    """Drop each row's own id from a (n, >= k+1) neighbour table (the last column where it is absent)."""
+    ids = _host(ids)
+    n = ids.shape[0]
+    own = ids == np.arange(n)[:, None]
+    has = own.any(axis=1)
+    drop = np.where(has, own.argmax(axis=1), ids.shape[1] - 1)
+    keep = np.ones(ids.shape, bool)
+    keep[np.arange(n), drop] = False
+    return ids[keep].reshape(n, ids.shape[1] - 1)[:, :k]
+
+
+class Method:
+    """Base class; see the module docs. Subclasses set the class attributes and override the calls."""
+
+    #: name used in JSON lines, suites and on the command line
+    name = ""
+    #: distribution whose version is recorded
+    library = ""
+    #: Python module that must import for the method to run
+    module = ""
+    #: how to get it, for the note of a skipped run
+    install_hint = "pip install knngraph[bench]"
+    tasks: tuple = ()
+    devices: tuple = ("cpu",)
+    #: True when the first call compiles (numba): the build warm-up then runs on a small subset
+    compiles = False
+    #: False when a search needs no index (exact search): no build time is reported
+    has_index = True
+    build_sweep: dict = {}
+    search_sweep: dict = {}
+    graph_sweep: dict = {}
+
+    def missing(self) -> str | None:
+        """None when usable, else the note written in the ``skipped`` line."""
+        if self.module and importlib.util.find_spec(self.module) is None:
+            return f"{self.library} is not installed ({self.install_hint}): skipped, not measured"
+        return None
+
+    def build(self, ctx: Context, base, metric: str, **params):
+        """An index over ``base`` (timed as the build)."""
+        return {"base": base, "metric": metric}
+
+    def search(self, ctx: Context, index, queries, k: int, **params):
+        """Top-``k`` ids of each query (any array type; timed as the search)."""
+        raise NotImplementedError
+
+    def graph(self, ctx: Context, base, metric: str, k: int, **params):
+        """(ids (n, k) of each node's k nearest other nodes, info dict) (timed as the build)."""
+        raise NotImplementedError
+
+    def index_info(self, index) -> dict:
+        """Facts about a built index worth recording (degree, iterations, ...)."""
+        return {}
+
+
+# --------------------------------------------------------------------------------------------------
+# knngraph
+
+
+class KnngraphExact(Method):
+    """knngraph's exact k-NN (GEMM + selection) and exact k-NN graph."""
+
+    name = "knngraph-exact"
+    library = "knngraph"
+    module = "knngraph"
+    tasks = ("search", "graph")
+    devices = ("cpu", "cuda")
+    compiles = True
+    has_index = False
+
+    def search(self, ctx, index, queries, k, **params):
+        import knngraph
+
+        return knngraph.knn(index["base"], queries, k, metric=index["metric"], device=ctx.device, verbose=False,
+                            **params).indices
+
+    def graph(self, ctx, base, metric, k, **params):
+        import knngraph
+
+        g = knngraph.knn_graph(base, k, method="exact", metric=metric, device=ctx.device, verbose=False, **params)
+        return g.indices, {}
+
+
+class KnngraphNNDescent(Method):
+    """knngraph's NN-Descent (GNND on the GPU). ``memory_limit="quarter"`` means a quarter of the base's
+    size in bytes (the out-of-core setting of issue 3)."""
+
+    name = "knngraph-nndescent"
+    library = "knngraph"
+    module = "knngraph"
+    tasks = ("graph",)
+    devices = ("cpu", "cuda")
+    compiles = True
+    graph_sweep = {"sample_size": [0]}
+
+    def graph(self, ctx, base, metric, k, **params):
+        import knngraph
+
+        if params.get("memory_limit") == "quarter":
+            params["memory_limit"] = int(base.nbytes) // 4
+        g = knngraph.knn_graph(base, k, method="nndescent", metric=metric, device=ctx.device, verbose=False,
+                               seed=ctx.seed, **params)
+        info = {key: g.info[key] for key in ("iterations", "sample_size", "update", "shards", "merges", "shard_rows")
+                if key in g.info}
+        if g.info.get("merge_iterations"):
+            info["mean_merge_iterations"] = float(np.mean(g.info["merge_iterations"]))
+        if "memory_limit" in params:
+            info["memory_limit_bytes"] = params["memory_limit"]
+        return g.indices, info
+
+
+class KnngraphSong(Method):
+    """SONG search over a k-NN graph (``graph``: 'nndescent' or 'exact', ``graph_k`` neighbours) prepared
+    by :func:`knngraph.optimize_graph` to out-degree ``degree``. The build time covers all three steps."""
+
+    name = "knngraph-song"
+    library = "knngraph"
+    module = "knngraph"
+    tasks = ("search",)
+    devices = ("cpu", "cuda")
+    compiles = True
+    build_sweep = {"graph": ["nndescent"], "graph_k": [64], "degree": [32]}
+    search_sweep = {"queue_size": [16, 32, 64, 128]}
+
+    def build(self, ctx, base, metric, graph="nndescent", graph_k=64, degree=32):
+        import knngraph
+        from knngraph import song
+
+        kw = {"seed": ctx.seed} if graph == "nndescent" else {}
+        g = knngraph.knn_graph(base, min(graph_k, base.shape[0] - 1), method=graph, metric=metric, device=ctx.device,
+                               verbose=False, **kw)
+        g = knngraph.optimize_graph(g, base, degree=degree, device=ctx.device, verbose=False)
+        return song.build(song.IndexParams(metric=metric, graph_degree=degree, seed=ctx.seed), base, graph=g,
+                          device=ctx.device, verbose=False)
+
+    def search(self, ctx, index, queries, k, queue_size=64, **params):
+        return index.search(queries, k, queue_size=max(queue_size, k), device=ctx.device, verbose=False,
+                            **params).indices
+
+
+# --------------------------------------------------------------------------------------------------
+# baselines
+
+
+class Pynndescent(Method):
+    """pynndescent: its NN-Descent k-NN graph (``n_neighbors = k + 1``, self removed: pynndescent counts
+    each point as its own first neighbour) and its graph search (``NNDescent`` + ``prepare`` + ``query``)."""
+
+    name = "pynndescent"
+    library = "pynndescent"
+    module = "pynndescent"
+    tasks = ("search", "graph")
+    compiles = True
+    build_sweep = {"n_neighbors": [30]}
+    search_sweep = {"epsilon": [0.0, 0.1, 0.2, 0.3]}
+    graph_sweep = {}
+
+    _METRICS = {"sqeuclidean": "sqeuclidean", "euclidean": "euclidean", "cosine": "cosine", "inner_product": "dot"}
+
+    def _index(self, ctx, base, metric, n_neighbors, **params):
+        from pynndescent import NNDescent
+
+        return NNDescent(_float32(base), metric=self._METRICS[metric], n_neighbors=n_neighbors, random_state=ctx.seed,
+                         n_jobs=ctx.threads, verbose=False, compressed=False, **params)
+
+    def build(self, ctx, base, metric, n_neighbors=30, **params):
+        index = self._index(ctx, base, metric, n_neighbors, **params)
+        index.prepare()
+        return index
+
+    def search(self, ctx, index, queries, k, epsilon=0.1):
+        return index.query(_float32(queries), k=k, epsilon=epsilon)[0]
+
+    def graph(self, ctx, base, metric, k, **params):
+        index = self._index(ctx, base, metric, k + 1, **params)
+        return strip_self(index.neighbor_graph[0], k), {}
+
+
+class Hnswlib(Method):
+    """hnswlib HNSW (``M``, ``ef_construction``; search knob ``ef``)."""
+
+    name = "hnswlib"
+    library = "hnswlib"
+    module = "hnswlib"
+    tasks = ("search",)
+    build_sweep = {"M": [16], "ef_construction": [100]}
+    search_sweep = {"ef": [10, 20, 40, 80, 160]}
+
+    _SPACES = {"sqeuclidean": "l2", "euclidean": "l2", "cosine": "cosine", "inner_product": "ip"}
+
+    def build(self, ctx, base, metric, M=16, ef_construction=100):
+        import hnswlib
+
+        x = _float32(base)
+        index = hnswlib.Index(space=self._SPACES[metric], dim=x.shape[1])
+        index.init_index(max_elements=x.shape[0], M=M, ef_construction=ef_construction, random_seed=ctx.seed)
+        index.set_num_threads(ctx.threads)
+        index.add_items(x)
+        return index
+
+    def search(self, ctx, index, queries, k, ef=50):
+        index.set_ef(max(ef, k))
+        return index.knn_query(_float32(queries), k=k, num_threads=ctx.threads)[0]
+
+
+class _Faiss(Method):
+    library = "faiss-cpu"
+    module = "faiss"
+    tasks = ("search",)
+
+    def _metric(self, metric):
+        import faiss
+
+        if metric in ("sqeuclidean", "euclidean"):
+            return faiss.METRIC_L2
+        return faiss.METRIC_INNER_PRODUCT  # cosine: on normalised vectors
+
+    @staticmethod
+    def _prepare(x, metric):
+        x = _float32(x)
+        return _normalised(x) if metric == "cosine" else x
+
+    def _threads(self, ctx):
+        import faiss
+
+        faiss.omp_set_num_threads(ctx.threads)
+
+    def search(self, ctx, index, queries, k, **params):
+        import faiss
+
+        self._threads(ctx)
+        for key, value in params.items():
+            faiss.ParameterSpace().set_index_parameter(index["index"], key, value)
+        return index["index"].search(self._prepare(queries, index["metric"]), k)[1]
+
+
+class FaissFlat(_Faiss):
+    """faiss-cpu exact search (``IndexFlatL2`` / ``IndexFlatIP``)."""
+
+    name = "faiss-flat"
+    has_index = False
+
+    def build(self, ctx, base, metric):
+        import faiss
+
+        self._threads(ctx)
+        x = self._prepare(base, metric)
+        index = faiss.IndexFlat(x.shape[1], self._metric(metric))
+        index.add(x)
+        return {"index": index, "metric": metric}
+
+
+class FaissHNSW(_Faiss):
+    """faiss-cpu ``IndexHNSWFlat`` (``M``, ``efConstruction``; search knob ``efSearch``)."""
+
+    name = "faiss-hnsw"
+    build_sweep = {"M": [32], "efConstruction": [40]}
+    search_sweep = {"efSearch": [16, 32, 64, 128, 256]}
+
+    def build(self, ctx, base, metric, M=32, efConstruction=40):
+        import faiss
+
+        self._threads(ctx)
+        x = self._prepare(base, metric)
+        index = faiss.IndexHNSWFlat(x.shape[1], M, self._metric(metric))
+        index.hnsw.efConstruction = efConstruction
+        index.add(x)
+        return {"index": index, "metric": metric}
+
+
+class FaissIVF(_Faiss):
+    """faiss-cpu ``IndexIVFFlat`` (``nlist`` lists, 0 = a power of two near 4 sqrt(n); search knob
+    ``nprobe``). Training (k-means) is part of the build time."""
+
+    name = "faiss-ivf"
+    build_sweep = {"nlist": [0]}
+    search_sweep = {"nprobe": [1, 2, 4, 8, 16, 32, 64]}
+
+    def build(self, ctx, base, metric, nlist=0):
+        import faiss
+
+        self._threads(ctx)
+        x = self._prepare(base, metric)
+        if nlist == 0:
+            nlist = 2 ** round(math.log2(4 * math.sqrt(x.shape[0])))
+        quantizer = faiss.IndexFlat(x.shape[1], self._metric(metric))
+        index = faiss.IndexIVFFlat(quantizer, x.shape[1], nlist, self._metric(metric))
+        index.cp.seed = ctx.seed
+        index.train(x)
+        index.add(x)
+        return {"index": index, "metric": metric, "quantizer": quantizer}
+
+    def index_info(self, index):
+        return {"nlist": int(index["index"].nlist)}
+
+
+class TorchExact(Method):
+    """PyTorch on the GPU: float32 GEMM over base tiles + ``torch.topk``, merged across tiles (the plain
+    way to get exact k-NN on a GPU). TF32 stays off, so distances are float32-exact as in knngraph."""
+
+    name = "torch-exact"
+    library = "torch"
+    module = "torch"
+    tasks = ("search", "graph")
+    devices = ("cuda",)
+    install_hint = "PyTorch with CUDA"
+    #: base rows per GEMM tile and query rows per block (memory: tile x block x 4 bytes)
+    TILE = 65536
+    QUERY_BLOCK = 16384
+
+    def missing(self):
+        note = super().missing()
+        if note:
+            return note
+        import torch
+
+        return None if torch.cuda.is_available() else "PyTorch sees no CUDA device: skipped"
+
+    @staticmethod
+    def _tensor(x):
+        import torch
+
+        if type(x).__module__.startswith("torch"):
+            t = x
+        elif hasattr(x, "__cuda_array_interface__"):
+            t = torch.from_dlpack(x)
+        else:
+            t = torch.from_numpy(np.ascontiguousarray(x)).cuda()
+        return t.float()
+
+    def build(self, ctx, base, metric):
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        x = self._tensor(base)
+        if metric == "cosine":
+            x = torch.nn.functional.normalize(x, dim=1)
+        return {"x": x, "norms": (x * x).sum(1), "metric": metric}
+
+    def _knn(self, index, q, k, row_offset=None):
+        import torch
+
+        x, norms, metric = index["x"], index["norms"], index["metric"]
+        if metric == "cosine":
+            q = torch.nn.functional.normalize(q, dim=1)
+        best_d = best_i = None
+        for s in range(0, x.shape[0], self.TILE):
+            e = min(x.shape[0], s + self.TILE)
+            dots = q @ x[s:e].T
+            if metric in ("sqeuclidean", "euclidean"):
+                key = norms[s:e][None, :] - 2 * dots
+            else:
+                key = -dots
+            if row_offset is not None:  # graph: a node is not its own neighbour
+                rows = torch.arange(q.shape[0], device=q.device) + row_offset
+                inside = (rows >= s) & (rows < e)
+                key[inside.nonzero().squeeze(1), (rows[inside] - s)] = float("inf")
+            vd, vi = torch.topk(key, min(k, e - s), dim=1, largest=False)
+            vi = vi + s
+            if best_d is None:
+                best_d, best_i = vd, vi
+            else:
+                cd, ci = torch.cat([best_d, vd], 1), torch.cat([best_i, vi], 1)
+                best_d, pos = torch.topk(cd, k, dim=1, largest=False)
+                best_i = torch.gather(ci, 1, pos)
+        return best_i
+
+    def search(self, ctx, index, queries, k):
+        import torch
+
+        q = self._tensor(queries)
+        return torch.cat([self._knn(index, q[s:s + self.QUERY_BLOCK], k)
+                          for s in range(0, q.shape[0], self.QUERY_BLOCK)])
+
+    def graph(self, ctx, base, metric, k):
+        import torch
+
+        index = self.build(ctx, base, metric)
+        x = index["x"]
+        ids = torch.cat([self._knn(index, x[s:s + self.QUERY_BLOCK], k, row_offset=s)
+                         for s in range(0, x.shape[0], self.QUERY_BLOCK)])
+        return ids.int(), {}
+
+
+METHODS: dict[str, Method] = {m.name: m for m in (KnngraphExact(), KnngraphNNDescent(), KnngraphSong(), Pynndescent(),
+                                                  Hnswlib(), FaissFlat(), FaissHNSW(), FaissIVF(), TorchExact())}
+
+
+def get(name: str) -> Method:
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; available: {', '.join(METHODS)}")
+    return METHODS[name]

@@ -1,0 +1,510 @@
+"""``benchmarks/REPORT.md`` and its plots, generated from the runner's JSON lines and nothing else.
+
+Each figure of :data:`FIGURES` says which lines it draws (device, dataset, task, tag) and which methods
+must be there: knngraph's own methods need measured ('ok') lines; each baseline needs measured lines or a
+'skipped' line whose note says why (a library that was not installed), never nothing. The scaling figure
+also needs its range of sizes. :func:`generate` checks every figure first and raises
+:class:`MissingDataError` naming everything that is missing, before it writes any file: a report is
+either complete or not written.
+
+Where a file holds several measurements of the same point (a suite run again), the latest one is used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+__all__ = ["Figure", "FIGURES", "MissingDataError", "load_lines", "latest", "check", "generate", "draw_all"]
+
+
+class MissingDataError(Exception):
+    """A figure's data is missing from the JSON lines (the message lists every gap)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """One plot and its table.
+
+    Parameters
+    ----------
+    name : str
+        File stem of the PNG.
+    kind : {'pareto', 'build', 'batch', 'scaling'}
+        recall@10 against queries per second / build time against graph recall@10 / queries per second
+        against batch size / build time against n.
+    title : str
+    device : {'cpu', 'cuda'}
+    dataset : str
+        The ``dataset`` field of the lines (for 'scaling': a prefix, e.g. 'synth:').
+    required : tuple of str
+        Methods that must have measured lines.
+    baselines : tuple of str
+        Methods that must have measured lines or a 'skipped' line with a note.
+    tags : tuple of str
+        Tags of the lines drawn.
+    min_n, max_n : int
+        'scaling' only: the in-memory series must reach down to min_n and up to max_n, and the out-of-core
+        series (tag 'ooc') up to max_n.
+    """
+
+    name: str
+    kind: str
+    title: str
+    device: str
+    dataset: str
+    required: tuple = ()
+    baselines: tuple = ()
+    tags: tuple = ("",)
+    min_n: int = 0
+    max_n: int = 0
+
+    @property
+    def task(self) -> str:
+        return "search" if self.kind in ("pareto", "batch") else "graph"
+
+
+CPU_BASELINES_SEARCH = ("faiss-flat", "faiss-hnsw", "faiss-ivf", "hnswlib", "pynndescent")
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("pareto_cpu_sift100k", "pareto", "sift-photos 100k, CPU: recall@10 against queries per second", "cpu",
+           "sift-photos-100k", ("knngraph-exact", "knngraph-song"), CPU_BASELINES_SEARCH),
+    Figure("pareto_cpu_minilm", "pareto", "minilm-words (cosine), CPU: recall@10 against queries per second", "cpu",
+           "minilm-words", ("knngraph-exact", "knngraph-song"), CPU_BASELINES_SEARCH),
+    Figure("build_cpu_sift100k", "build", "sift-photos 100k, CPU: k=32 graph build time against graph recall@10",
+           "cpu", "sift-photos-100k", ("knngraph-nndescent", "knngraph-exact"), ("pynndescent",)),
+    Figure("build_cpu_minilm", "build", "minilm-words (cosine), CPU: k=32 graph build time against graph recall@10",
+           "cpu", "minilm-words", ("knngraph-nndescent", "knngraph-exact"), ("pynndescent",)),
+    Figure("pareto_gpu_sift450k", "pareto", "sift-photos 450k, GPU: recall@10 against queries per second", "cuda",
+           "sift-photos-450k", ("knngraph-exact", "knngraph-song"), ("torch-exact",)),
+    Figure("build_gpu_sift450k", "build", "sift-photos 450k, GPU: k=64 graph build time against graph recall@10",
+           "cuda", "sift-photos-450k", ("knngraph-nndescent", "knngraph-exact"), ("torch-exact",)),
+    Figure("batch_gpu_sift450k", "batch", "sift-photos 450k, GPU: queries per second against queries per call",
+           "cuda", "sift-photos-450k", ("knngraph-exact", "knngraph-song"), ("torch-exact",), tags=("batch",)),
+    Figure("scaling_gpu_synth", "scaling", "Synthetic Gaussian mixture, 128-d, GPU: k=32 graph build time against n",
+           "cuda", "synth:", ("knngraph-nndescent",), tags=("scaling", "ooc", "ooc-probe"), min_n=10_000,
+           max_n=10_000_000),
+)
+
+
+# ------------------------------------------------------------------------------------------ data
+
+
+def load_lines(paths) -> list[dict]:
+    """Every JSON line of ``paths`` (a missing file is a :class:`MissingDataError`)."""
+    lines = []
+    for path in paths:
+        path = Path(path)
+        if not path.exists():
+            raise MissingDataError(f"results file {path} does not exist")
+        for number, text in enumerate(path.read_text().splitlines(), 1):
+            if text.strip():
+                try:
+                    row = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise MissingDataError(f"{path}:{number}: not JSON ({exc})") from exc
+                row["_file"] = str(path)
+                lines.append(row)
+    return lines
+
+
+def _key(row: dict) -> str:
+    fields = ("task", "method", "dataset", "device", "tag", "k", "build_params", "search_params", "batch_size")
+    return json.dumps([row.get(f) for f in fields], sort_keys=True, default=str)
+
+
+def latest(lines) -> list[dict]:
+    """One line per measured point, the latest by date. A 'skipped' or 'error' line is kept (latest per
+    method, dataset and status) unless the same method was measured on the same data after it."""
+    measured: dict = {}
+    others: dict = {}
+    for row in lines:
+        if row.get("status") == "ok":
+            key = _key(row)
+            if key not in measured or str(row.get("date", "")) >= str(measured[key].get("date", "")):
+                measured[key] = row
+        else:
+            key = json.dumps([row.get(f) for f in ("task", "method", "dataset", "device", "tag", "status")])
+            if key not in others or str(row.get("date", "")) >= str(others[key].get("date", "")):
+                others[key] = row
+    last_ok: dict = {}
+    for r in measured.values():
+        group = (r.get("task"), r.get("method"), r.get("dataset"), r.get("device"), r.get("tag"))
+        last_ok[group] = max(last_ok.get(group, ""), str(r.get("date", "")))
+    kept = [r for r in others.values()
+            if last_ok.get((r.get("task"), r.get("method"), r.get("dataset"), r.get("device"), r.get("tag")), "")
+            < str(r.get("date", ""))]
+    return list(measured.values()) + kept
+
+
+def _select(fig: Figure, lines) -> list[dict]:
+    out = []
+    for r in lines:
+        if r.get("device") != fig.device or r.get("task") != fig.task or (r.get("tag") or "") not in fig.tags:
+            continue
+        ds = str(r.get("dataset", ""))
+        if (fig.kind == "scaling" and ds.startswith(fig.dataset)) or ds == fig.dataset:
+            out.append(r)
+    return out
+
+
+def check(fig: Figure, lines) -> list[str]:
+    """What is missing for ``fig`` (empty when it can be drawn)."""
+    rows = _select(fig, lines)
+    ok = [r for r in rows if r.get("status") == "ok"]
+    problems = []
+    for m in fig.required:
+        if not any(r["method"] == m for r in ok):
+            why = [r.get("note") for r in rows if r["method"] == m and r.get("note")]
+            problems.append(f"{fig.name}: no measurement of {m}" + (f" ({why[-1]})" if why else ""))
+    for m in fig.baselines:
+        if not any(r["method"] == m for r in ok) and not any(
+                r["method"] == m and r.get("status") == "skipped" and r.get("note") for r in rows):
+            problems.append(f"{fig.name}: baseline {m} neither measured nor skipped with a note")
+    if fig.kind == "batch":
+        for m in fig.required:
+            sizes = {r.get("batch_size") for r in ok if r["method"] == m}
+            if len(sizes) < 2:
+                problems.append(f"{fig.name}: {m} has {len(sizes)} batch size(s), needs at least 2")
+    if fig.kind == "scaling":
+        mem = [r["n"] for r in ok if r["method"] == "knngraph-nndescent" and r.get("tag") == "scaling"]
+        ooc = [r["n"] for r in ok if r["method"] == "knngraph-nndescent" and r.get("tag") == "ooc"]
+        if not mem or min(mem) > fig.min_n or max(mem) < fig.max_n:
+            problems.append(f"{fig.name}: in-memory NN-Descent series must span n = {fig.min_n} .. {fig.max_n}, "
+                            f"has {sorted(mem)}")
+        if not ooc or max(ooc) < fig.max_n:
+            problems.append(f"{fig.name}: no out-of-core NN-Descent run at n >= {fig.max_n} (has {sorted(ooc)})")
+    return problems
+
+
+# -------------------------------------------------------------------------------------- drawing
+
+_COLOURS = {"knngraph-song": "#d62728", "knngraph-exact": "#1f77b4", "knngraph-nndescent": "#ff7f0e",
+            "hnswlib": "#2ca02c", "faiss-hnsw": "#9467bd", "faiss-ivf": "#8c564b", "faiss-flat": "#7f7f7f",
+            "pynndescent": "#e377c2", "torch-exact": "#17becf"}
+
+
+def _params_label(params: dict, vary: set) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items() if k in vary)
+
+
+def _series(rows, by_params: str):
+    """Group rows by method and by the ``by_params`` parameters that vary within the method."""
+    groups: dict = {}
+    for m in dict.fromkeys(r["method"] for r in rows):
+        mine = [r for r in rows if r["method"] == m]
+        vary = {k for k in {k for r in mine for k in (r.get(by_params) or {})}
+                if len({json.dumps((r.get(by_params) or {}).get(k), default=str) for r in mine}) > 1}
+        for r in mine:
+            label = m + (f" ({_params_label(r.get(by_params) or {}, vary)})" if vary else "")
+            groups.setdefault(label, []).append(r)
+    return groups
+
+
+def _pareto(points):
+    """Points (recall, qps) not dominated by another (higher recall and higher qps), by recall."""
+    front = []
+    for p in sorted(points, key=lambda p: (-p[0], -p[1])):
+        if not front or p[1] > front[-1][1]:
+            front.append(p)
+    return sorted(front)
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def draw(fig: Figure, rows, path: Path) -> Path:
+    """Draw ``fig`` from its measured ``rows`` into ``path`` (PNG)."""
+    plt = _plt()
+    ok = [r for r in rows if r.get("status") == "ok"]
+    f, ax = plt.subplots(figsize=(7.5, 5))
+    if fig.kind == "pareto":
+        for label, rs in _series([r for r in ok if r.get("batch_size") is None], "build_params").items():
+            colour = _COLOURS.get(rs[0]["method"])
+            pts = [(r[f"recall@{r['k']}"], r["qps"]) for r in rs]
+            ax.scatter(*zip(*pts), color=colour, alpha=0.35, s=14)
+            front = _pareto(pts)
+            ax.plot(*zip(*front), marker="o", color=colour, label=label, ls="-" if len(front) > 1 else "none")
+        ax.set_yscale("log")
+        ax.set_xlabel("recall@10")
+        ax.set_ylabel("queries per second (log)")
+    elif fig.kind == "build":
+        for label, rs in _series(ok, "build_params").items():
+            rs = sorted(rs, key=lambda r: r["build_s"])
+            ax.plot([r["build_s"] for r in rs], [r["graph_recall@10"] for r in rs], marker="o",
+                    color=_COLOURS.get(rs[0]["method"]), label=label, ls="-" if len(rs) > 1 else "none")
+        ax.set_xscale("log")
+        ax.set_xlabel("build time, s (log)")
+        ax.set_ylabel("graph recall@10")
+    elif fig.kind == "batch":
+        for label, rs in _series(ok, "search_params").items():
+            rs = sorted(rs, key=lambda r: r["batch_size"] or r["nq"])
+            ax.plot([r["batch_size"] or r["nq"] for r in rs], [r["qps"] for r in rs], marker="o",
+                    color=_COLOURS.get(rs[0]["method"]), label=label)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("queries per call (log)")
+        ax.set_ylabel("queries per second (log)")
+    elif fig.kind == "scaling":
+        series = {"NN-Descent, in GPU memory": ("knngraph-nndescent", "scaling", "o-"),
+                  "NN-Descent, out-of-core (memory_limit = data size / 4)": ("knngraph-nndescent", "ooc", "s--"),
+                  "exact graph (GEMM + selection)": ("knngraph-exact", "scaling", "^:")}
+        for label, (method, tag, style) in series.items():
+            rs = sorted((r for r in ok if r["method"] == method and r.get("tag") == tag), key=lambda r: r["n"])
+            if rs:
+                ax.plot([r["n"] for r in rs], [r["build_s"] for r in rs], style, color=_COLOURS.get(method),
+                        label=label, alpha=0.8 if tag != "ooc" else 1.0)
+                for r in rs:
+                    ax.annotate(f"{r['graph_recall@10']:.3f}", (r["n"], r["build_s"]), fontsize=6,
+                                textcoords="offset points", xytext=(3, -9))
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("n (log)")
+        ax.set_ylabel("build time, s (log); labels: graph recall@10")
+    where = _where(ok)
+    ax.set_title(f"{fig.title}\n{where}", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    f.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f.savefig(path, dpi=110)
+    plt.close(f)
+    return path
+
+
+def _where(rows) -> str:
+    names = sorted({str(r.get("device_name")) for r in rows})
+    threads = sorted({r.get("threads") for r in rows if r.get("device") == "cpu"})
+    cores = sorted({(r.get("env") or {}).get("cpu_count") for r in rows})
+    if rows and rows[0].get("device") == "cpu":
+        return f"{', '.join(names)}, {'/'.join(map(str, cores))} cores, {'/'.join(map(str, threads))} threads"
+    return ", ".join(names)
+
+
+def draw_all(lines, out_dir) -> list[Path]:
+    """Draw every figure that has data (no checks; for a quick look at a suite's output)."""
+    lines = latest(lines)
+    paths = []
+    for fig in FIGURES:
+        rows = [r for r in _select(fig, lines) if r.get("status") == "ok"]
+        if rows:
+            paths.append(draw(fig, rows, Path(out_dir) / f"{fig.name}.png"))
+    return paths
+
+
+# -------------------------------------------------------------------------------------- tables
+
+
+def _fmt(v, digits=3):
+    """Numbers for tables: thousands with separators, others to ``digits`` significant digits."""
+    if v is None:
+        return ""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}g}"
+
+
+def _gib(b):
+    return "" if b is None else f"{b / 2**30:.2f}"
+
+
+def _params(p) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (p or {}).items())
+
+
+def _table(header, rows) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def _search_table(rows) -> list[str]:
+    rows = sorted(rows, key=lambda r: (r["method"], _params(r.get("build_params")), r.get("batch_size") or 0,
+                                       r.get(f"recall@{r['k']}") or 0))
+    body = []
+    for r in rows:
+        body.append([r["method"], _params(r.get("build_params")), _params(r.get("search_params")),
+                     r.get("batch_size") or r["nq"], _fmt(r.get(f"recall@{r['k']}"), 4), _fmt(r.get("R@10"), 4),
+                     _fmt(r["qps"]), _fmt(r.get("search_s")), _fmt(r.get("first_call_s")),
+                     f"{_fmt(r.get('build_s'))}" + (f" ({r['build_repeats']}x)" if r.get("build_s") else ""),
+                     _gib(r.get("peak_host_bytes")), _gib(r.get("peak_gpu_bytes"))])
+    return _table(["method", "build", "search", "queries/call", "recall@10", "R@10", "QPS", "search s", "first call s",
+                   "build s (runs)", "peak host GiB", "peak GPU GiB"], body)
+
+
+def _graph_table(rows) -> list[str]:
+    rows = sorted(rows, key=lambda r: (r.get("tag") or "", r["method"], r["n"], r["build_s"]))
+    body = []
+    for r in rows:
+        info = r.get("info") or {}
+        facts = ", ".join(f"{k}={_fmt(v)}" for k, v in info.items() if k in ("iterations", "shards", "merges",
+                                                                              "mean_merge_iterations", "memory_limit_bytes"))
+        where = {"ooc": " (out-of-core)", "ooc-probe": " (out-of-core probe: the 10M run's shard size)"}
+        body.append([r["method"] + where.get(r.get("tag"), ""), f"{r['n']:,}", r["k"],
+                     _params(r.get("build_params")), f"{_fmt(r['build_s'])} ({r['build_repeats']}x)",
+                     _fmt(r.get("warmup_s")), _fmt(r.get("graph_recall@10"), 4), _fmt(r.get(f"graph_recall@{r['k']}"), 4),
+                     _gib(r.get("peak_host_bytes")), _gib(r.get("peak_gpu_bytes")), facts])
+    return _table(["method", "n", "k", "parameters", "build s (runs)", "warm-up s", "graph recall@10",
+                   "graph recall@k", "peak host GiB", "peak GPU GiB", "info"], body)
+
+
+def _provenance(rows) -> list[str]:
+    env = rows[0].get("env") or {}
+    versions = {}
+    for r in rows:
+        for k, v in ((r.get("env") or {}).get("versions") or {}).items():
+            if v:
+                versions.setdefault(k, set()).add(v)
+    dates = sorted(str(r.get("date")) for r in rows)
+    sources = sorted({(((r.get("env") or {}).get("source") or {}).get("commit") or "?")[:10]
+                      + (" + uncommitted changes to " + ((r.get("env") or {}).get("source") or {}).get("modified")
+                         if ((r.get("env") or {}).get("source") or {}).get("modified") else "") for r in rows})
+    commands = sorted({r.get("command") for r in rows})
+    files = sorted({Path(r["_file"]).name for r in rows if r.get("_file")})
+    out = [f"- Ran on: {_where(rows)}" + (f"; host: {env.get('cpu')}, {env.get('cpu_count')} cores, "
+                                          f"{_gib(env.get('host_memory_bytes'))} GiB RAM" if rows[0].get("device") == "cuda" else ""),
+           "- Versions: " + ", ".join(f"{k} {'/'.join(sorted(v))}" for k, v in sorted(versions.items())),
+           f"- Measured: {dates[0]} .. {dates[-1]} (UTC); data: `{'`, `'.join(files)}`",
+           "- knngraph source: " + "; ".join(sources),
+           "- Command: " + "; ".join(f"`{c}`" for c in commands)]
+    return out
+
+
+def _notes(rows) -> list[str]:
+    return [f"- {r['method']}: {r.get('status')}: {r.get('note')}" for r in rows if r.get("status") != "ok"]
+
+
+def _best_at(rows, threshold) -> dict:
+    """Highest measured QPS of each method among points with recall@10 >= threshold."""
+    out = {}
+    for r in rows:
+        rec = r.get(f"recall@{r['k']}")
+        if r.get("batch_size") is None and rec is not None and rec >= threshold:
+            if r["method"] not in out or r["qps"] > out[r["method"]]["qps"]:
+                out[r["method"]] = r
+    return out
+
+
+# -------------------------------------------------------------------------------------- report
+
+
+def generate(results, out_md: Path, figures_dir: Path, figures=FIGURES) -> Path:
+    """Check every figure, then draw the PNGs into ``figures_dir`` and write ``out_md``.
+
+    Raises
+    ------
+    MissingDataError
+        If any figure lacks data (nothing is written then).
+    """
+    lines = latest(load_lines(results))
+    problems = [p for fig in figures for p in check(fig, lines)]
+    if problems:
+        raise MissingDataError("; ".join(problems))
+    out_md = Path(out_md)
+    rel = Path(_relpath(figures_dir, out_md.parent))
+    cpu_rows = [r for r in lines if r.get("device") == "cpu" and r.get("status") == "ok"]
+    gpu_rows = [r for r in lines if r.get("device") == "cuda" and r.get("status") == "ok"]
+    md = ["# knngraph benchmark report", "",
+          "Generated by `python -m benchmarks report` from the JSON lines in "
+          + ", ".join(f"`{_relpath(p, out_md.parent)}`" for p in results)
+          + ". Every number below is a field of one of those lines (or, in the summary tables, the best of "
+            "them); nothing is typed in by hand. Timing protocol: a warm-up call first (its time is the "
+            "'first call' column: JIT compilation), then the median of the timed calls; GPU work is "
+            "synchronised before each clock read; searches answer all queries (10,000 for sift-photos, "
+            "5,000 for minilm-words) in one call unless the batch column says otherwise. Recall definitions "
+            "are those of DESIGN.md (ties at the true k-th distance count as correct; distances of returned "
+            "ids are recomputed in float64 for every method alike).", ""]
+    md += _summary(figures, lines)
+    for fig in figures:
+        rows = _select(fig, lines)
+        ok = [r for r in rows if r.get("status") == "ok"]
+        png = draw(fig, ok, Path(figures_dir) / f"{fig.name}.png")
+        md += [f"## {fig.title}", "", f"![{fig.name}]({(rel / png.name).as_posix()})", ""]
+        md += _provenance(ok)
+        if fig.kind in ("pareto", "batch"):
+            md += [""] + _search_table(ok)
+        else:
+            md += [""] + _graph_table(ok)
+        notes = _notes(rows)
+        if notes:
+            md += ["", "Not measured:"] + notes
+        md.append("")
+    md += _machines(cpu_rows, gpu_rows)
+    out_md.parent.mkdir(parents=True, exist_ok=True)
+    out_md.write_text("\n".join(md) + "\n")
+    return out_md
+
+
+def _summary(figures, lines) -> list[str]:
+    md = ["## Summary", ""]
+    pareto = [f for f in figures if f.kind == "pareto"]
+    if pareto:
+        md += ["Highest measured queries per second at recall@10 >= 0.90 / 0.95 / 0.99 (search task, k=10, "
+               "all queries in one call):", ""]
+        body = []
+        for fig in pareto:
+            ok = [r for r in _select(fig, lines) if r.get("status") == "ok"]
+            where = "CPU" if fig.device == "cpu" else "GPU"
+            tiers = [_best_at(ok, t) for t in (0.90, 0.95, 0.99)]
+            for m in sorted({r["method"] for r in ok}):
+                cells = []
+                for tier in tiers:
+                    r = tier.get(m)
+                    cells.append(f"{_fmt(r['qps'])} ({_params(r.get('search_params')) or 'exact'})" if r else "-")
+                body.append([fig.dataset, where, m] + cells)
+        md += _table(["dataset", "where", "method", "QPS @ 0.90", "QPS @ 0.95", "QPS @ 0.99"], body) + [""]
+    builds = [f for f in figures if f.kind == "build"]
+    if builds:
+        md += ["Fastest measured graph build (median time) reaching graph recall@10 >= 0.95 / 0.99:", ""]
+        body = []
+        for fig in builds:
+            ok = [r for r in _select(fig, lines) if r.get("status") == "ok"]
+            for m in sorted({r["method"] for r in ok}):
+                cells = []
+                for t in (0.95, 0.99):
+                    hit = [r for r in ok if r["method"] == m and r["graph_recall@10"] >= t]
+                    r = min(hit, key=lambda r: r["build_s"]) if hit else None
+                    cells.append(f"{_fmt(r['build_s'])} s (recall {_fmt(r['graph_recall@10'], 4)})" if r else "-")
+                body.append([fig.dataset, "CPU" if fig.device == "cpu" else "GPU", m, ok[0]["k"]] + cells)
+        md += _table(["dataset", "where", "method", "k", "build @ 0.95", "build @ 0.99"], body) + [""]
+    scaling = [f for f in figures if f.kind == "scaling"]
+    for fig in scaling:
+        ok = [r for r in _select(fig, lines) if r.get("status") == "ok" and r["method"] == "knngraph-nndescent"]
+        ooc = [r for r in ok if r.get("tag") == "ooc"]
+        if ooc:
+            r = max(ooc, key=lambda r: r["n"])
+            md += [f"Out-of-core NN-Descent on the GPU, n = {r['n']:,} (128-d float32, "
+                   f"memory_limit = {_fmt((r.get('info') or {}).get('memory_limit_bytes', 0) / 2**30)} GiB, a quarter "
+                   f"of the data): {_fmt(r['build_s'])} s, graph recall@10 {_fmt(r['graph_recall@10'], 4)} on "
+                   f"{r['graph_recall_sample']} sampled nodes ({(r.get('info') or {}).get('shards')} shards, "
+                   f"{(r.get('info') or {}).get('merges')} shard-pair merges).", ""]
+    return md
+
+
+def _machines(cpu_rows, gpu_rows) -> list[str]:
+    md = ["## Machines", ""]
+    for label, rows in (("CPU runs", cpu_rows), ("GPU runs", gpu_rows)):
+        if not rows:
+            continue
+        env = rows[-1].get("env") or {}
+        md.append(f"- {label}: {env.get('cpu')}, {env.get('cpu_count')} cores, "
+                  f"{_gib(env.get('host_memory_bytes'))} GiB RAM, GPU: {env.get('gpu') or 'none'}; "
+                  f"{env.get('platform')}; threads used: {sorted({r.get('threads') for r in rows})}")
+    md += ["", "The CPU machine is shared with other work, so CPU timings carry noise of a few tens of percent; "
+               "compare methods measured in the same run."]
+    return md
+
+
+def _relpath(path, start) -> str:
+    import os
+
+    return os.path.relpath(Path(path).resolve(), Path(start).resolve())
