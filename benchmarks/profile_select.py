@@ -93,19 +93,22 @@ def main():
     dummy_f = cp.zeros((1, 1), cp.float32)
     dummy_i = cp.zeros((1, 1), cp.int32)
     for k in (10, 100):
-        kern = sk.warp_filter_kernel(sk.list_capacity(k), sk.SRC_DOTS)
-        wpb = kern.warps_per_block
         ok = cp.empty((rows, k), cp.float32)
         oi = cp.empty((rows, k), cp.int32)
-        blocks = (rows + wpb - 1) // wpb
-        args = (rows, 1, cols, cols, k, dots, xn, np.float32(-2), 0, -1, dummy_f, dummy_i, dummy_f, dummy_i, 0, ok, oi)
-        t = event_time(lambda: kern[blocks, wpb * 32](*args))
-        log.write(part="warp_filter_numba_launch", k=k, s=t, gbps=tile_bytes / t / 1e9, regs=regs(kern), wpb=wpb)
-        t = event_time(lambda: launch(kern, blocks, wpb * 32, args))
-        log.write(part="warp_filter_raw_launch", k=k, s=t, gbps=tile_bytes / t / 1e9)
-        for cap in (64, 56, 48):
-            t = event_time(lambda: launch(kern, blocks, wpb * 32, args, max_registers=cap))
-            log.write(part="warp_filter_raw_launch_maxnreg", k=k, maxnreg=cap, s=t, gbps=tile_bytes / t / 1e9)
+        for unroll in (4, 8):
+            kern = sk.warp_filter_kernel(sk.list_capacity(k), sk.SRC_DOTS, unroll)
+            wpb = kern.warps_per_block
+            blocks = (rows + wpb - 1) // wpb
+            args = (rows, 1, cols, cols, k, dots, xn, np.float32(-2), 0, -1, dummy_f, dummy_i, dummy_f, dummy_i,
+                    0, ok, oi)
+            if unroll == 8:
+                t = event_time(lambda: kern[blocks, wpb * 32](*args))
+                log.write(part="warp_filter_numba_launch", k=k, unroll=unroll, s=t, gbps=tile_bytes / t / 1e9,
+                          regs=regs(kern), wpb=wpb)
+            for cap in (None, 72):
+                t = event_time(lambda: launch(kern, blocks, wpb * 32, args, max_registers=cap))
+                log.write(part="warp_filter_raw_launch", k=k, unroll=unroll, maxnreg=cap, s=t,
+                          gbps=tile_bytes / t / 1e9)
         bufs = [cp.empty((rows, cols), tt) for tt in (cp.float32, cp.int32, cp.float32, cp.int32)]
         ok = cp.empty((rows, k), cp.float32)
         oi = cp.empty((rows, k), cp.int32)

@@ -161,3 +161,25 @@ def test_select_int32_dot_tiles(kernel_name, rng):
     ref_k, ref_i = _reference(dots.astype(np.float32), norms, 0, 5, -1, 6)
     np.testing.assert_array_equal(got_i, ref_i)
     np.testing.assert_array_equal(got_k, ref_k)
+
+
+@pytest.mark.parametrize("unroll", [1, 8])
+@pytest.mark.parametrize("ties", [False, True])
+def test_warp_filter_streaming_steps(unroll, ties, rng):
+    """Rows long enough for whole unrolled steps (the fast filter path) plus a ragged tail, in graph
+    mode (each row's own id lies inside a step), with many ties at the threshold."""
+    from knngraph.bruteforce import _select_kernels as sk
+
+    rows, cols = 3, 600
+    dots, norms = _tile(rng, rows, cols, ties)
+    for k in (5, 70):
+        kern = sk.warp_filter_kernel(sk.list_capacity(k), sk.SRC_DOTS, unroll)
+        out_k = np.zeros((rows, k), np.float32)
+        out_i = np.zeros((rows, k), np.int32)
+        dummy_f = np.zeros((1, 1), np.float32)
+        dummy_i = np.zeros((1, 1), np.int32)
+        kern[1, kern.warps_per_block * 32](rows, 1, cols, cols, k, dots, norms, np.float32(-2), 0, 300,
+                                          dummy_f, dummy_i, dummy_f, dummy_i, 0, out_k, out_i)
+        ref_k, ref_i = _reference(dots, norms, 0, 0, 300, k)
+        np.testing.assert_array_equal(out_i, ref_i)
+        np.testing.assert_allclose(out_k, ref_k, rtol=1e-6)

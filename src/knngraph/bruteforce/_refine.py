@@ -5,11 +5,20 @@ an exact duplicate can come out at 1e-6 instead of 0, and its euclidean distance
 neighbours are chosen, their distances are recomputed directly as sum((q - x)^2) in float32 (k*d work
 per query, small next to the n*d of the scan) and each row is re-sorted by (distance, id).
 Integer data never needs this: its dot products are exact.
+
+On the GPU, with the base on the device, one kernel does both steps (a warp per query computes the k
+distances, then one lane re-sorts the row, which is already nearly in order); otherwise the array
+code below does it with NumPy or CuPy.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from math import sqrt as math_sqrt
+
+from numba import cuda, float32, int32
+
+from .._distances import DIST_L2SQ, warp_distance
 
 _CHUNK_ELEMS = 1 << 26  # gathered elements per chunk (256 MiB of float32)
 
@@ -25,6 +34,8 @@ def refine_l2(queries, base, ids, metric: str, xp):
     host, then uploaded)."""
     nq, k = ids.shape
     d = queries.shape[1]
+    if xp is not np and type(base).__module__.split(".")[0] == "cupy":
+        return _refine_l2_kernel(xp.asarray(queries), base, ids, metric, xp)
     out = xp.empty((nq, k), dtype=np.float32)
     rows = max(1, _CHUNK_ELEMS // max(1, k * d))
     base_on_device = type(base).__module__.split(".")[0] == xp.__name__.split(".")[0]
@@ -60,3 +71,59 @@ def _stable_argsort_rows(values, xp):
     ordered = xp.where(u >> 31, ~u & xp.uint64(0xFFFFFFFF), u | xp.uint64(0x80000000))
     comp = (ordered << 32) | rank.astype(xp.uint64)
     return (xp.sort(comp, axis=1) & xp.uint64(0xFFFFFFFF)).astype(np.int64)
+
+
+_ID_LAST = 2**31 - 1  # -1 ids (no neighbour) sort after every real id
+
+
+@cuda.jit
+def refine_rows_kernel(queries, base, ids, out_d, out_i, euclidean):
+    """One warp per query row: exact L2 distances of the row's ids, then the row re-sorted by
+    (distance, id) with an insertion sort by lane 0 (the row arrives almost sorted, so it is ~k steps)."""
+    lane = cuda.threadIdx.x % 32
+    row = cuda.blockIdx.x * (cuda.blockDim.x // 32) + cuda.threadIdx.x // 32
+    if row >= ids.shape[0]:
+        return  # whole warps leave together
+    k = ids.shape[1]
+    for j in range(k):
+        idx = ids[row, j]
+        dist = float32(np.inf)
+        if idx >= 0:  # the same for every lane: the warp stays converged for the shuffles
+            dist = warp_distance(DIST_L2SQ, queries, row, base, idx, queries, queries, lane)
+            if euclidean != 0:
+                dist = float32(math_sqrt(dist))
+        if lane == 0:
+            out_d[row, j] = dist
+            out_i[row, j] = idx
+    cuda.syncwarp(0xFFFFFFFF)
+    if lane == 0:
+        for j in range(1, k):
+            dk = out_d[row, j]
+            di = out_i[row, j]
+            dl = di if di >= 0 else int32(_ID_LAST)
+            t = j
+            while t > 0:
+                pk = out_d[row, t - 1]
+                pi = out_i[row, t - 1]
+                pl = pi if pi >= 0 else int32(_ID_LAST)
+                if pk < dk or (pk == dk and pl <= dl):
+                    break
+                out_d[row, t] = pk
+                out_i[row, t] = pi
+                t -= 1
+            out_d[row, t] = dk
+            out_i[row, t] = di
+
+
+def _refine_l2_kernel(queries, base, ids, metric: str, cp):
+    from .._cuda_launch import launch
+
+    nq, k = ids.shape
+    out_d = cp.empty((nq, k), dtype=cp.float32)
+    out_i = cp.empty((nq, k), dtype=cp.int32)
+    if nq:
+        warps = 4
+        launch(refine_rows_kernel, (nq + warps - 1) // warps, 32 * warps,
+               (cp.ascontiguousarray(queries), cp.ascontiguousarray(base), cp.ascontiguousarray(ids, dtype=cp.int32),
+                out_d, out_i, int(metric == "euclidean")))
+    return out_d, out_i

@@ -44,7 +44,7 @@ import functools
 import math
 
 import numpy as np
-from numba import cuda, float32, int32
+from numba import cuda, float32, int32, uint64
 
 WARP = 32
 FULL_MASK = 0xFFFFFFFF
@@ -256,43 +256,64 @@ def quickselect_kernel(first_src, n_tasks, n_splits, split_len, n_cols, k,
 
 
 @cuda.jit(device=True, inline=True)
+def _bitonic_stages(sk, si, base, size, span, lane):
+    """The compare-exchange stages of one bitonic merge of width ``span`` over sk/si[base : base +
+    size] (``size``, ``span`` powers of two): blocks of ``span`` with bit ``span`` of their start clear
+    end ascending, the others descending (so ``span == size`` merges one bitonic run ascending)."""
+    stride = span // 2
+    while stride > 0:
+        for t in range(lane, size // 2, WARP):
+            # pair t of this stage: its low element i has bit ``stride`` clear (stride is a power of two)
+            i = ((t & ~(stride - 1)) << 1) | (t & (stride - 1))
+            j = i + stride
+            ak = sk[base + i]
+            ai = si[base + i]
+            bk = sk[base + j]
+            bi = si[base + j]
+            if (i & span) == 0:
+                swap = _less(bk, bi, ak, ai)
+            else:
+                swap = _less(ak, ai, bk, bi)
+            if swap:
+                sk[base + i] = bk
+                si[base + i] = bi
+                sk[base + j] = ak
+                si[base + j] = ai
+        cuda.syncwarp(FULL_MASK)
+        stride //= 2
+
+
+@cuda.jit(device=True, inline=True)
 def _warp_bitonic_sort(sk, si, base, size, lane):
     """Sort sk/si[base : base + size] ascending by (key, id); ``size`` a power of two; one warp."""
     span = 2
     while span <= size:
-        stride = span // 2
-        while stride > 0:
-            for t in range(lane, size // 2, WARP):
-                # pair t of this stage: its low element i has bit ``stride`` clear (stride is a power of two)
-                i = ((t & ~(stride - 1)) << 1) | (t & (stride - 1))
-                j = i + stride
-                ak = sk[base + i]
-                ai = si[base + i]
-                bk = sk[base + j]
-                bi = si[base + j]
-                if (i & span) == 0:
-                    swap = _less(bk, bi, ak, ai)
-                else:
-                    swap = _less(ak, ai, bk, bi)
-                if swap:
-                    sk[base + i] = bk
-                    si[base + i] = bi
-                    sk[base + j] = ak
-                    si[base + j] = ai
-            cuda.syncwarp(FULL_MASK)
-            stride //= 2
+        _bitonic_stages(sk, si, base, size, span, lane)
         span *= 2
 
 
 @cuda.jit(device=True, inline=True)
 def _flush(sk, si, base, cap, k, count, lane):
-    """Merge the first ``count`` buffer slots into the sorted list; returns the new threshold."""
+    """Merge the first ``count`` buffer slots into the sorted list; returns the new threshold.
+
+    Only the ``cap`` smallest of list + buffer survive, so the buffer is sorted on its own and
+    folded in with one min pass: list[t] = min(list[t], buffer[cap - 1 - t]) pairs an ascending run
+    with a descending one, which leaves exactly the ``cap`` smallest as a bitonic run; one bitonic
+    merge sorts it. That is about half the stages of sorting all 2 * cap slots."""
     cuda.syncwarp(FULL_MASK)
     for t in range(count + lane, cap, WARP):
         sk[base + cap + t] = INF
         si[base + cap + t] = int32(ID_NONE)
     cuda.syncwarp(FULL_MASK)
-    _warp_bitonic_sort(sk, si, base, 2 * cap, lane)
+    _warp_bitonic_sort(sk, si, base + cap, cap, lane)
+    for t in range(lane, cap, WARP):
+        bk = sk[base + 2 * cap - 1 - t]
+        bi = si[base + 2 * cap - 1 - t]
+        if _less(bk, bi, sk[base + t], si[base + t]):
+            sk[base + t] = bk
+            si[base + t] = bi
+    cuda.syncwarp(FULL_MASK)
+    _bitonic_stages(sk, si, base, cap, cap, lane)
     return sk[base + k - 1], si[base + k - 1]
 
 
@@ -319,16 +340,47 @@ def warps_per_block_for(cap: int) -> int:
     return max(1, min(4, (32 << 10) // per_warp))
 
 
+@cuda.jit(device=True, inline=True)
+def _fast_key(src, row, j, dots, colterm, alpha, ck):
+    """Element j's key alone (no id, no self or bounds check): the cheap value the filter tests."""
+    if src == SRC_DOTS:
+        return colterm[j] + alpha * float32(dots[row, j])
+    return ck[row, j]
+
+
+@cuda.jit(device=True, inline=True)
+def _exact_element(src, urow, j, dots, colterm, alpha, col_offset, self_id, ck, ci):
+    """(key, id) of in-range element j, with the row's own id replaced by the filler."""
+    uj = uint64(j)
+    if src == SRC_DOTS:
+        gid = col_offset + j
+        if gid == self_id:
+            return INF, int32(ID_NONE)
+        return colterm[uj] + alpha * float32(dots[urow, uj]), int32(gid)
+    return ck[urow, uj], ci[urow, uj]
+
+
+# Launch settings of the warp_filter kernel, from benchmarks/profile_select.py on an H200
+# (benchmarks/results/profile_select_h200.jsonl): loads in flight per lane (8 beat 4 and 16), and
+# an optional register cap (.maxnreg). Capping (80 down to 56) measured slower than leaving ptxas
+# its ~88 registers: the cap spills in the merge code, and the streaming loop does not gain enough
+# resident warps to pay for it.
+FILTER_UNROLL = 8
+FILTER_MAX_REGISTERS = None
+
+
 @functools.lru_cache(maxsize=None)
-def warp_filter_kernel(cap: int, source: int = SRC_DOTS):
+def warp_filter_kernel(cap: int, source: int = SRC_DOTS, unroll: int = FILTER_UNROLL):
     """The warp-filter kernel for lists of ``cap`` slots (a power of two in [64, 1024]) reading
     elements from ``source`` (SRC_DOTS or SRC_PAIRS; a compile-time constant, so the per-element
-    source switch folds away)."""
+    source switch folds away); each lane has ``unroll`` loads in flight per step."""
     assert cap & (cap - 1) == 0 and 64 <= cap <= 1024
     assert source in (SRC_DOTS, SRC_PAIRS)
+    assert unroll in (1, 2, 4, 8, 16)
     wpb = warps_per_block_for(cap)
     slots = 2 * cap  # list [0, cap) + candidate buffer [cap, 2 cap)
     shared_len = wpb * slots
+    step = unroll * WARP
 
     @cuda.jit
     def kernel(n_tasks, n_splits, split_len, n_cols, k,
@@ -336,6 +388,7 @@ def warp_filter_kernel(cap: int, source: int = SRC_DOTS):
                ck, ci, init_k, init_i, use_init, out_k, out_i):
         sk = cuda.shared.array(shared_len, dtype=float32)
         si = cuda.shared.array(shared_len, dtype=int32)
+        keys = cuda.local.array(unroll, dtype=float32)  # indexed by unrolled constants only: registers
         warp = cuda.threadIdx.x // WARP
         lane = cuda.threadIdx.x % WARP
         task = cuda.blockIdx.x * wpb + warp
@@ -358,35 +411,45 @@ def warp_filter_kernel(cap: int, source: int = SRC_DOTS):
         thr_k = sk[base + k - 1]
         thr_i = si[base + k - 1]
         count = 0
-        # Four segments per step: a lane's four loads are independent and issued together, so each
-        # warp keeps 512 bytes in flight instead of 128.
-        for s in range(lo, hi, 4 * WARP):
-            j = s + lane
-            a0, b0, x0 = _fetch(source, row, j, hi, dots, colterm, ck, ci)
-            a1, b1, x1 = _fetch(source, row, j + WARP, hi, dots, colterm, ck, ci)
-            a2, b2, x2 = _fetch(source, row, j + 2 * WARP, hi, dots, colterm, ck, ci)
-            a3, b3, x3 = _fetch(source, row, j + 3 * WARP, hi, dots, colterm, ck, ci)
-            k0, i0 = _element(source, a0, b0, x0, j, hi, alpha, col_offset, self_id)
-            k1, i1 = _element(source, a1, b1, x1, j + WARP, hi, alpha, col_offset, self_id)
-            k2, i2 = _element(source, a2, b2, x2, j + 2 * WARP, hi, alpha, col_offset, self_id)
-            k3, i3 = _element(source, a3, b3, x3, j + 3 * WARP, hi, alpha, col_offset, self_id)
-            # Most elements lose to the current k-th best once the list has filled: one vote over all
-            # four segments skips the per-segment compaction when no lane holds a candidate.
-            maybe = (_less(k0, i0, thr_k, thr_i) or _less(k1, i1, thr_k, thr_i)
-                     or _less(k2, i2, thr_k, thr_i) or _less(k3, i3, thr_k, thr_i))
+        # Streaming part: whole steps of ``unroll`` segments. A lane issues its ``unroll`` loads
+        # back to back (independent, so they are all in flight at once) and tests only the keys
+        # against the threshold (``<=``: a superset of the (key, id) test). Once the list has filled
+        # almost every step ends at the first ballot. Otherwise one ballot per segment marks the
+        # segments that hold a candidate, and only those are re-read (from cache) on the exact path,
+        # which also handles the row's own id. (The threshold only falls, so an unmarked segment
+        # cannot hold a candidate later in the step.)
+        full_end = lo + (hi - lo) // step * step
+        urow = uint64(row)
+        for s in range(lo, full_end, step):
+            # unsigned indices: numba then skips its negative-index wraparound arithmetic, which
+            # otherwise costs more instructions per load than the load itself
+            first = uint64(s + lane)
+            for u in range(unroll):
+                keys[u] = _fast_key(source, urow, first + uint64(u * WARP), dots, colterm, alpha, ck)
+            maybe = False
+            for u in range(unroll):
+                maybe = maybe or keys[u] <= thr_k
             if cuda.ballot_sync(FULL_MASK, maybe) == 0:
                 continue
-            # a (not unrolled) loop over the four, so the merge code exists once in the kernel
-            for u in range(4):
-                if u == 0:
-                    key, idx = k0, i0
-                elif u == 1:
-                    key, idx = k1, i1
-                elif u == 2:
-                    key, idx = k2, i2
-                else:
-                    key, idx = k3, i3
+            pending = 0
+            for u in range(unroll):
+                if cuda.ballot_sync(FULL_MASK, keys[u] <= thr_k) != 0:
+                    pending |= 1 << u
+            for u in range(unroll):  # not unrolled: one copy of the merge code
+                if (pending >> u) & 1 == 0:
+                    continue
+                j = s + u * WARP + lane
+                key, idx = _exact_element(source, urow, j, dots, colterm, alpha, col_offset, self_id, ck, ci)
                 count, thr_k, thr_i = _offer(key, idx, sk, si, base, cap, k, count, thr_k, thr_i, lane)
+        # the tail: segments with bounds checks
+        for t0 in range(full_end, hi, WARP):
+            j = t0 + lane
+            key = INF
+            idx = int32(ID_NONE)
+            if j < hi:
+                key, idx = _load(source, row, j, dots, colterm, alpha, col_offset, self_id,
+                                 ck, ci, ck, ci, ck, ci)
+            count, thr_k, thr_i = _offer(key, idx, sk, si, base, cap, k, count, thr_k, thr_i, lane)
         if count > 0:
             _flush(sk, si, base, cap, k, count, lane)
         cuda.syncwarp(FULL_MASK)

@@ -121,7 +121,8 @@ class _Selector:
         if self.select == "warp_filter":
             launch(self.kernels[first_src], blocks, self.wpb * 32,
                    (tasks, n_splits, split_len, n_cols, self.k, dots, colterm, alpha, col_offset, self_offset,
-                    ck, ci, init_k, init_i, use_init, out_k, out_i), stream=self.stream)
+                    ck, ci, init_k, init_i, use_init, out_k, out_i), stream=self.stream,
+                   max_registers=sk.FILTER_MAX_REGISTERS)
         else:
             shape = (dots.shape if first_src == sk.SRC_DOTS else ck.shape)
             bufs = tuple(cp.empty(shape, t) for t in (cp.float32, cp.int32, cp.float32, cp.int32))
@@ -154,12 +155,8 @@ class _Selector:
             best_i[...] = cand_i
             return
         m = cand_k.shape[1]
-        if self.select == "warp_filter":
-            self._launch(sk.SRC_PAIRS, rows, 1, m, m, self._dummy_f, self._dummy_n, np.float32(0), 0, -1,
-                         cand_k, cand_i, self._dummy_f, self._dummy_i, 0, best_k, best_i)
-        else:
-            self._launch(sk.SRC_PAIRS, rows, 1, m, m, self._dummy_f, self._dummy_n, np.float32(0), 0, -1,
-                         cand_k, cand_i, self._dummy_f, self._dummy_i, 0, best_k, best_i)
+        self._launch(sk.SRC_PAIRS, rows, 1, m, m, self._dummy_f, self._dummy_n, np.float32(0), 0, -1,
+                     cand_k, cand_i, self._dummy_f, self._dummy_i, 0, best_k, best_i)
 
     def finish(self, best_k, best_i):
         if self.select == "quickselect":
@@ -268,7 +265,8 @@ def knn_cuda(base, queries, k: int, metric: str, *, graph: bool = False, memory_
                     block_d = cp.where(missing, cp.float32(np.inf), value).astype(cp.float32, copy=False)
                     block_i = cp.where(missing, -1, ids).astype(cp.int32, copy=False)
                     if refine:
-                        block_d, block_i = refine_l2(queries[qs:qe], base, block_i, metric, cp)
+                        # for L2 the resident GEMM operand holds the base exactly (float32 or float16)
+                        block_d, block_i = refine_l2(queries[qs:qe], xb if resident else base, block_i, metric, cp)
                     if host_out:
                         block_d.get(stream=s_sel, out=out_d[qs:qe])
                         block_i.get(stream=s_sel, out=out_i[qs:qe])
