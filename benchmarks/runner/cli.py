@@ -109,7 +109,8 @@ def cmd_suite(args) -> int:
         if unknown:
             raise SystemExit(f"unknown parts {sorted(unknown)}; parts: {', '.join(GPU_PARTS)}")
         sizes = tuple(int(float(s.lower().replace("m", "e6").replace("k", "e3"))) for s in args.ooc_sizes.split(","))
-        specs = gpu_suite(parts, quick=args.quick, device=args.device or "cuda", ooc_sizes=sizes)
+        specs = gpu_suite(parts, quick=args.quick, device=args.device or "cuda", ooc_sizes=sizes,
+                          ooc_time_limit_s=args.ooc_time_limit)
         out = args.out or (Path(os.environ.get("OUT", "out")) / "bench_gpu.jsonl")
     if args.device and args.which == "cpu":
         for s in specs:
@@ -173,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parts", default="", help="GPU parts, comma-separated, of sift,scaling,ooc,ooc_probe "
                                                "(default sift,scaling,ooc)")
     p.add_argument("--ooc-sizes", default="1m,10m", help="GPU out-of-core sizes (default 1m,10m)")
+    p.add_argument("--ooc-time-limit", type=float, default=None,
+                   help="seconds after which an out-of-core build is abandoned with a 'timeout' line")
     p.add_argument("--quick", action="store_true", help="tiny sizes: checks the code, not the speed")
     p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="override the suite's device")
     p.add_argument("--threads", type=int, default=None)

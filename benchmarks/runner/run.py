@@ -82,6 +82,10 @@ class RunSpec:
         Free label carried into the lines (e.g. 'scaling', 'batch').
     log_progress : bool, default=False
         Print progress of long sharded NN-Descent builds every 30 s (to stderr).
+    time_limit_s : float, optional
+        Graph task: if a timed build runs longer, write a 'timeout' line (seconds elapsed, shard steps done
+        when ``log_progress`` counts them) and end the process (exit code 3): a build cannot be interrupted
+        otherwise, and a command cut off by its caller's limit would leave no line at all.
     """
 
     dataset: str
@@ -99,6 +103,7 @@ class RunSpec:
     input: str = "device"
     tag: str = ""
     log_progress: bool = False
+    time_limit_s: float | None = None
 
 
 def _grid(params: dict) -> list[dict]:
@@ -354,12 +359,15 @@ class Runner:
 
     def _run_graph(self, spec: RunSpec, method, ds, ctx, k):
         base, _ = self._inputs(ds, spec.device, spec.input)
+        self.graph_truth(ds, k)  # before the builds: afterwards only the scoring is left
         for gp in _grid(spec.graph if spec.graph is not None else method.graph_sweep):
             line = {**self._base_line(spec, method, ds, k), "build_params": gp}
             try:
+                self._free_gpu()
                 self._reset_peaks()
                 warm_s, warm_rows = self._warmup(spec, lambda b: method.graph(ctx, b, ds.metric, k, **dict(gp)), base)
-                with _progress_log(spec.log_progress, self.log):
+                progress: dict = {}
+                with _progress_log(spec.log_progress, self.log, progress), self._watchdog(spec, line, progress):
                     t = time_calls(lambda: method.graph(ctx, base, ds.metric, k, **dict(gp)), spec.build_repeats,
                                    warmup=False)
                 host_peak, gpu_peak = self._peaks()
@@ -375,6 +383,35 @@ class Runner:
             except Exception as exc:
                 self._error(line, exc)
             self._free_gpu()
+
+    @contextlib.contextmanager
+    def _watchdog(self, spec: RunSpec, line: dict, progress: dict):
+        """Enforce ``spec.time_limit_s`` on the builds inside (see :class:`RunSpec`)."""
+        if not spec.time_limit_s:
+            yield
+            return
+        import os
+        import threading
+
+        t0 = time.perf_counter()
+
+        def expire():
+            done = progress.get("done")
+            note = (f"build did not finish within the time limit of {spec.time_limit_s:.0f} s"
+                    + (f": {done} of {progress['total']} {progress['desc']} steps done" if done is not None else ""))
+            self.write({**line, "status": "timeout", "note": note, "elapsed_s": time.perf_counter() - t0,
+                        "progress": dict(progress)})
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(3)
+
+        timer = threading.Timer(spec.time_limit_s, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
 
     def _graph_quality(self, ds, ids, k) -> dict:
         from knngraph.evaluate import recall_at_k
@@ -403,10 +440,11 @@ def _max(a, b):
 
 
 @contextlib.contextmanager
-def _progress_log(enabled: bool, log, every_s: float = 30.0):
+def _progress_log(enabled: bool, log, state: dict | None = None, every_s: float = 30.0):
     """While active, knngraph's sharded NN-Descent reports shards/merges done every ``every_s`` seconds
-    (its own progress bar shows only on a terminal). Instrumentation only: swaps the progress factory
-    that :mod:`knngraph.nndescent._build` calls, and restores it."""
+    (its own progress bar shows only on a terminal) and keeps the count in ``state`` (``done``, ``total``,
+    ``desc``). Instrumentation only: swaps the progress factory that :mod:`knngraph.nndescent._build`
+    calls, and restores it."""
     if not enabled:
         yield
         return
@@ -416,18 +454,20 @@ def _progress_log(enabled: bool, log, every_s: float = 30.0):
         yield
         return
     original = _build.progress
+    state = {} if state is None else state
 
     @contextlib.contextmanager
     def logging_progress(total, desc, disable=False, min_steps=8):
         t0 = time.perf_counter()
-        state = {"done": 0, "last": t0}
+        state.update(done=0, total=total, desc=desc)
+        last = [t0]
 
         class Bar:
             def update(self, n=1):
                 state["done"] += n
                 now_ = time.perf_counter()
-                if now_ - state["last"] >= every_s:
-                    state["last"] = now_
+                if now_ - last[0] >= every_s:
+                    last[0] = now_
                     print(f"# {desc}: {state['done']}/{total} after {now_ - t0:.0f} s", file=sys.stderr, flush=True)
 
             def set_postfix_str(self, s):

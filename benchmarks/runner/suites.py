@@ -62,8 +62,10 @@ def cpu_suite(quick: bool = False) -> list[RunSpec]:
     return specs
 
 
-def gpu_suite(parts=DEFAULT_GPU_PARTS, quick: bool = False, device: str = "cuda", ooc_sizes=(1_000_000, 10_000_000)) -> list[RunSpec]:
-    """The GPU suite (see the module docs); ``quick`` for a code check at tiny sizes."""
+def gpu_suite(parts=DEFAULT_GPU_PARTS, quick: bool = False, device: str = "cuda", ooc_sizes=(1_000_000, 10_000_000),
+              ooc_time_limit_s: float | None = None) -> list[RunSpec]:
+    """The GPU suite (see the module docs); ``quick`` for a code check at tiny sizes; ``ooc_time_limit_s``
+    ends an out-of-core build that runs longer with a 'timeout' line (:class:`RunSpec`)."""
     specs = []
     sift = "sample:nq=300" if quick else "sift-photos-450k"
     if "sift" in parts:
@@ -100,5 +102,5 @@ def gpu_suite(parts=DEFAULT_GPU_PARTS, quick: bool = False, device: str = "cuda"
         for n in ([20_000] if quick else list(ooc_sizes)):
             specs.append(RunSpec(_synth(n), "graph", "knngraph-nndescent", device=device, k=32, input="host",
                                  graph={"memory_limit": ["quarter"]}, build_repeats=1, build_warmup="none",
-                                 log_progress=True, tag="ooc"))
+                                 log_progress=True, time_limit_s=ooc_time_limit_s, tag="ooc"))
     return specs
