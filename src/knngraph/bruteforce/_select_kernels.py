@@ -292,15 +292,51 @@ def _warp_bitonic_sort(sk, si, base, size, lane):
         span *= 2
 
 
+# A flush of at most this many candidates inserts them one by one (2 * cap / 32 shared-memory rounds
+# each) instead of sorting the buffer (about log2(cap)^2 / 2 rounds of cap / 32): the usual case once
+# the list is seeded from earlier tiles, where a tile brings only a handful of candidates per row.
+FEW_CANDIDATES = 8
+
+
+@cuda.jit(device=True, inline=True)
+def _insert_few(sk, si, base, cap, count, lane):
+    """Insert buffer slots [cap, cap + count) one at a time into the sorted list [0, cap)."""
+    for c in range(count):
+        ck = sk[base + cap + c]
+        ci = si[base + cap + c]
+        pos = 0  # list elements below the candidate: a ballot per 32-wide group
+        for g in range(0, cap, WARP):
+            below = _less(sk[base + g + lane], si[base + g + lane], ck, ci)
+            pos += cuda.popc(cuda.ballot_sync(FULL_MASK, below))
+        if pos < cap:
+            # shift [pos, cap - 1) up by one slot, top group first (a group is read, then written)
+            for g in range(cap - WARP, -1, -WARP):
+                t = g + lane
+                vk = sk[base + t]
+                vi = si[base + t]
+                cuda.syncwarp(FULL_MASK)
+                if t >= pos and t + 1 < cap:
+                    sk[base + t + 1] = vk
+                    si[base + t + 1] = vi
+                cuda.syncwarp(FULL_MASK)
+            if lane == 0:
+                sk[base + pos] = ck
+                si[base + pos] = ci
+            cuda.syncwarp(FULL_MASK)
+
+
 @cuda.jit(device=True, inline=True)
 def _flush(sk, si, base, cap, k, count, lane):
     """Merge the first ``count`` buffer slots into the sorted list; returns the new threshold.
 
-    Only the ``cap`` smallest of list + buffer survive, so the buffer is sorted on its own and
+    A few candidates are inserted one by one. Otherwise only the ``cap`` smallest of list + buffer survive, so the buffer is sorted on its own and
     folded in with one min pass: list[t] = min(list[t], buffer[cap - 1 - t]) pairs an ascending run
     with a descending one, which leaves exactly the ``cap`` smallest as a bitonic run; one bitonic
     merge sorts it. That is about half the stages of sorting all 2 * cap slots."""
     cuda.syncwarp(FULL_MASK)
+    if count <= FEW_CANDIDATES:
+        _insert_few(sk, si, base, cap, count, lane)
+        return sk[base + k - 1], si[base + k - 1]
     for t in range(count + lane, cap, WARP):
         sk[base + cap + t] = INF
         si[base + cap + t] = int32(ID_NONE)
