@@ -362,7 +362,7 @@ class TorchExact(Method):
     module = "torch"
     tasks = ("search", "graph")
     devices = ("cuda",)
-    install_hint = "PyTorch with CUDA"
+    install_hint = "pip install knngraph[bench-gpu], with CUDA"
     #: base rows per GEMM tile and query rows per block (memory: tile x block x 4 bytes)
     TILE = 65536
     QUERY_BLOCK = 16384
