@@ -140,30 +140,24 @@ def join_capacity(p: int, selective: bool) -> int:
 
 
 @numba.njit(inline="always")
+def _append_unique(ids, m, v):
+    """Append ``v`` to ids[:m] unless it is already there; returns the new length."""
+    for t in range(m):
+        if ids[t] == v:
+            return m
+    ids[m] = v
+    return m + 1
+
+
+@numba.njit(inline="always")
 def _gather_samples(s, p, new_f, nf, new_r, nr, old_f, nof, old_r, nor, ids):
     """NEW then OLD sample ids of node ``s`` into ``ids``, deduplicated; returns (n_new, n_old)."""
     nn = 0
     for j in range(nf[s] + min(nr[s], p)):
-        v = new_f[s, j] if j < nf[s] else new_r[s, j - nf[s]]
-        dup = False
-        for t in range(nn):
-            if ids[t] == v:
-                dup = True
-                break
-        if not dup:
-            ids[nn] = v
-            nn += 1
+        nn = _append_unique(ids, nn, new_f[s, j] if j < nf[s] else new_r[s, j - nf[s]])
     m = nn
     for j in range(nof[s] + min(nor[s], p)):
-        v = old_f[s, j] if j < nof[s] else old_r[s, j - nof[s]]
-        dup = False
-        for t in range(m):
-            if ids[t] == v:
-                dup = True
-                break
-        if not dup:
-            ids[m] = v
-            m += 1
+        m = _append_unique(ids, m, old_f[s, j] if j < nof[s] else old_r[s, j - nof[s]])
     return nn, m - nn
 
 
