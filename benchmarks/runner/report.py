@@ -408,8 +408,8 @@ def _provenance(rows) -> list[str]:
            "- knngraph source: " + "; ".join(sources),
            "- Command: " + "; ".join(f"`{c}`" for c in commands)]
     if rows[0].get("device") == "cuda":
-        out.append("  (on the lent GPU machine through `bash scripts/gpu_check.sh bench suite`, the arguments after "
-                   "`--plots` passed in `BENCH_ARGS`)")
+        out.append("  (started on the lent GPU machine by `scripts/gpu_check.sh bench suite` / `bench ooc10m`; "
+                   "the commands above are what ran, with any `BENCH_ARGS` applied)")
     return out
 
 
