@@ -297,3 +297,15 @@ def test_whole_gpu_path_in_simulator():
     np.testing.assert_allclose(g.distances, np.take_along_axis(
         knngraph.metrics.pairwise_distances(x, x), g.indices.astype(np.int64), 1), rtol=1e-5, atol=1e-6)
     assert knngraph.graph_recall(g, 4, true_graph=ex) >= 0.7
+
+
+def test_many_shards_warn_about_recall(sift, monkeypatch):
+    """A memory_limit that forces many large shards says that recall suffers and what to do (the
+    thresholds are lowered here so that a small input crosses them)."""
+    from knngraph import nndescent
+
+    monkeypatch.setattr(nndescent, "LARGE_SHARD_ROWS", 1)
+    x = sift[:1200].astype(np.float32)
+    with pytest.warns(RuntimeWarning, match="Raise memory_limit"):
+        g = knngraph.knn_graph(x, 8, method="nndescent", device="cpu", verbose=False, memory_limit="60KB")
+    assert g.info["shards"] > 8
