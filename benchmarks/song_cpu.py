@@ -4,9 +4,10 @@
 
 sift-photos 100k (uint8, squared L2), 10k queries, k=10. Writes ``song_cpu.jsonl`` and ``song_cpu.png``.
 Curves of recall@10 against queries per second:
-* SONG on the exact 64-NN graph prepared by knngraph.optimize_graph to degree 32, ``fill=True`` and
-  ``fill=False``, sweeping queue_size;
-* SONG on the unprepared graph (first 32 columns of the exact 64-NN graph);
+* SONG on the exact 96-NN graph prepared by knngraph.optimize_graph to degree 32 (the defaults: rows
+  pruned with their reverse k-NN edges), ``fill=True`` and ``fill=False``, sweeping queue_size;
+* the earlier preparation (first 64 columns, forward candidates only: ``reverse_candidates=0``);
+* SONG on the unprepared graph (first 32 columns of the exact k-NN graph);
 * hnswlib (M=16, ef_construction=200), sweeping ef.
 Build times are reported separately (the exact graph is the expensive part here; any builder works).
 Every search is timed as the median of --repeats calls after a warm-up call.
@@ -51,7 +52,7 @@ def main():
     nq = queries.shape[0]
 
     t0 = time.perf_counter()
-    raw = knngraph.knn_graph(base, 64, device="cpu", verbose=False)
+    raw = knngraph.knn_graph(base, 96, device="cpu", verbose=False)
     t1 = time.perf_counter()
     graphs = {}
     for fill in (True, False):
@@ -59,7 +60,9 @@ def main():
         graphs[fill] = knngraph.optimize_graph(raw, base, degree=32, fill=fill, device="cpu", verbose=False)
         log.write(part="build", what=f"optimize_graph fill={fill}", seconds=time.perf_counter() - t,
                   edges_per_node=float((graphs[fill].indices >= 0).sum(1).mean()))
-    log.write(part="build", what="exact 64-NN graph", seconds=t1 - t0, threads=args.threads)
+    log.write(part="build", what="exact 96-NN graph", seconds=t1 - t0, threads=args.threads)
+    raw64 = knngraph.Graph(np.ascontiguousarray(raw.indices[:, :64]), np.ascontiguousarray(raw.distances[:, :64]))
+    before = knngraph.optimize_graph(raw64, base, degree=32, reverse_candidates=0, device="cpu", verbose=False)
     unprepared = knngraph.Graph(np.ascontiguousarray(raw.indices[:, :32]), np.ascontiguousarray(raw.distances[:, :32]))
 
     curves = {}
@@ -81,6 +84,8 @@ def main():
     sweep("SONG prepared (fill)", song.build(song.IndexParams(), base, graph=graphs[True], device="cpu"), qs_list)
     sweep("SONG prepared (no fill)", song.build(song.IndexParams(fill=False), base, graph=graphs[False], device="cpu"),
           [q for q in qs_list if q >= 16] + [192])
+    sweep("SONG k-NN 64, forward only (before)", song.build(song.IndexParams(), base, graph=before, device="cpu"),
+          [16, 32, 64, 128] if args.quick else [16, 24, 32, 48, 64, 96, 128])
     sweep("SONG unprepared k-NN", song.build(song.IndexParams(), base, graph=unprepared, device="cpu"),
           [16, 32, 64, 128, 256])
 

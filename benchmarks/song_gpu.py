@@ -4,20 +4,23 @@
 
 Writes ``song_gpu.jsonl`` and ``song_gpu.png`` to --out. Parts, in order (``--budget-s`` skips what no
 longer fits):
-1. the exact k-NN graph (k=64) prepared by knngraph.optimize_graph to degree 32 (built on the GPU,
-   cached under $KNNGRAPH_SONG_CACHE or /tmp/knngraph-song), 10k queries, k=10;
+1. the exact k-NN graph (k=96) prepared by knngraph.optimize_graph to degree 32 with the defaults (each
+   row pruned together with its 96 reverse k-NN edges; built on the GPU, cached under
+   $KNNGRAPH_SONG_CACHE or /tmp/knngraph-song, shared with tests/song/test_song_gpu.py), 10k queries, k=10;
 2. register caps of the search kernel (max_registers) at queue_size 32; the best is used below;
-3. queue_size sweep on the prepared graph (the targets: >= 1M QPS at recall 0.95, >= 400k at 0.99),
-   and on the same graph prepared with ``fill=False``;
-4. the same sweep on the unprepared graph (first 32 columns of the exact k-NN graph);
-5. batch sizes 100, 1k, 10k, 100k (100k = the queries repeated) at the queue size reaching 0.95;
-6. 1-bit hashing (128, 256, 512 bits): codes on the GPU, exact re-rank on the host;
-7. Bloom-filter visited set;
-8. the NN-Descent graph prepared the same way, when knngraph has the 'nndescent' builder.
+3. queue_size sweep on the prepared graph (the targets: >= 1M QPS at recall 0.95, >= 400k at 0.99);
+4. the NN-Descent graph (k=96) prepared the same way, when knngraph has the 'nndescent' builder;
+5. the same sweep on the unprepared graph (first 32 columns of the exact k-NN graph);
+6. the earlier preparation (k-NN 64, forward candidates only: ``reverse_candidates=0``), to show what
+   the reverse k-NN candidates buy, and the default graph prepared with ``fill=False``;
+7. batch sizes 100, 1k, 10k, 100k (100k = the queries repeated) at the queue sizes reaching 0.95, 0.99;
+8. 1-bit hashing (128, 256, 512 bits): codes on the GPU, exact re-rank on the host;
+9. Bloom-filter visited set.
+A ``summary`` line gives, per curve, the fastest measured point at recall >= 0.95 and >= 0.99.
 QPS counts the whole ``Index.search`` call on host queries (upload, kernel, download), as the paper's
 Fig. 10 timer does; graph and vectors are resident. Bytes per query = distance computations x 128 B
-(uint8 vectors) + expansions x 128 B (a row of 32 int32 ids); bandwidth share = bytes x QPS over a
-measured device-to-device copy rate.
+(uint8 vectors) + expansions x 4 B x degree (one graph row); bandwidth share = bytes x QPS over a
+measured device-to-device copy rate (bytes read + written).
 """
 
 from __future__ import annotations
@@ -84,13 +87,13 @@ def main():
 
     # ---- 1. graphs
     CACHE.mkdir(parents=True, exist_ok=True)
-    raw_path, prep_path = CACHE / "sift450k-exact64.knng", CACHE / "sift450k-exact64-opt32.knng"
+    raw_path, prep_path = CACHE / "sift450k-exact96.knng", CACHE / "sift450k-exact96-opt32.knng"
     if raw_path.exists() and prep_path.exists():
         raw, prepared = knngraph.Graph.load(raw_path), knngraph.Graph.load(prep_path)
         log.write(part="graph", source="cache")
     else:
         t0 = time.perf_counter()
-        raw = knngraph.knn_graph(base, 64, device="cuda", verbose=False)
+        raw = knngraph.knn_graph(base, 96, device="cuda", verbose=False)
         t1 = time.perf_counter()
         prepared = knngraph.optimize_graph(raw, base, degree=32, device="cuda", verbose=False)
         t2 = time.perf_counter()
@@ -104,6 +107,8 @@ def main():
     unprepared = knngraph.Graph(np.ascontiguousarray(raw.indices[:, :32]), np.ascontiguousarray(raw.distances[:, :32]))
     index = song.build(song.IndexParams(), base, graph=prepared, device="cuda")
     index_raw = song.build(song.IndexParams(), base, graph=unprepared, device="cuda")
+    curves = {}
+    summary_src = {}
 
     def run(ix, q, name, repeats=args.repeats, **kw):
         st = {}
@@ -117,11 +122,18 @@ def main():
         dpq = st.get("distances_per_query", 0.0)
         epq = st.get("expansions_per_query", 0.0)
         if dpq:
-            bpq = dpq * base.shape[1] * base.itemsize + epq * 32 * 4
+            bpq = dpq * base.shape[1] * base.itemsize + epq * ix.graph.degree * 4
             row.update(distances_per_query=dpq, expansions_per_query=epq, bytes_per_query=bpq,
                        bandwidth_GBps=bpq * nq / sec / 1e9, bandwidth_share=bpq * nq / sec / peak)
         log.write(**row)
         return row
+
+    def sweep(curve, ix, name, qsizes, **kw):
+        curves[curve] = []
+        for qs in qsizes:
+            r = run(ix, queries, name, queue_size=qs, max_registers=best_regs, **kw)
+            curves[curve].append((r["recall@10"], r["qps"]))
+            summary_src.setdefault(curve, []).append((qs, r["recall@10"], r["qps"]))
 
     # ---- 2. register caps
     best_regs, best_qps = 0, 0.0
@@ -131,41 +143,66 @@ def main():
             best_regs, best_qps = regs, r["qps"]
     log.write(part="registers_choice", max_registers=best_regs)
 
-    # ---- 3. queue sweep, prepared exact graph
-    qsizes = [10, 16, 24, 32, 48, 64, 96, 128, 192] if args.quick else [10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128,
-                                                                          160, 192, 256]
-    curves = {"prepared exact (degree 32)": []}
-    for qs in qsizes:
-        r = run(index, queries, "sweep_prepared", queue_size=qs, max_registers=best_regs)
-        curves["prepared exact (degree 32)"].append((r["recall@10"], r["qps"]))
-    q95 = next((qs for qs, (rc, _) in zip(qsizes, curves["prepared exact (degree 32)"]) if rc >= 0.95), 32)
+    # ---- 3. queue sweep, prepared exact graph (the defaults)
+    main_curve = "prepared exact (k-NN 96 + reverse, degree 32)"
+    qsizes = ([10, 16, 24, 32, 48, 64, 80, 96, 128, 192] if args.quick else
+              [10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 256])
+    sweep(main_curve, index, "sweep_prepared", qsizes)
+    pts = summary_src[main_curve]
+    q95 = next((qs for qs, rc, _ in pts if rc >= 0.95), 32)
+    q99 = next((qs for qs, rc, _ in pts if rc >= 0.99), 128)
 
-    # ---- 3b. the same graph prepared without filling rows (diverse + reverse edges only)
+    # ---- 4. NN-Descent graph, prepared the same way
+    if "nndescent" in knngraph.GRAPH_METHODS and left() > 60:
+        try:
+            t0 = time.perf_counter()
+            nnd = knngraph.knn_graph(base, 96, method="nndescent", device="cuda", verbose=False)
+            t1 = time.perf_counter()
+            nnd_p = knngraph.optimize_graph(nnd, base, degree=32, device="cuda", verbose=False)
+            ex = np.asarray(raw.indices[:, :10])
+            nn_rec = float(np.mean([len(set(a) & set(b)) / 10.0 for a, b in
+                                    zip(np.asarray(nnd.indices[::97, :10]).tolist(), ex[::97].tolist())]))
+            log.write(part="nndescent_graph", build_s=t1 - t0, optimize_s=time.perf_counter() - t1,
+                      graph_recall_at_10_sampled=nn_rec)
+            ix = song.build(song.IndexParams(build_method="nndescent"), base, graph=nnd_p, device="cuda")
+            sweep("prepared NN-Descent (k 96 + reverse, degree 32)", ix, "sweep_nndescent",
+                  [16, 24, 32, 48, 64, 80, 96, 128] if args.quick else [10, 16, 24, 32, 48, 64, 80, 96, 128, 192])
+            del ix, nnd, nnd_p
+        except Exception as exc:  # report, keep the rest
+            log.write(part="nndescent_graph", error=f"{type(exc).__name__}: {exc}")
+
+    # ---- 5. unprepared
+    if left() > 30:
+        sweep("unprepared k-NN (first 32)", index_raw, "sweep_unprepared",
+              [16, 32, 64, 128] if args.quick else [16, 32, 64, 128, 256])
+
+    # ---- 6. the earlier preparation (k-NN 64, forward candidates only) and no fill
+    if left() > 40:
+        raw64 = knngraph.Graph(np.ascontiguousarray(raw.indices[:, :64]), np.ascontiguousarray(raw.distances[:, :64]))
+        old = knngraph.optimize_graph(raw64, base, degree=32, reverse_candidates=0, device="cuda", verbose=False)
+        ix_old = song.build(song.IndexParams(intermediate_graph_degree=64), base, graph=old, device="cuda")
+        sweep("prepared exact, k-NN 64 forward only (before)", ix_old, "sweep_prepared_k64_forward",
+              [32, 64, 128, 192] if args.quick else [32, 48, 64, 96, 128, 192, 256])
+        del ix_old, old
     if left() > 40:
         nofill = knngraph.optimize_graph(raw, base, degree=32, fill=False, device="cuda", verbose=False)
         ix_nf = song.build(song.IndexParams(fill=False), base, graph=nofill, device="cuda")
-        curves["prepared exact, no fill"] = []
-        for qs in ([32, 64, 96, 128, 192] if args.quick else [24, 32, 48, 64, 96, 128, 192, 256]):
-            r = run(ix_nf, queries, "sweep_prepared_nofill", queue_size=qs, max_registers=best_regs)
-            curves["prepared exact, no fill"].append((r["recall@10"], r["qps"]))
+        sweep("prepared exact, no fill", ix_nf, "sweep_prepared_nofill",
+              [32, 64, 96, 128] if args.quick else [32, 48, 64, 96, 128, 192])
+        del ix_nf, nofill
 
-    # ---- 4. unprepared
-    if left() > 30:
-        curves["unprepared k-NN (first 32)"] = []
-        for qs in ([16, 32, 64, 128] if args.quick else [16, 32, 64, 128, 256, 512]):
-            r = run(index_raw, queries, "sweep_unprepared", queue_size=qs, max_registers=best_regs)
-            curves["unprepared k-NN (first 32)"].append((r["recall@10"], r["qps"]))
-
-    # ---- 5. batch sizes
-    batches = []
+    # ---- 7. batch sizes
+    batches = {}
     if left() > 20:
         big = np.ascontiguousarray(np.tile(queries, (10, 1)))
-        for nb in (100, 1000, 10000, 100000):
-            q = queries[:nb] if nb <= 10000 else big
-            r = run(index, q, "batch", queue_size=q95, max_registers=best_regs)
-            batches.append((nb, r["qps"]))
+        for target, qs in ((0.95, q95), (0.99, q99)):
+            batches[f"queue {qs} (recall {target})"] = []
+            for nb in (100, 1000, 10000, 100000):
+                q = queries[:nb] if nb <= 10000 else big
+                r = run(index, q, "batch", queue_size=qs, max_registers=best_regs)
+                batches[f"queue {qs} (recall {target})"].append((nb, r["qps"]))
 
-    # ---- 6. hashing
+    # ---- 8. hashing
     for bits in (128, 256, 512):
         if left() < 25:
             break
@@ -173,35 +210,24 @@ def main():
         h = song.build(song.IndexParams(hash_bits=bits), base, graph=prepared, device="cuda")
         log.write(part="hash_build", hash_bits=bits, seconds=time.perf_counter() - t0,
                   codes_MB=h.codes.nbytes / 1e6, vectors_MB=base.nbytes / 1e6)
-        name = f"1-bit hashing {bits} + re-rank"
-        curves[name] = []
-        for qs in ([64, 128, 256] if args.quick else [32, 64, 128, 256, 512]):
-            r = run(h, queries, f"hashing_{bits}", queue_size=qs, max_registers=best_regs)
-            curves[name].append((r["recall@10"], r["qps"]))
+        sweep(f"1-bit hashing {bits} + re-rank", h, f"hashing_{bits}",
+              [64, 128, 256] if args.quick else [32, 64, 128, 256, 512])
 
-    # ---- 7. Bloom filter
+    # ---- 9. Bloom filter
     if left() > 20:
-        curves["prepared exact, Bloom visited"] = []
-        for qs in ([16, 32, 64] if args.quick else [16, 32, 64, 128]):
-            r = run(index, queries, "sweep_bloom", queue_size=qs, visited="bloom", max_registers=best_regs)
-            curves["prepared exact, Bloom visited"].append((r["recall@10"], r["qps"]))
+        sweep("prepared exact, Bloom visited", index, "sweep_bloom", [16, 32, 64] if args.quick else [16, 32, 64, 128],
+              visited="bloom")
 
-    # ---- 8. NN-Descent graph
-    if "nndescent" in knngraph.GRAPH_METHODS and left() > 60:
-        try:
-            t0 = time.perf_counter()
-            nnd = knngraph.knn_graph(base, 64, method="nndescent", device="cuda", verbose=False)
-            t1 = time.perf_counter()
-            nnd_p = knngraph.optimize_graph(nnd, base, degree=32, device="cuda", verbose=False)
-            log.write(part="nndescent_graph", build_s=t1 - t0, optimize_s=time.perf_counter() - t1)
-            ix = song.build(song.IndexParams(), base, graph=nnd_p, device="cuda")
-            curves["prepared NN-Descent (degree 32)"] = []
-            for qs in ([16, 32, 64, 128] if args.quick else [10, 16, 24, 32, 48, 64, 96, 128]):
-                r = run(ix, queries, "sweep_nndescent", queue_size=qs, max_registers=best_regs)
-                curves["prepared NN-Descent (degree 32)"].append((r["recall@10"], r["qps"]))
-        except Exception as exc:  # report, keep the rest
-            log.write(part="nndescent_graph", error=f"{type(exc).__name__}: {exc}")
-
+    for curve, pts in summary_src.items():
+        best = {}
+        for target in (0.95, 0.99):
+            ok = [(qps, qs, rc) for qs, rc, qps in pts if rc >= target]
+            if ok:
+                qps, qs, rc = max(ok)
+                best[f"qps_at_{target}"] = qps
+                best[f"queue_size_at_{target}"] = qs
+                best[f"recall_at_{target}"] = rc
+        log.write(part="summary", curve=curve, **best)
     log.write(part="done", total_s=time.perf_counter() - t_start)
     plot(out / "song_gpu.png", curves, batches, log.env.get("gpu"))
 
@@ -232,14 +258,17 @@ def plot(path, curves, batches, gpu):
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     ax = axes[1]
+    for name, pts in batches.items():
+        if pts:
+            b, q = zip(*pts)
+            ax.plot(b, q, marker="o", label=name)
     if batches:
-        b, q = zip(*batches)
-        ax.plot(b, q, marker="o")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.legend(fontsize=8)
     ax.set_xlabel("queries per call")
     ax.set_ylabel("queries per second")
-    ax.set_title("batch size (queue size reaching recall 0.95)")
+    ax.set_title("batch size")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -71,38 +71,46 @@ def test_hamming_kernel_matches_cpu(rng):
 
 
 def test_prune_kernel_matches_cpu(rng):
-    x = _small(rng, np.int8, 14, 5)
-    g = knngraph.knn_graph(x, 7, device="cpu", verbose=False)
+    # 9 nodes, input degree 5, output degree 3: both passes (without and with fill), a repeated id and
+    # missing (-1) entries in the input rows, alpha > 1
+    x = _small(rng, np.int8, 9, 4)
+    g = knngraph.knn_graph(x, 5, device="cpu", verbose=False)
     g.indices[2, 1] = g.indices[2, 0]  # a repeated id
     g.indices[5, -2:] = -1
     kind = distance_kind("sqeuclidean")
     inv = np.zeros(1, np.float32)
-    empty = np.empty((14, 0), np.int32)
-    cf, cd = prune_cpu(x, inv, kind, 1.1, g.indices, empty, empty, 4, False)
-    gf, gd = prune_cuda(x, inv, kind, 1.1, g.indices, empty, empty, 4, False, xp=np, max_warps=2)
+    empty = np.empty((9, 0), np.int32)
+    cf, cd = prune_cpu(x, inv, kind, 1.1, g.indices, empty, empty, 3, False)
+    gf, gd = prune_cuda(x, inv, kind, 1.1, g.indices, empty, empty, 3, False, xp=np, max_warps=2)
     np.testing.assert_array_equal(gf, cf)
     np.testing.assert_array_equal(gd, cd)
     rev = np.roll(cf, 1, axis=0)
-    cf2, cd2 = prune_cpu(x, inv, kind, 1.1, cf, rev, g.indices, 4, True)
-    gf2, gd2 = prune_cuda(x, inv, kind, 1.1, cf, rev, g.indices, 4, True, xp=np, max_warps=2)
+    cf2, cd2 = prune_cpu(x, inv, kind, 1.1, cf, rev, g.indices, 3, True)
+    gf2, gd2 = prune_cuda(x, inv, kind, 1.1, cf, rev, g.indices, 3, True, xp=np, max_warps=2)
     np.testing.assert_array_equal(gf2, cf2)
     np.testing.assert_array_equal(gd2, cd2)
+    assert (cf2 >= 0).all()  # filled to the degree from the secondary rows
 
 
 def test_kernel_rows_and_entries_longer_than_a_warp(rng):
-    # complete graph of degree 39 (two 32-id chunks per row) and 35 entry points (two chunks): exact
-    from .conftest import complete_graph
-
+    # rows of 40 slots (two 32-id chunks) and 35 entry points (two chunks). The entries are nodes 0..34;
+    # nodes 35..39 appear only in the second chunk of every row (slots 32..36, the rest of each row is
+    # -1 but slot 0), so the result can be exact only if both chunks of rows and of entries are read
     x = _small(rng, np.float32, 40, 4)
-    q = _small(rng, np.float32, 1, 4)
-    g = complete_graph(40)
+    q = x[[37]] + 0.5  # the true nearest node is reachable only through a row's second chunk
+    ids = np.full((40, 40), -1, np.int32)
+    ids[:, 0] = (np.arange(40) + 1) % 40
+    ids[:, 32:37] = np.arange(35, 40)
+    g = knngraph.Graph(ids, np.zeros(ids.shape, np.float32))
     entries = np.arange(35, dtype=np.int32)[::-1].copy()
     z = np.zeros(1, np.float32)
     gk, gi, gn, ge = search_device(g.indices, x, q, z, z, 0, entries, 5, 8, "hash", kn.MODE_GENERIC, xp=np,
                                max_warps=1)
     full = ((q[:, None, :] - x[None, :, :]) ** 2).sum(-1)
     order = np.lexsort((np.broadcast_to(np.arange(40), full.shape), full), axis=1)[:, :5]
+    assert gi[0, 0] == 37
     np.testing.assert_array_equal(gi, order)
     ck, ci, cn, ce = search_cpu(g.indices, x, q, z, z, 0, entries, 5, 8, "hash")
+    np.testing.assert_array_equal(gi, ci)
     np.testing.assert_array_equal(gn, cn)
     np.testing.assert_array_equal(ge, ce)

@@ -34,15 +34,16 @@ def _sift450k():
 
 
 def prepared_sift450k(base):
-    """The prepared exact graph (k-NN 64 -> degree 32) built on the GPU, cached for the benchmark."""
-    path = CACHE / "sift450k-exact64-opt32.knng"
+    """The prepared exact graph (k-NN 96 -> degree 32, the defaults) built on the GPU, cached for the
+    benchmark (benchmarks/song_gpu.py reads the same files)."""
+    path = CACHE / "sift450k-exact96-opt32.knng"
     if path.exists():
         return knngraph.Graph.load(path)
-    raw = knngraph.knn_graph(base, 64, device="cuda", verbose=False)
+    raw = knngraph.knn_graph(base, 96, device="cuda", verbose=False)
     g = knngraph.optimize_graph(raw, base, degree=32, device="cuda", verbose=False)
     CACHE.mkdir(parents=True, exist_ok=True)
     g.save(path)
-    raw.save(CACHE / "sift450k-exact64.knng")
+    raw.save(CACHE / "sift450k-exact96.knng")
     return g
 
 
@@ -58,8 +59,11 @@ def test_sift450k_recall_and_same_ids_as_cpu():
     stats = {}
     d, i = index.search(queries, 10, queue_size=64, device="cuda", verbose=False, stats=stats)
     assert isinstance(i, np.ndarray) and i.shape == (10000, 10) and i.dtype == np.int32
-    r = recall_at_k(i, gt, 10, distances=d, true_distances=_true_dist(base, queries, gt[:, :10]))
-    assert r >= 0.95, r
+    gt_d = _true_dist(base, queries, gt[:, :10])
+    r = recall_at_k(i, gt, 10, distances=d, true_distances=gt_d)
+    assert r >= 0.98, r  # 0.9875 on the CPU path (2,000 queries)
+    d2, i2 = index.search(queries, 10, queue_size=128, device="cuda", verbose=False)
+    assert recall_at_k(i2, gt, 10, distances=d2, true_distances=gt_d) >= 0.99  # CPU path: 0.995-0.997
     np.testing.assert_array_equal(d[:100], _true_dist(base, queries[:100], i[:100]))
     cpu_stats = {}
     dc, ic = index.search(queries[:300], 10, queue_size=64, device="cpu", verbose=False, stats=cpu_stats)

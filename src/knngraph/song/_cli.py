@@ -93,7 +93,8 @@ def cmd_prepare(args) -> int:
     base = np.ascontiguousarray(_read(args.base, args.base_dataset))
     t0 = time.perf_counter()
     g = knngraph.optimize_graph(graph, base, args.degree, alpha=args.alpha, fill=not args.no_fill,
-                                device=args.device, verbose=not args.quiet).to_host()
+                                reverse_candidates=args.reverse_candidates, device=args.device,
+                                verbose=not args.quiet).to_host()
     seconds = time.perf_counter() - t0
     g.save(args.out)
     edges = float((g.indices >= 0).sum(1).mean())
@@ -128,7 +129,7 @@ def add_parser(subparsers, common) -> None:
     p.add_argument("--metric", default="sqeuclidean", action=Metric,
                    help="sqeuclidean | euclidean | inner_product | cosine (default: the --graph's, else sqeuclidean)")
     p.add_argument("--graph-degree", type=int, default=32, help="search graph degree (default 32)")
-    p.add_argument("--intermediate-degree", type=int, default=64, help="k-NN graph degree before pruning (64)")
+    p.add_argument("--intermediate-degree", type=int, default=96, help="k-NN graph degree before pruning (96)")
     p.add_argument("--build-method", default="exact", help="k-NN graph builder: exact (default) | nndescent")
     p.add_argument("--no-fill", action="store_true", help="keep only diverse edges in prepared rows")
     p.add_argument("--hash-bits", type=int, default=0,
@@ -147,6 +148,8 @@ def add_parser(subparsers, common) -> None:
     p.add_argument("--degree", type=int, default=32, help="out-degree of the result (default 32)")
     p.add_argument("--alpha", type=float, default=1.0, help="pruning relaxation >= 1 (default 1)")
     p.add_argument("--no-fill", action="store_true", help="keep only diverse edges")
+    p.add_argument("--reverse-candidates", type=int, default=None,
+                   help="reverse input edges pruned with each row (default: the input degree; 0: none)")
     p.add_argument("--out", required=True, help="output graph (.knng)")
     p.add_argument("--base-dataset", help="HDF5 dataset name for the base (default train)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
