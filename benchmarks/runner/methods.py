@@ -159,8 +159,9 @@ class KnngraphNNDescent(Method):
             params["memory_limit"] = int(base.nbytes) // 4
         g = knngraph.knn_graph(base, k, method="nndescent", metric=metric, device=ctx.device, verbose=False,
                                seed=ctx.seed, **params)
-        info = {key: g.info[key] for key in ("iterations", "sample_size", "update", "shards", "merges", "shard_rows")
-                if key in g.info}
+        info = {key: g.info[key] for key in ("iterations", "sample_size", "update", "out_of_core", "shards", "merges",
+                                             "shard_rows", "clusters", "pieces", "overlap", "piece_rows_max",
+                                             "max_piece_rows", "rows_built", "partition_seconds") if key in g.info}
         if g.info.get("merge_iterations"):
             info["mean_merge_iterations"] = float(np.mean(g.info["merge_iterations"]))
         if "memory_limit" in params:

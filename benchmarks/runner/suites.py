@@ -3,8 +3,8 @@
 ``python -m benchmarks suite cpu`` (2 cores, about 20 minutes) and ``python -m benchmarks suite gpu``
 (an H100 / H200). On the lent GPU machine, whose commands stop after 10 minutes, the GPU suite runs as two
 commands: ``bash scripts/gpu_check.sh bench suite`` (sift, scaling and the 1M out-of-core build; about
-5 minutes on an H200) and ``bash scripts/gpu_check.sh bench ooc10m`` (the 10M out-of-core build, whose
-820 shard-pair merges take about 6.5 minutes on an H200; see benchmarks/results/bench_gpu_h200.log). ``--quick`` shrinks
+5 minutes on an H200) and ``bash scripts/gpu_check.sh bench ooc10m`` (the 10M out-of-core build; with
+out_of_core='shard_pairs' its 861 merges took 6.5 minutes on an H200, see benchmarks/results/bench_gpu_h200.log). ``--quick`` shrinks
 every dataset and sweep so a whole suite runs in a minute or two: it checks the code, not the speed
 (``--device cpu`` runs the GPU suite's runs on the CPU for that purpose).
 
@@ -14,8 +14,9 @@ Parts of the GPU suite (``--parts``):
   exact and an NN-Descent graph, batch-size sweep, k=64 graphs (exact, PyTorch, NN-Descent sweep);
 * ``scaling``: NN-Descent k=32 build time and graph recall on the synthetic Gaussian mixture, 128-d,
   n = 10k ... 10M, data in host memory; the exact graph up to 1M for comparison;
-* ``ooc``: the same builder with ``memory_limit`` = a quarter of the data size (out-of-core shards and
-  shard-pair merges), at the sizes of ``--ooc-sizes`` (default 1M and 10M);
+* ``ooc``: the same builder with ``memory_limit`` = a quarter of the data size (out-of-core; the default
+  ``out_of_core='auto'`` picks overlapping clusters at these sizes), at the sizes of ``--ooc-sizes``
+  (default 1M and 10M);
 * ``ooc_probe`` (not run by default): 1M points with the 10M run's memory_limit (1.28 GB), so its shards
   have the 10M run's shard size: a few of the same shard-pair merges, to estimate the 10M run's time
   (its 820 merges dominate) before spending a whole device call on it.

@@ -36,3 +36,17 @@ def test_build_ids_output_and_errors(tmp_path, capsys):
     assert "smaller than the number of vectors" in capsys.readouterr().err
     assert main(["build", str(base), "-k", "5", "--method", "magic", "--out", str(ids), "--device", "cpu"]) == 2
     assert "unknown graph method" in capsys.readouterr().err
+
+
+def test_build_out_of_core_options(tmp_path, capsys, sample):
+    base = tmp_path / "base.u8bin"
+    io.write(base, sample.base[:3000])
+    out = tmp_path / "g.knng"
+    assert main(["build", str(base), "-k", "8", "--memory-limit", "300KB", "--out-of-core", "clusters",
+                 "--cluster-overlap", "3", "--out", str(out), "--device", "cpu", "--json", "--quiet"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["out_of_core"] == "clusters" and payload["pieces"] >= 4
+    assert Graph.load(out).info["overlap"] == 3
+    assert main(["build", str(base), "-k", "8", "--out-of-core", "disk", "--memory-limit", "300KB", "--out",
+                 str(out), "--device", "cpu", "--quiet"]) == 2
+    assert "out_of_core" in capsys.readouterr().err

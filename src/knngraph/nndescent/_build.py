@@ -16,7 +16,8 @@ import numpy as np
 
 from .._progress import progress
 
-__all__ = ["Config", "make_engine", "build_in_memory", "ggm", "plan_shard_rows", "sharded_build"]
+__all__ = ["Config", "make_engine", "build_in_memory", "ggm", "plan_shard_rows", "sharded_build", "plan_piece_rows",
+           "clustered_build"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,8 +114,8 @@ def plan_shard_rows(engine, n, d, itemsize, cfg: Config, budget: int, *, cosine:
 
 
 class _Prefetcher:
-    """Loads a fixed sequence of row blocks (from memory, a memory map or the GPU) one step ahead on a
-    worker thread; on the GPU the host-to-device copy runs on its own stream, overlapping the merge
+    """Loads a fixed sequence of row blocks (row ranges or row lists; from memory, a memory map or the
+    GPU) one step ahead on a worker thread; on the GPU the host-to-device copy runs on its own stream, overlapping the merge
     kernels of the current step."""
 
     def __init__(self, engine, data, sequence):
@@ -128,10 +129,16 @@ class _Prefetcher:
     def _submit(self, pos):
         if pos >= len(self.sequence):
             return None
-        return self.pool.submit(self._load, *self.sequence[pos])
+        return self.pool.submit(self._load, self.sequence[pos])
 
-    def _load(self, lo, hi):
-        block = self.data[lo:hi]
+    def _load(self, item):
+        """Rows ``lo:hi`` for a ``(lo, hi)`` item, else the rows of a sorted index array."""
+        if isinstance(item, tuple):
+            block = self.data[item[0]:item[1]]
+        elif self.engine.is_cuda and not self.engine.simulate and isinstance(self.data, self.engine.cp.ndarray):
+            block = self.data[self.engine.cp.asarray(item)]
+        else:
+            block = self.data[item]
         if not self.engine.is_cuda or self.engine.simulate:
             return np.ascontiguousarray(block)
         cp = self.engine.cp
@@ -224,3 +231,91 @@ def sharded_build(engine, data, cfg: Config, shard_rows: int, *, stats=None):
         stats.update(shards=n_shards, shard_rows=size, merges=n_shards * (n_shards - 1) // 2,
                      merge_iterations=merge_iters, seconds=time.perf_counter() - t0)
     return np.concatenate(res_d), np.concatenate(res_i)
+
+
+#: pieces of at most SMALL_PIECE_PER_K * (k + 1) rows get an exact graph; clusters of fewer than
+#: POOL_PER_K * (k + 1) rows are pooled (``_partition.split_pieces``)
+SMALL_PIECE_PER_K = 4
+POOL_PER_K = 2
+
+
+def plan_piece_rows(engine, n, d, itemsize, cfg: Config, budget: int, *, cosine: bool) -> int:
+    """Most rows of one cluster piece so that its build fits ``budget`` bytes: the build's working set
+    (:meth:`memory_per_node`), the piece's rows of the running result lists and their merge (16 k bytes
+    each) and the prefetch buffer of the next piece's vectors."""
+    per_node = engine.memory_per_node(d, itemsize, cfg.k, cfg.p, cosine)
+    per_row = per_node + 32 * cfg.k + d * itemsize
+    rows = budget // per_row
+    min_rows = 4 * POOL_PER_K * (cfg.k + 1)
+    if rows < min_rows:
+        raise MemoryError(f"nn-descent needs at least {per_row * min_rows / 2**20:.1f} MiB for k={cfg.k}, d={d} "
+                          f"(a cluster of {min_rows} rows); memory_limit allows {budget / 2**20:.1f} MiB")
+    return int(min(rows, n))
+
+
+def _exact_piece(block, k, metric):
+    """Exact (internal distances, ids) of a small piece on the host: its rows - 1 nearest, at most k."""
+    from ..bruteforce import exact_knn_graph
+
+    g = exact_knn_graph(np.asarray(block), min(k, block.shape[0] - 1), metric=metric, device="cpu", verbose=False)
+    d = g.distances
+    return (d * d if metric == "euclidean" else d), g.indices
+
+
+def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, overlap: int = 2, stats=None):
+    """Out-of-core GNND over overlapping clusters (see ``_partition``): k-means centroids, every row in
+    the pieces of its ``overlap`` nearest clusters, each piece built in memory (the next piece's rows
+    loaded meanwhile) and folded into the running top-k of its rows. Returns host arrays
+    (distances, ids)."""
+    from . import _partition as P
+
+    xp = engine.xp
+    n = data.shape[0]
+    k = cfg.k
+    t0 = time.perf_counter()
+    n_clusters = P.plan_clusters(n, max_rows, overlap)
+    overlap = min(overlap, n_clusters)
+    block_rows = max(1024, max_rows // 2)
+    cent = P.kmeans(data, n_clusters, cfg.kind, cfg.seed)
+    labels = P.nearest_centroids(engine, data, cent, cfg.kind, overlap, block_rows)
+    pool = POOL_PER_K * (k + 1)
+    # split below max_rows by `pool`: a pool of outlier rows may join a piece (split_pieces)
+    pieces = P.split_pieces(data, labels, len(cent), cfg.kind, cfg.seed, max(pool, max_rows - pool), block_rows,
+                            min_rows=pool)
+    small = SMALL_PIECE_PER_K * (k + 1)
+    t_plan = time.perf_counter() - t0
+    res_d = np.full((n, k), np.inf, np.float32)
+    res_i = np.full((n, k), -1, np.int32)
+    iterations = []
+    fetch = _Prefetcher(engine, data, pieces)
+    try:
+        with progress(len(pieces), "nn-descent clusters", disable=not cfg.verbose, min_steps=1) as bar:
+            for s, rows in enumerate(pieces):
+                block = fetch.next()
+                if len(rows) < 2:
+                    bar.update(1)
+                    continue
+                if len(rows) <= small:
+                    hd, hi = _exact_piece(engine.to_host(block), k, metric)
+                    gd, gi = engine.asarray(hd), engine.asarray(hi)
+                else:
+                    st: dict = {}
+                    gd, gi = build_in_memory(engine, block, dataclasses.replace(cfg, seed=cfg.seed + 7919 * s,
+                                                                                verbose=False), stats=st)
+                    iterations.append(st.get("iterations", 0))
+                ids = engine.asarray(rows.astype(np.int32))
+                glob = xp.where(gi >= 0, ids[xp.maximum(gi, 0)], np.int32(-1)).astype(np.int32)
+                md, mi = engine.merge_lists(engine.asarray(res_d[rows]), engine.asarray(res_i[rows]), gd, glob, k)
+                res_d[rows] = engine.to_host(md)
+                res_i[rows] = engine.to_host(mi)
+                del block, gd, gi, glob, md, mi
+                bar.update(1)
+    finally:
+        fetch.close()
+    if stats is not None:
+        sizes = [len(r) for r in pieces]
+        stats.update(out_of_core="clusters", clusters=int(len(cent)), pieces=len(pieces), overlap=overlap,
+                     piece_rows_max=int(max(sizes)), piece_rows_mean=float(np.mean(sizes)),
+                     max_piece_rows=int(max_rows), rows_built=int(sum(sizes)), piece_iterations=iterations,
+                     partition_seconds=t_plan, seconds=time.perf_counter() - t0)
+    return res_d, res_i

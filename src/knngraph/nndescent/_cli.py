@@ -30,7 +30,8 @@ def cmd_build(args) -> int:
     kw = {"memory_limit": args.memory_limit}
     if args.method == "nndescent":
         kw.update(sample_size=args.sample_size, max_iterations=args.max_iterations,
-                  termination_threshold=args.threshold, update=args.update, seed=args.seed)
+                  termination_threshold=args.threshold, update=args.update, seed=args.seed,
+                  out_of_core=args.out_of_core, cluster_overlap=args.cluster_overlap)
     t0 = time.perf_counter()
     g = knngraph.knn_graph(base, args.k, method=args.method, metric=args.metric, device=args.device,
                            verbose=not args.quiet, **kw)
@@ -42,8 +43,8 @@ def cmd_build(args) -> int:
         io.write(args.out, np.ascontiguousarray(g.indices))
         if args.out_distances:
             io.write(args.out_distances, np.ascontiguousarray(g.distances))
-    info = {key: g.info[key] for key in ("iterations", "sample_size", "update", "shards", "merges")
-            if key in g.info}
+    info = {key: g.info[key] for key in ("iterations", "sample_size", "update", "out_of_core", "shards", "merges",
+                                         "pieces") if key in g.info}
     payload = {"task": "build", "method": args.method, "n": int(base.shape[0]), "k": args.k, "metric": g.metric,
                "seconds": seconds, "device": g.info.get("device"), "out": args.out, **info}
     extra = ", ".join(f"{key}={value}" for key, value in info.items())
@@ -67,7 +68,11 @@ def add_parser(subparsers, common) -> None:
                    help="nndescent: stop when fewer than this share of list entries changed (default 0.001)")
     p.add_argument("--update", default="auto", help="nndescent: auto | all | selective")
     p.add_argument("--seed", type=int, default=0, help="nndescent: random seed (default 0)")
-    p.add_argument("--memory-limit", default=None, help="most working memory, e.g. 8GB (larger data: shards)")
+    p.add_argument("--memory-limit", default=None, help="most working memory, e.g. 8GB (larger data: in parts)")
+    p.add_argument("--out-of-core", default="auto",
+                   help="nndescent, data larger than --memory-limit: auto | clusters | shard_pairs (default auto)")
+    p.add_argument("--cluster-overlap", type=int, default=2,
+                   help="nndescent --out-of-core clusters: nearest clusters each row joins (default 2)")
     p.add_argument("--base-dataset", help="HDF5 dataset name for BASE (default train)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     common(p)
