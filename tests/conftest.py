@@ -2,7 +2,8 @@
 
 Two modes, chosen before numba.cuda is first imported:
 * default (CI, any machine): the numba CUDA simulator is on, so the CUDA kernels run on the CPU in the
-  ``sim`` tests, and ``gpu`` tests are skipped;
+  ``sim`` tests (with the warp intrinsics of ``tests/support/cudasim_warp.py`` and the block scheduler of
+  ``tests/support/cudasim_blocks.py``), and ``gpu`` tests are skipped;
 * ``KNNGRAPH_GPU_TESTS=1`` (scripts/gpu_check.sh on a GPU machine): real CUDA; ``gpu`` tests run and
   ``sim`` tests are skipped.
 """
@@ -31,9 +32,10 @@ def pytest_collection_modifyitems(config, items):
             if "gpu" in item.keywords and no_gpu is not None:
                 item.add_marker(no_gpu)
     else:
-        from tests.support import cudasim_warp
+        from tests.support import cudasim_blocks, cudasim_warp
 
         cudasim_warp.install()
+        cudasim_blocks.install()
         skip_gpu = pytest.mark.skip(reason="GPU tests need KNNGRAPH_GPU_TESTS=1 on a machine with an NVIDIA GPU")
         for item in items:
             if "gpu" in item.keywords:

@@ -2,7 +2,7 @@
 
 numba-cuda's simulator runs each CUDA thread as a ``threading.Thread`` but implements no warp-level
 intrinsics. :func:`install` adds them to the simulator's fake ``cuda`` module: the lanes of a warp meet
-at a per-warp ``threading.Barrier``, publish their value in a shared slot array, and read what they
+at a per-warp barrier, publish their value in a shared slot array, and read what they
 need. As on hardware, every lane of the warp must reach a full-mask intrinsic.
 """
 
@@ -11,38 +11,73 @@ from __future__ import annotations
 import threading
 
 _lock = threading.Lock()
-_warps: dict = {}
+
+
+class _Barrier:
+    """A reusable barrier for the lanes of a warp. ``threading.Barrier`` wakes its waiters through a
+    Condition, whose lock every woken lane then takes again in turn; here each waiter blocks on its own
+    lock, released by the last arrival, which halves the thread switches of a warp intrinsic."""
+
+    def __init__(self, parties: int):
+        self.parties = parties
+        self.count = 0
+        self.lock = threading.Lock()
+        self.waiters = []
+
+    def wait(self):
+        mine = threading.Lock()
+        mine.acquire()
+        with self.lock:
+            self.count += 1
+            if self.count == self.parties:
+                waiters, self.waiters, self.count = self.waiters, [], 0
+                for w in waiters:
+                    w.release()
+                return
+            self.waiters.append(mine)
+        mine.acquire()
 
 
 class _Warp:
     def __init__(self, lanes: int):
         self.lanes = lanes
-        self.barrier = threading.Barrier(lanes)
-        self.slots = [None] * 32
+        self.barrier = _Barrier(lanes)
+        # two slot arrays used in turn: a lane writes one only after every lane has passed the barrier of
+        # the exchange that used the other, i.e. after every lane has read this one's previous values
+        self.slots = ([None] * 32, [None] * 32)
+        self.turn = [0] * 32  # per lane: which slot array its next exchange uses
 
 
 def _current():
     t = threading.current_thread()
-    mgr = t._manager
-    bx, by, bz = mgr._block_dim
-    nthreads = bx * by * bz
-    w = t.thread_id // 32
-    lanes = min(32, nthreads - 32 * w)
-    key = (id(mgr), w, lanes)
-    with _lock:
-        warp = _warps.get(key)
-        if warp is None or warp.lanes != lanes:
-            warp = _warps[key] = _Warp(lanes)
+    warp = getattr(t, "_knngraph_warp", None)
+    if warp is None:
+        # the warps of a block live on its BlockManager (one per block launch): no state is shared
+        # between launches
+        mgr = t._manager
+        bx, by, bz = mgr._block_dim
+        nthreads = bx * by * bz
+        w = t.thread_id // 32
+        lanes = min(32, nthreads - 32 * w)
+        with _lock:
+            warps = mgr.__dict__.setdefault("_knngraph_warps", {})
+            warp = warps.get(w)
+            if warp is None:
+                warp = warps[w] = _Warp(lanes)
+        t._knngraph_warp = warp
     return warp, t.thread_id % 32
 
 
 def _exchange(value):
     warp, lane = _current()
-    warp.slots[lane] = value
+    turn = warp.turn[lane]
+    warp.turn[lane] = 1 - turn
+    slots = warp.slots[turn]
+    slots[lane] = value
     warp.barrier.wait()
-    snapshot = list(warp.slots)
-    warp.barrier.wait()  # nobody overwrites a slot before every lane has read
-    return snapshot, lane, warp.lanes
+    # no second barrier: the next exchange writes the other slot array, and the one after it (this one
+    # again) starts only after every lane has passed that exchange's barrier, so has read these values
+    return list(slots), lane, warp.lanes
 
 
 def _syncwarp(self, mask=0xFFFFFFFF):
