@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from .._progress import progress
+from ._common import forest_params
 
 __all__ = ["Config", "make_engine", "build_in_memory", "ggm", "plan_shard_rows", "sharded_build"]
 
@@ -31,6 +32,9 @@ class Config:
     selective: bool
     kind: int
     verbose: bool = False
+    init: str = "random"
+    n_trees: int = 0
+    leaf_size: int = 0
 
 
 def make_engine(device, *, simulate: bool = False):
@@ -55,13 +59,27 @@ def _refine(engine, x, inv, gd, gi, gf, cfg: Config, *, split, stats, desc, call
 
 
 def build_in_memory(engine, data, cfg: Config, *, stats=None, callback=None, prepared=None, extra=None):
-    """GNND (Alg. 1) on ``data``: random init, then iterations. Returns engine arrays (gd, gi)."""
+    """GNND (Alg. 1) on ``data``: random or random projection forest initial lists (``cfg.init``), then
+    iterations. Returns engine arrays (gd, gi)."""
     x, inv = prepared if prepared is not None else engine.prepare(data, cfg.kind)
     n = x.shape[0]
     gd, gi, gf = engine.new_graph(n, cfg.k)
-    engine.init(x, inv, cfg.kind, gd, gi, gf, 0, 0, cfg.seed)
-    _refine(engine, x, inv, gd, gi, gf, cfg, split=0, stats=stats, callback=callback, extra=extra,
+    order = None
+    if cfg.init == "rp_forest":
+        # the iterations run on the points reordered by the forest (near points, near ids: cache locality)
+        n_trees, leaf_size = forest_params(n, cfg.k)
+        x, inv, order = engine.init_forest(x, inv, cfg.kind, gd, gi, gf, cfg.seed, cfg.n_trees or n_trees,
+                                           cfg.leaf_size or leaf_size)
+    else:
+        engine.init(x, inv, cfg.kind, gd, gi, gf, 0, 0, cfg.seed)
+    report = callback
+    if callback is not None and order is not None:
+        def report(it, gd_it, gi_it):
+            callback(it, *engine.unpermute(gd_it, gi_it, order))
+    _refine(engine, x, inv, gd, gi, gf, cfg, split=0, stats=stats, callback=report, extra=extra,
             desc="nn-descent (cuda)" if engine.is_cuda else "nn-descent (cpu)")
+    if order is not None:
+        gd, gi = engine.unpermute(gd, gi, order)
     return gd, gi
 
 
