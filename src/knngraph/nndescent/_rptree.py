@@ -325,6 +325,7 @@ def join_leaves(x, inv, kind, perm_t, starts, gd, gi, gf):
         # each list: the leaf-mates that beat its last entry, are among the k nearest in the leaf and
         # are not in the list yet, sorted and merged in
         row = np.empty(s, np.float32)
+        cand = np.empty(s, np.int64)
         cd = np.empty(s, np.float32)
         cv = np.empty(s, np.int32)
         td = np.empty(k, np.float32)
@@ -334,34 +335,34 @@ def join_leaves(x, inv, kind, perm_t, starts, gd, gi, gf):
             u = perm_t[lo + a]
             wd = gd[u, k - 1]
             wv = gi[u, k - 1]
-            # many leaf-mates beat the last entry (the first trees): only the k nearest of them can enter
-            cnt = 0
+            # leaf-mates not farther than the last entry, collected without branches
+            nc = 0
             for b in range(s):
-                cnt += dm[a, b] <= wd
+                cand[nc] = b
+                nc += (dm[a, b] <= wd) & (b != a)
+            # many of them (the first trees): only the k nearest can enter
             lim = wd
-            if cnt > 2 * k:
-                c = 0
-                for b in range(s):
-                    if b != a and dm[a, b] <= wd:
-                        row[c] = dm[a, b]
-                        c += 1
-                lim = min(wd, _kth_smallest(row, c, k - 1))
+            if nc > 2 * k:
+                for e in range(nc):
+                    row[e] = dm[a, cand[e]]
+                lim = min(wd, _kth_smallest(row, nc, k - 1))
             c = 0
-            for b in range(s):
+            for e in range(nc):
+                b = cand[e]
                 d = dm[a, b]
-                if d > lim or b == a:
+                if d > lim:
                     continue
                 v = perm_t[lo + b]
                 if not less(d, v, wd, wv) or in_list(gi, u, v):
                     continue
                 # insertion into the sorted candidates (at most k, plus ties at the k-th distance)
-                e = c
-                while e > 0 and less(d, v, cd[e - 1], cv[e - 1]):
-                    cd[e] = cd[e - 1]
-                    cv[e] = cv[e - 1]
-                    e -= 1
-                cd[e] = d
-                cv[e] = v
+                h = c
+                while h > 0 and less(d, v, cd[h - 1], cv[h - 1]):
+                    cd[h] = cd[h - 1]
+                    cv[h] = cv[h - 1]
+                    h -= 1
+                cd[h] = d
+                cv[h] = v
                 c += 1
             if c > 0:
                 _merge_into(gd, gi, gf, u, cd, cv, min(c, k), td, ti, tf)

@@ -166,23 +166,28 @@ def join_capacity(p: int, selective: bool) -> int:
 
 @numba.njit(inline="always")
 def _append_unique(ids, m, v):
-    """Append ``v`` to ids[:m] unless it is already there; returns the new length."""
+    """Append ``v`` to ids[:m] unless it is already there; returns the new length. The scan has no early
+    exit, so it vectorises."""
+    f = 0
     for t in range(m):
-        if ids[t] == v:
-            return m
+        f |= ids[t] == v
+    if f != 0:
+        return m
     ids[m] = v
     return m + 1
 
 
 @numba.njit(inline="always")
 def _gather_samples(s, new_f, nf, new_r, nr, old_f, nof, old_r, nor, ids):
-    """NEW then OLD sample ids of node ``s`` into ``ids``, deduplicated; returns (n_new, n_old)."""
+    """NEW then OLD sample ids of node ``s`` into ``ids``, deduplicated; returns (n_new, n_old). A node
+    without NEW samples has nothing to join and gets no OLD ones."""
     nn = 0
     for j in range(nf[s] + min(nr[s], new_r.shape[1])):
         nn = _append_unique(ids, nn, new_f[s, j] if j < nf[s] else new_r[s, j - nf[s]])
     m = nn
-    for j in range(nof[s] + min(nor[s], old_r.shape[1])):
-        m = _append_unique(ids, m, old_f[s, j] if j < nof[s] else old_r[s, j - nof[s]])
+    if nn > 0:
+        for j in range(nof[s] + min(nor[s], old_r.shape[1])):
+            m = _append_unique(ids, m, old_f[s, j] if j < nof[s] else old_r[s, j - nof[s]])
     return nn, m - nn
 
 
@@ -296,6 +301,11 @@ def _partners(r, nn, m, split, na, oa):
     return nn, oa, m, m
 
 
+#: a node's local join with at most this many NEW samples reads the vectors in place (see local_join;
+#: with 2 it was slower on sift-photos 100k: two rows already pay for gathering the samples)
+FEW_NEW = 1
+
+
 def local_join(x, inv, kind, gd, gi, new_f, nf, new_r, nr, old_f, nof, old_r, nor, split, selective,
                lo, hi, cap, upd_u, upd_v, upd_d, upd_n, resume):
     """Local join of nodes [lo, hi): node ``s = lo + t`` writes its updates (u, v, d) into slots
@@ -304,7 +314,9 @@ def local_join(x, inv, kind, gd, gi, new_f, nf, new_r, nr, old_f, nof, old_r, no
     'all': NEW rows are joined from row ``resume[t]`` on; a node whose next row might not fit its slots
     stops there and leaves the row in ``resume[t]`` (-1 when done), to go on after the updates so far
     are applied. An end that already lists the other, or whose last entry is nearer, is not offered
-    the pair (stored as -1 - id), and a pair offered to neither end is dropped."""
+    the pair (stored as -1 - id), and a pair offered to neither end is dropped. With at most
+    ``FEW_NEW`` NEW samples (common in the last iterations) each vector is read once anyway, and the
+    pairs are computed from the data in place rather than from gathered copies."""
     k = gd.shape[1]
     dim = x.shape[1]
     for t in prange(hi - lo):
@@ -326,6 +338,31 @@ def local_join(x, inv, kind, gd, gi, new_f, nf, new_r, nr, old_f, nof, old_r, no
         if split > 0:
             na = _subset_first(ids, 0, nn, split)
             oa = _subset_first(ids, nn, m, split)
+        if not selective and nn <= FEW_NEW:
+            # few NEW samples (late iterations): their pairs straight from the data, nothing gathered
+            done = -1
+            for r in range(r0, nn):
+                if c + m > cap:
+                    done = r
+                    break
+                u = ids[r]
+                wr = gd[u, k - 1]
+                a0, a1, a2, a3 = _partners(r, nn, m, split, na, oa)
+                for j in range(a0, a3):
+                    if a1 <= j < a2:
+                        continue
+                    v = ids[j]
+                    d = cpu_distance(kind, x, u, x, v, inv, inv)
+                    to_u = d < wr and not in_list(gi, u, v)
+                    to_v = d < gd[v, k - 1] and not in_list(gi, v, u)
+                    if to_u or to_v:
+                        upd_u[base + c] = u if to_u else -1 - u
+                        upd_v[base + c] = v if to_v else -1 - v
+                        upd_d[base + c] = d
+                        c += 1
+            resume[t] = done
+            upd_n[t] = c
+            continue
         # gather the sample vectors once (contiguous float32 rows, cache friendly)
         buf = np.empty((m, dim), np.float32)
         binv = np.empty(m, np.float32)
@@ -343,6 +380,7 @@ def local_join(x, inv, kind, gd, gi, new_f, nf, new_r, nr, old_f, nof, old_r, no
                 for j in range(k):
                     lists[r, j] = gi[ids[r], j]
             dm = np.empty((nn, m), np.float32)
+            cand = np.empty(m, np.int32)
             done = -1
             i = r0
             while i < nn:
@@ -360,20 +398,23 @@ def local_join(x, inv, kind, gd, gi, new_f, nf, new_r, nr, old_f, nof, old_r, no
                         done = r
                         break
                     u = ids[r]
+                    wr = worst[r]
+                    # partners nearer than the last entry of either end, collected without branches
+                    # (about one pair in five qualifies: a branch per pair mispredicts)
                     a0, a1, a2, a3 = _partners(r, nn, m, split, na, oa)
-                    for j in range(a0, a3):
-                        if a1 <= j < a2:
-                            continue
+                    nc = 0
+                    for j in range(a0, a1):
+                        cand[nc] = j
+                        nc += (dm[r, j] < wr) | (dm[r, j] < worst[j])
+                    for j in range(a2, a3):
+                        cand[nc] = j
+                        nc += (dm[r, j] < wr) | (dm[r, j] < worst[j])
+                    for e in range(nc):
+                        j = cand[e]
                         d = dm[r, j]
-                        to_u = d < worst[r]
-                        to_v = d < worst[j]
-                        if not (to_u or to_v):
-                            continue
                         v = ids[j]
-                        if to_u and in_list(lists, r, v):
-                            to_u = False
-                        if to_v and in_list(lists, j, u):
-                            to_v = False
+                        to_u = d < wr and not in_list(lists, r, v)
+                        to_v = d < worst[j] and not in_list(lists, j, u)
                         if to_u or to_v:
                             upd_u[base + c] = u if to_u else -1 - u
                             upd_v[base + c] = v if to_v else -1 - v
