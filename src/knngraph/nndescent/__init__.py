@@ -19,8 +19,10 @@ node, shared-memory distance tiles and selective update with spinlocked in-place
 ``_kernels.py``). The CPU path starts from a random projection forest, as pynndescent does (each node's
 nearest leaf-mates in a few trees that split space by the hyperplane halfway between two random points;
 see ``_rptree.py``), which leaves a few iterations to run, and runs the same iteration in numba (see
-``cpu.py``). Merging two graphs [5.1] keeps half of every list, fills the
-other half with random nodes of the other set and refines with cross pairs only. When the data does not
+``cpu.py``): on sift-photos 100k, k=32, 2 threads, graph recall@10 0.9976 in 3.8 s where pynndescent's
+default build gives 0.9968 in 6.6 s (benchmarks/results/nndescent_cpu_2cores.json). Merging two graphs
+[5.1] keeps half of every list, fills the other half with random nodes of the other set and refines with
+cross pairs only. When the data does not
 fit ``memory_limit`` it is cut into shards, each shard's graph is built and every pair of shards is
 merged once [5], with the next shard loaded while the current merge runs.
 """

@@ -84,18 +84,20 @@ def less(da, ia, db, ib):
 def auto_sample_size(k: int, selective: bool) -> int:
     """Default sample count p: k, at most 32 (the GNND authors used k=64, p=32). Selective update (GPU)
     inserts only each sample's nearest partners and needs many samples; on the CPU, starting from a
-    random projection forest, p = k (rather than k/2) costs one more distance computation per pair it
-    adds but raises the recall where the iterations stop (sift-photos 100k, k=32: graph recall@10
-    0.9976 with p=32, 0.9937 with p=16; benchmarks/results/nndescent_cpu_2cores.json)."""
+    random projection forest, p = k rather than k/2 costs one more iteration's worth of distance
+    computations but raises the recall where the iterations stop (sift-photos 100k, k=32, 2 threads:
+    graph recall@10 0.9976 in 3.9 s with p=32, 0.9938 in 3.1 s with p=16;
+    benchmarks/results/nndescent_cpu_2cores.json)."""
     return int(min(32, k))
 
 
 def forest_params(n: int, k: int) -> tuple[int, int]:
     """(n_trees, leaf_size) of the random projection forest that initialises a CPU build of n points:
     max(3, min(12, round(2 log10 n))) trees with leaves of at most max(32, min(256, 5k)) points (10 and
-    160 for 100k points and k=32, the sizes pynndescent picks). On sift-photos 100k, k=32, forests from
-    6 trees of 96 points to 12 trees of 160 gave the same total build time within the noise (a larger
-    forest costs what it saves in iterations); 10 of 160 reached graph recall@10 0.99 soonest."""
+    160 for 100k points and k=32, the sizes pynndescent picks). In single-thread sweeps on sift-photos
+    100k, k=32 (6 trees of 96 points to 12 of 160) the total build times were within the run-to-run noise
+    of each other: a larger forest costs about what it saves in iterations. 10 trees of 160 start the
+    iterations at graph recall@10 0.75 and end at 0.9976 (6 of 96: 0.59 and 0.9972)."""
     n_trees = max(3, min(12, int(round(2.0 * math.log10(max(n, 10))))))
     leaf_size = max(32, min(256, 5 * k))
     return n_trees, leaf_size
