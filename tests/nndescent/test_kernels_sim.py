@@ -51,9 +51,9 @@ def _samples_cpu(gi, gf, p, split, seed=3):
     s = {name: np.full((n, p), -1, np.int32) for name in ("new_f", "old_f", "new_r", "old_r")}
     for name in ("nf", "nof", "nr", "nor"):
         s[name] = np.zeros(n, np.int32)
-    cpu.kernel("sample_forward", n)(gi, gf, p, split, s["new_f"], s["nf"], s["old_f"], s["nof"])
-    cpu.sample_reverse(s["new_f"], s["nf"], p, s["new_r"], s["nr"], np.int64(seed), np.int64(1))
-    cpu.sample_reverse(s["old_f"], s["nof"], p, s["old_r"], s["nor"], np.int64(seed), np.int64(2))
+    cpu.kernel("sample_forward", n)(gi, gf, split, s["new_f"], s["nf"], s["old_f"], s["nof"])
+    cpu.kernel("sample_reverse", n)(s["new_f"], s["nf"], s["new_r"], s["nr"], np.int64(seed), np.int64(1), 1)
+    cpu.kernel("sample_reverse", n)(s["old_f"], s["nof"], s["old_r"], s["nor"], np.int64(seed), np.int64(2), 1)
     return s
 
 
@@ -151,7 +151,7 @@ def test_sample_kernel_matches_cpu(rng, split):
     gf[rng.random((n, k)) < 0.5] = 0  # a mix of NEW and OLD entries
     ref = _samples_cpu(gi, gf.copy(), p, split)
     ref_flags = gf.copy()
-    cpu.kernel("sample_forward", n)(gi, ref_flags, p, split, np.empty((n, p), np.int32), np.empty(n, np.int32),
+    cpu.kernel("sample_forward", n)(gi, ref_flags, split, np.empty((n, p), np.int32), np.empty(n, np.int32),
                                     np.empty((n, p), np.int32), np.empty(n, np.int32))
     got = {name: np.full((n, p), -1, np.int32) for name in ("new_f", "old_f", "new_r", "old_r")}
     for name in ("nf", "nof", "nr", "nor"):
@@ -211,9 +211,9 @@ def _cpu_selective_updates(x, gd, s, p, kind, split):
     upd_v = np.zeros(n * cap, np.int32)
     upd_d = np.zeros(n * cap, np.float32)
     upd_n = np.zeros(n, np.int32)
-    cpu.kernel("local_join", n)(xc, _cpu_inv(xc, kind), kind, gd, s["new_f"], s["nf"], s["new_r"], s["nr"],
-                                s["old_f"], s["nof"], s["old_r"], s["nor"], p, split, True, 0, n, cap, upd_u, upd_v,
-                                upd_d, upd_n)
+    cpu.kernel("local_join", n)(xc, _cpu_inv(xc, kind), kind, gd, np.full(gd.shape, -1, np.int32), s["new_f"],
+                                s["nf"], s["new_r"], s["nr"], s["old_f"], s["nof"], s["old_r"], s["nor"], split, True,
+                                0, n, cap, upd_u, upd_v, upd_d, upd_n, np.zeros(n, np.int64))
     return cap, upd_u, upd_v, upd_d, upd_n
 
 

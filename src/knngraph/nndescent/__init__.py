@@ -11,13 +11,18 @@ The same outward shape as every algorithm folder::
 
 Most users call ``knngraph.knn_graph(base, k, method="nndescent")``.
 
-How it works (paper sections in brackets): random initial lists, then iterations of sampling the first p
+How it works (paper sections in brackets): initial lists, then iterations of sampling the first p
 NEW and p OLD entries of each list plus up to p reverse entries each [4.1], a local join of every
-NEW-NEW and NEW-OLD sample pair of each node [4.2], and the update of the lists [4.3]. The GPU path uses
-GNND's fixed-size sample arrays, one thread block per node, shared-memory distance tiles and selective
-update with spinlocked in-place insertion (see ``_kernels.py``); the CPU path runs the same iteration in
-numba (see ``cpu.py``). Merging two graphs [5.1] keeps half of every list, fills the
-other half with random nodes of the other set and refines with cross pairs only.
+NEW-NEW and NEW-OLD sample pair of each node [4.2], and the update of the lists [4.3]. The GPU path
+starts from random lists (GNND Alg. 1) and uses GNND's fixed-size sample arrays, one thread block per
+node, shared-memory distance tiles and selective update with spinlocked in-place insertion (see
+``_kernels.py``). The CPU path starts from a random projection forest, as pynndescent does (each node's
+nearest leaf-mates in a few trees that split space by the hyperplane halfway between two random points;
+see ``_rptree.py``), which leaves a few iterations to run, and runs the same iteration in numba (see
+``cpu.py``): on sift-photos 100k, k=32, 2 threads, graph recall@10 0.9976 in 3.8 s where pynndescent's
+default build gives 0.9968 in 6.6 s (benchmarks/results/nndescent_cpu_2cores.json). Merging two graphs
+[5.1] keeps half of every list, fills the other half with random nodes of the other set and refines with
+cross pairs only.
 
 When the data does not fit ``memory_limit`` (out-of-core), ``out_of_core`` picks how it is cut:
 
@@ -52,9 +57,10 @@ from . import _build
 from ._common import auto_sample_size
 
 __all__ = ["IndexParams", "Index", "build", "extend", "merge_graphs", "save", "load", "nndescent_graph",
-           "UPDATE_MODES", "OUT_OF_CORE"]
+           "UPDATE_MODES", "INIT_MODES", "OUT_OF_CORE"]
 
 UPDATE_MODES = ("auto", "all", "selective")
+INIT_MODES = ("auto", "random", "rp_forest")
 OUT_OF_CORE = ("auto", "clusters", "shard_pairs")
 #: out_of_core='auto' merges shard pairs up to this many shards, then switches to clusters
 AUTO_MAX_SHARDS = 4
@@ -73,8 +79,7 @@ class IndexParams(Params):
         Distance; see :mod:`knngraph.metrics`.
     sample_size : int, default=0
         p, the NEW and OLD entries sampled from each list per iteration (GNND section 4.1); reverse
-        samples add up to p more of each. 0 = auto: k for selective update, k/2 for 'all', clipped to
-        [4, 32] and to k (the GNND authors used k=64, p=32).
+        samples add up to p more of each. 0 = auto: k, at most 32 (the GNND authors used k=64, p=32).
     max_iterations : int, default=20
         Iteration cap.
     termination_threshold : float, default=0.001
@@ -83,8 +88,14 @@ class IndexParams(Params):
         'selective' inserts only each sample's nearest partners (GNND section 4.3); 'all' inserts every
         improving pair (classic NN-Descent; CPU only). 'auto': 'selective' on the GPU, 'all' on the CPU,
         where distance computations dominate and 'all' reaches a given recall sooner.
+    init : {'auto', 'random', 'rp_forest'}, default='auto'
+        Initial lists. 'random': k random nodes each (GNND Alg. 1). 'rp_forest' (CPU only): every
+        node's nearest leaf-mates in a forest of random projection trees, as pynndescent starts
+        NN-Descent; far fewer iterations follow. The forest has ``max(3, min(12, round(2 log10 n)))``
+        trees with leaves of at most ``max(32, min(256, 5k))`` points (10 trees of 160 for 100k
+        points and k=32). 'auto': 'rp_forest' on the CPU, 'random' on the GPU.
     seed : int, default=0
-        Seeds the random initial graph and (CPU) the reverse sampling. Same seed, same CPU result.
+        Seeds the initial graph and (CPU) the reverse sampling. Same seed, same CPU result.
     memory_limit : int or str or None, default=None
         Most bytes of working memory (device memory on the GPU, "8GB" works). None: free device memory
         minus a margin (GPU), a quarter of RAM (CPU). Data that does not fit is built in parts, as
@@ -106,6 +117,7 @@ class IndexParams(Params):
     max_iterations: int = 20
     termination_threshold: float = 0.001
     update: str = "auto"
+    init: str = "auto"
     seed: int = 0
     memory_limit: object = None
     out_of_core: str = "auto"
@@ -113,7 +125,7 @@ class IndexParams(Params):
 
     _constraints = {"k": Interval(1, None), "metric": Metric(), "sample_size": Interval(0, _MAX_SAMPLE),
                     "max_iterations": Interval(1, None), "termination_threshold": Interval(0.0, 1.0, integer=False),
-                    "update": Options(UPDATE_MODES), "seed": Interval(0, 2**63 - 1),
+                    "update": Options(UPDATE_MODES), "init": Options(INIT_MODES), "seed": Interval(0, 2**63 - 1),
                     "memory_limit": MemoryLimit(), "out_of_core": Options(OUT_OF_CORE),
                     "cluster_overlap": Interval(1, 8)}
 
@@ -156,11 +168,16 @@ def _config(params: IndexParams, k: int, dev: Device, verbose: bool) -> _build.C
     if params.update == "all" and dev.is_cuda:
         raise ValueError("update='all' is only implemented on the CPU; the GPU path uses GNND's selective "
                          "update (update='auto' or 'selective')")
+    if params.init == "rp_forest" and dev.is_cuda:
+        raise ValueError("init='rp_forest' is only implemented on the CPU; the GPU path starts from random lists "
+                         "(init='auto' or 'random')")
     selective = params.update == "selective" or (params.update == "auto" and dev.is_cuda)
+    init = "random" if params.init == "random" or dev.is_cuda else "rp_forest"
     p = params.sample_size or auto_sample_size(k, selective)
     p = max(1, min(p, k))
     return _build.Config(k=k, p=p, max_iterations=params.max_iterations, threshold=params.termination_threshold,
-                         seed=params.seed, selective=selective, kind=distance_kind(params.metric), verbose=verbose)
+                         seed=params.seed, selective=selective, kind=distance_kind(params.metric), verbose=verbose,
+                         init=init)
 
 
 def _to_internal(dist, metric, xp):
@@ -174,8 +191,8 @@ def _budget(params: IndexParams, dev: Device) -> int:
 
 
 def _engine_rows_fit(engine, n, d, itemsize, cfg, budget, cosine, on_device) -> bool:
-    per_node = engine.memory_per_node(d, 0 if on_device else itemsize, cfg.k, cfg.p, cosine)
-    return n * per_node <= budget
+    # device-resident input is used in place: its vectors need no second copy
+    return n * _build._build_bytes_per_node(engine, n, d, 0 if on_device else itemsize, cfg, cosine) <= budget
 
 
 # Many large shards: the pairwise merges start each cross list from random nodes of the other shard,
@@ -193,7 +210,7 @@ def _build_arrays(data, k, params: IndexParams, dev: Device, verbose: bool, info
     n, d = data.shape
     cosine = cfg.kind == DIST_COS
     budget = _budget(params, Device("cpu") if simulate else dev)
-    info.update(sample_size=cfg.p, update="selective" if cfg.selective else "all")
+    info.update(sample_size=cfg.p, update="selective" if cfg.selective else "all", init=cfg.init)
     with engine:
         fits = _engine_rows_fit(engine, n, d, data.dtype.itemsize, cfg, budget, cosine,
                                 engine.is_cuda and is_device_array(data))
@@ -302,17 +319,16 @@ def build(params: IndexParams, dataset, *, device="auto", verbose: bool = True, 
 
 def nndescent_graph(base, k: int, *, metric: str = "sqeuclidean", device="auto", verbose: bool = True,
                     sample_size: int = 0, max_iterations: int = 20, termination_threshold: float = 0.001,
-                    update: str = "auto", seed: int = 0, memory_limit=None, out_of_core: str = "auto",
-                    cluster_overlap: int = 2) -> Graph:
+                    update: str = "auto", init: str = "auto", seed: int = 0, memory_limit=None,
+                    out_of_core: str = "auto", cluster_overlap: int = 2) -> Graph:
     """The ``method="nndescent"`` builder of :func:`knngraph.knn_graph` (parameters as :class:`IndexParams`)."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise TypeError(f"k must be an integer, got {type(k).__name__} {k!r}")
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
     params = IndexParams(k=int(k), metric=metric, sample_size=sample_size, max_iterations=max_iterations,
-                         termination_threshold=termination_threshold, update=update, seed=seed,
-                         memory_limit=memory_limit, out_of_core=out_of_core,
-                         cluster_overlap=cluster_overlap)
+                         termination_threshold=termination_threshold, update=update, init=init, seed=seed,
+                         memory_limit=memory_limit, out_of_core=out_of_core, cluster_overlap=cluster_overlap)
     return build(params, base, device=device, verbose=verbose).graph
 
 
@@ -387,7 +403,8 @@ def merge_graphs(g1: Graph, g2: Graph, base1, base2, *, k: int | None = None, sa
 def _merge(g1, g2, b1, b2, params, dev, verbose, *, want_device, simulate=False):
     t0 = time.perf_counter()
     k = params.k
-    cfg = _config(params, k, Device("cuda") if simulate else dev, verbose)
+    # a merge starts the cross halves from random nodes whatever ``init`` says (GGM, Alg. 3)
+    cfg = _config(dataclasses.replace(params, init="random"), k, Device("cuda") if simulate else dev, verbose)
     engine = _build.make_engine(dev, simulate=simulate)
     xp = engine.xp
     if b1.dtype != b2.dtype:

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from .._progress import progress
+from ._common import forest_bytes_per_node, forest_params
 
 __all__ = ["Config", "make_engine", "build_in_memory", "ggm", "plan_shard_rows", "sharded_build", "plan_piece_rows",
            "clustered_build"]
@@ -32,6 +33,9 @@ class Config:
     selective: bool
     kind: int
     verbose: bool = False
+    init: str = "random"
+    n_trees: int = 0
+    leaf_size: int = 0
 
 
 def make_engine(device, *, simulate: bool = False):
@@ -56,13 +60,27 @@ def _refine(engine, x, inv, gd, gi, gf, cfg: Config, *, split, stats, desc, call
 
 
 def build_in_memory(engine, data, cfg: Config, *, stats=None, callback=None, prepared=None, extra=None):
-    """GNND (Alg. 1) on ``data``: random init, then iterations. Returns engine arrays (gd, gi)."""
+    """GNND (Alg. 1) on ``data``: random or random projection forest initial lists (``cfg.init``), then
+    iterations. Returns engine arrays (gd, gi)."""
     x, inv = prepared if prepared is not None else engine.prepare(data, cfg.kind)
     n = x.shape[0]
     gd, gi, gf = engine.new_graph(n, cfg.k)
-    engine.init(x, inv, cfg.kind, gd, gi, gf, 0, 0, cfg.seed)
-    _refine(engine, x, inv, gd, gi, gf, cfg, split=0, stats=stats, callback=callback, extra=extra,
+    order = None
+    if cfg.init == "rp_forest":
+        # the iterations run on the points reordered by the forest (near points, near ids: cache locality)
+        n_trees, leaf_size = forest_params(n, cfg.k)
+        x, inv, order = engine.init_forest(x, inv, cfg.kind, gd, gi, gf, cfg.seed, cfg.n_trees or n_trees,
+                                           cfg.leaf_size or leaf_size)
+    else:
+        engine.init(x, inv, cfg.kind, gd, gi, gf, 0, 0, cfg.seed)
+    report = callback
+    if callback is not None and order is not None:
+        def report(it, gd_it, gi_it):
+            callback(it, *engine.unpermute(gd_it, gi_it, order))
+    _refine(engine, x, inv, gd, gi, gf, cfg, split=0, stats=stats, callback=report, extra=extra,
             desc="nn-descent (cuda)" if engine.is_cuda else "nn-descent (cpu)")
+    if order is not None:
+        gd, gi = engine.unpermute(gd, gi, order)
     return gd, gi
 
 
@@ -96,13 +114,21 @@ def ggm(engine, x, inv, n1, g1d, g1i, g2d, g2i, cfg: Config, *, readd=True, stat
     return gd, gi
 
 
+def _build_bytes_per_node(engine, n, d, itemsize, cfg: Config, cosine: bool) -> int:
+    """Working bytes per node of an in-memory build (the forest's too when it starts from one)."""
+    per_node = engine.memory_per_node(d, itemsize, cfg.k, cfg.p, cosine)
+    if cfg.init == "rp_forest":
+        per_node += forest_bytes_per_node(d, itemsize, forest_params(n, cfg.k)[0], cosine)
+    return per_node
+
+
 def plan_shard_rows(engine, n, d, itemsize, cfg: Config, budget: int, *, cosine: bool) -> int:
     """Rows per shard so that one shard-pair merge fits ``budget`` bytes.
 
     A merge holds 2 shards' working set (:meth:`memory_per_node`) plus, per shard row, the shard's own
     graph and running result (16 k bytes each for both shards) and a prefetch buffer of vectors.
     """
-    per_node = engine.memory_per_node(d, itemsize, cfg.k, cfg.p, cosine)
+    per_node = _build_bytes_per_node(engine, n, d, itemsize, cfg, cosine)
     resident = 16 * cfg.k + d * itemsize
     rows = budget // (2 * (per_node + resident))
     min_rows = 2 * cfg.k + 2
@@ -243,7 +269,7 @@ def plan_piece_rows(engine, n, d, itemsize, cfg: Config, budget: int, *, cosine:
     """Most rows of one cluster piece so that its build fits ``budget`` bytes: the build's working set
     (:meth:`memory_per_node`), the piece's rows of the running result lists and their merge (16 k bytes
     each) and the prefetch buffer of the next piece's vectors."""
-    per_node = engine.memory_per_node(d, itemsize, cfg.k, cfg.p, cosine)
+    per_node = _build_bytes_per_node(engine, n, d, itemsize, cfg, cosine)
     per_row = per_node + 32 * cfg.k + d * itemsize
     rows = budget // per_row
     min_rows = 4 * POOL_PER_K * (cfg.k + 1)

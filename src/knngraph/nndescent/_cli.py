@@ -30,7 +30,7 @@ def cmd_build(args) -> int:
     kw = {"memory_limit": args.memory_limit}
     if args.method == "nndescent":
         kw.update(sample_size=args.sample_size, max_iterations=args.max_iterations,
-                  termination_threshold=args.threshold, update=args.update, seed=args.seed,
+                  termination_threshold=args.threshold, update=args.update, init=args.init, seed=args.seed,
                   out_of_core=args.out_of_core, cluster_overlap=args.cluster_overlap)
     t0 = time.perf_counter()
     g = knngraph.knn_graph(base, args.k, method=args.method, metric=args.metric, device=args.device,
@@ -43,8 +43,8 @@ def cmd_build(args) -> int:
         io.write(args.out, np.ascontiguousarray(g.indices))
         if args.out_distances:
             io.write(args.out_distances, np.ascontiguousarray(g.distances))
-    info = {key: g.info[key] for key in ("iterations", "sample_size", "update", "out_of_core", "shards", "merges",
-                                         "pieces") if key in g.info}
+    info = {key: g.info[key] for key in ("iterations", "sample_size", "update", "init", "out_of_core", "shards",
+                                         "merges", "pieces") if key in g.info}
     payload = {"task": "build", "method": args.method, "n": int(base.shape[0]), "k": args.k, "metric": g.metric,
                "seconds": seconds, "device": g.info.get("device"), "out": args.out, **info}
     extra = ", ".join(f"{key}={value}" for key, value in info.items())
@@ -67,6 +67,8 @@ def add_parser(subparsers, common) -> None:
     p.add_argument("--threshold", type=float, default=0.001,
                    help="nndescent: stop when fewer than this share of list entries changed (default 0.001)")
     p.add_argument("--update", default="auto", help="nndescent: auto | all | selective")
+    p.add_argument("--init", default="auto", help="nndescent: auto | random | rp_forest (CPU only; auto: rp_forest "
+                   "on the CPU, random on the GPU)")
     p.add_argument("--seed", type=int, default=0, help="nndescent: random seed (default 0)")
     p.add_argument("--memory-limit", default=None, help="most working memory, e.g. 8GB (larger data: in parts)")
     p.add_argument("--out-of-core", default="auto",
