@@ -408,7 +408,7 @@ def _provenance(rows) -> list[str]:
            "- knngraph source: " + "; ".join(sources),
            "- Command: " + "; ".join(f"`{c}`" for c in commands)]
     if rows[0].get("device") == "cuda":
-        out.append("  (started on the lent GPU machine by `scripts/gpu_check.sh bench suite` / `bench ooc10m`; "
+        out.append("  (started on the lent GPU machine by `scripts/gpu_check.sh bench suite` / `bench ooc`; "
                    "the commands above are what ran, with any `BENCH_ARGS` applied)")
     return out
 

@@ -2,9 +2,10 @@
 
 ``python -m benchmarks suite cpu`` (2 cores, about 20 minutes) and ``python -m benchmarks suite gpu``
 (an H100 / H200). On the lent GPU machine, whose commands stop after 10 minutes, the GPU suite runs as two
-commands: ``bash scripts/gpu_check.sh bench suite`` (sift, scaling and the 1M out-of-core build; about
-5 minutes on an H200) and ``bash scripts/gpu_check.sh bench ooc10m`` (the 10M out-of-core build; with
-out_of_core='shard_pairs' its 861 merges took 6.5 minutes on an H200, see benchmarks/results/bench_gpu_h200.log). ``--quick`` shrinks
+commands: ``bash scripts/gpu_check.sh bench suite`` (sift and scaling; about 5 minutes on an H200) and
+``bash scripts/gpu_check.sh bench ooc`` (the out-of-core builds at 1M and 10M; with
+out_of_core='shard_pairs' the 10M build's 861 merges alone took 6.5 minutes, see
+benchmarks/results/bench_gpu_h200.log). ``--quick`` shrinks
 every dataset and sweep so a whole suite runs in a minute or two: it checks the code, not the speed
 (``--device cpu`` runs the GPU suite's runs on the CPU for that purpose).
 
