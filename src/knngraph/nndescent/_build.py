@@ -288,7 +288,7 @@ def _exact_piece(block, k, metric):
     return (d * d if metric == "euclidean" else d), g.indices
 
 
-def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, overlap: int = 2, stats=None):
+def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, overlap: int = 3, stats=None):
     """Out-of-core GNND over overlapping clusters (see ``_partition``): k-means centroids, every row in
     the pieces of its ``overlap`` nearest clusters, each piece built in memory (the next piece's rows
     loaded meanwhile) and folded into the running top-k of its rows. Returns host arrays

@@ -73,8 +73,8 @@ def add_parser(subparsers, common) -> None:
     p.add_argument("--memory-limit", default=None, help="most working memory, e.g. 8GB (larger data: in parts)")
     p.add_argument("--out-of-core", default="auto",
                    help="nndescent, data larger than --memory-limit: auto | clusters | shard_pairs (default auto)")
-    p.add_argument("--cluster-overlap", type=int, default=2,
-                   help="nndescent --out-of-core clusters: nearest clusters each row joins (default 2)")
+    p.add_argument("--cluster-overlap", type=int, default=3,
+                   help="nndescent --out-of-core clusters: nearest clusters each row joins (default 3)")
     p.add_argument("--base-dataset", help="HDF5 dataset name for BASE (default train)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     common(p)

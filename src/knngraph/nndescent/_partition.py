@@ -10,7 +10,7 @@ partitioned build do:
 
 1. **Centroids.** k-means (Lloyd, a fixed number of rounds) on a seeded sample of the rows, on the host.
 2. **Overlapping assignment.** Every row joins the clusters of its ``overlap`` nearest centroids
-   (default 2), so a row near a cluster border is built together with the neighbours on both sides.
+   (default 3), so a row near a cluster border is built together with the neighbours on both sides.
 3. **Pieces.** A cluster with more rows than fit the budget is halved, recursively, at the median of
    its rows' projection on the line between two sub-centroids (a 2-means of a sample of the cluster),
    so every piece fits and no piece is tiny.
