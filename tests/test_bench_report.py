@@ -96,3 +96,15 @@ def test_latest_measurement_wins(results):
     newer = {**exact, "qps": 1.0, "date": "2999-01-01T00:00:00+00:00"}
     kept = [ln for ln in latest(lines + [newer]) if ln["method"] == "knngraph-exact"]
     assert kept == [newer]
+
+
+def test_out_of_core_strategies_are_separate_points():
+    """Two out-of-core builds with the same parameters but cut differently (shard pairs, then clusters)
+    are two points; a later run of the same strategy and overlap replaces the earlier one."""
+    head = {"task": "graph", "method": "knngraph-nndescent", "dataset": "synth:n=1000", "device": "cuda", "tag": "ooc",
+            "k": 32, "build_params": {"memory_limit": "quarter"}, "status": "ok"}
+    pairs = {**head, "info": {"shards": 41}, "date": "2026-01-01"}  # written before info had out_of_core
+    clusters = {**head, "info": {"out_of_core": "clusters", "overlap": 2}, "date": "2026-02-01"}
+    rerun = {**clusters, "date": "2026-03-01"}
+    kept = latest([pairs, clusters, rerun])
+    assert len(kept) == 2 and pairs in kept and rerun in kept

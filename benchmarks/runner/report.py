@@ -110,8 +110,11 @@ def load_lines(paths) -> list[dict]:
 
 
 def _key(row: dict) -> str:
+    """What makes a measured point: an out-of-core build is also told apart by how it was cut (the
+    strategy is a library default, not a build parameter of the line)."""
     fields = ("task", "method", "dataset", "device", "tag", "k", "build_params", "search_params", "batch_size")
-    return json.dumps([row.get(f) for f in fields], sort_keys=True, default=str)
+    ooc = [_ooc_strategy(row), _ooc_overlap(row)] if row.get("tag") == "ooc" else []
+    return json.dumps([row.get(f) for f in fields] + ooc, sort_keys=True, default=str)
 
 
 def latest(lines) -> list[dict]:
@@ -270,11 +273,17 @@ def draw(fig: Figure, rows, path: Path) -> Path:
         ax.set_xlabel("queries per call (log)")
         ax.set_ylabel("queries per second (log)")
     elif fig.kind == "scaling":
-        series = {"NN-Descent, in GPU memory": ("knngraph-nndescent", "scaling", "o-"),
-                  "NN-Descent, out-of-core (memory_limit = data size / 4)": ("knngraph-nndescent", "ooc", "s--"),
-                  "exact graph (GEMM + selection)": ("knngraph-exact", "scaling", "^:")}
-        for label, (method, tag, style) in series.items():
-            rs = sorted((r for r in ok if r["method"] == method and r.get("tag") == tag), key=lambda r: r["n"])
+        series = {"NN-Descent, in GPU memory": ("knngraph-nndescent", "scaling", None, "o-"),
+                  "exact graph (GEMM + selection)": ("knngraph-exact", "scaling", None, "^:")}
+        for strategy, style in (("shard_pairs", "s--"), ("clusters", "D-.")):
+            for overlap in sorted({_ooc_overlap(r) for r in ok if _ooc_strategy(r) == strategy}, key=str):
+                what = "shard-pair merges" if strategy == "shard_pairs" else f"clusters, overlap {overlap}"
+                series[f"NN-Descent, out-of-core, {what} (memory_limit = data size / 4)"] = (
+                    "knngraph-nndescent", "ooc", (strategy, overlap), style)
+        for label, (method, tag, ooc_kind, style) in series.items():
+            rs = sorted((r for r in ok if r["method"] == method and r.get("tag") == tag
+                         and (ooc_kind is None or (_ooc_strategy(r), _ooc_overlap(r)) == ooc_kind)),
+                        key=lambda r: r["n"])
             if rs:
                 ax.plot([r["n"] for r in rs], [r["build_s"] for r in rs], style, color=_COLOURS.get(method),
                         label=label, alpha=0.8 if tag != "ooc" else 1.0)
@@ -295,6 +304,19 @@ def draw(fig: Figure, rows, path: Path) -> Path:
     f.savefig(path, dpi=110)
     plt.close(f)
     return path
+
+
+def _ooc_strategy(r) -> str | None:
+    """How an out-of-core line was built: info['out_of_core'] (lines written before that key existed
+    come from shard-pair merges, the only strategy then)."""
+    if r.get("tag") != "ooc":
+        return None
+    info = r.get("info") or {}
+    return info.get("out_of_core") or ("shard_pairs" if "shards" in info else "unknown")
+
+
+def _ooc_overlap(r):
+    return (r.get("info") or {}).get("overlap")
 
 
 def _plain_log_ticks(ax):
@@ -377,8 +399,11 @@ def _graph_table(rows) -> list[str]:
     body = []
     for r in rows:
         info = r.get("info") or {}
-        facts = ", ".join(f"{k}={_fmt(v)}" for k, v in info.items() if k in ("iterations", "shards", "merges",
-                                                                              "mean_merge_iterations", "memory_limit_bytes"))
+        facts = ", ".join(f"{k}={_fmt(v)}" for k, v in info.items() if k in (
+            "iterations", "shards", "merges", "mean_merge_iterations", "clusters", "overlap", "pieces",
+            "piece_rows_max", "memory_limit_bytes"))
+        if _ooc_strategy(r):
+            facts = f"out_of_core={_ooc_strategy(r)}" + (", " + facts if facts else "")
         where = {"ooc": " (out-of-core)", "ooc-probe": " (out-of-core probe: the 10M run's shard size)"}
         body.append([r["method"] + where.get(r.get("tag"), ""), f"{r['n']:,}", r["k"],
                      _params(r.get("build_params")), f"{_fmt(r['build_s'])} ({r['build_repeats']}x)",
@@ -517,21 +542,25 @@ def _summary(figures, lines) -> list[str]:
     for fig in (f for f in figures if f.kind == "scaling"):
         ok = [r for r in _select(fig, lines) if r.get("status") == "ok" and r["method"] == "knngraph-nndescent"]
         ooc = [r for r in ok if r.get("tag") == "ooc"]
-        if not ooc:
-            continue
-        r = max(ooc, key=lambda r: r["n"])
-        info = r.get("info") or {}
-        same_n = [m for m in ok if m.get("tag") == "scaling" and m["n"] == r["n"]]
+        same = {m["n"]: m for m in ok if m.get("tag") == "scaling"}
         target = 0.95  # issue 3: graph recall@10 >= 0.95 for the 10M out-of-core build
-        md += [f"Out-of-core NN-Descent on the GPU (k={r['k']}), n = {r['n']:,} x {r['d']} {r['dtype']} "
-               f"({r['n'] * r['d'] * 4 / 1e9:.2f} GB) with memory_limit = {info.get('memory_limit_bytes', 0) / 1e9:.2f} GB "
-               f"(a quarter of the data): {_fmt(r['build_s'])} s, graph recall@10 {_fmt(r['graph_recall@10'], 4)} on "
-               f"{r['graph_recall_sample']} sampled nodes ({info.get('shards')} shards, {info.get('merges')} shard-pair "
-               f"merges, peak GPU memory through CuPy {r['peak_gpu_bytes'] / 1e9:.2f} GB, peak host memory "
-               f"{r['peak_host_bytes'] / 1e9:.1f} GB). Issue 3's target of graph recall@10 >= {target} is "
-               f"{'met' if r['graph_recall@10'] >= target else 'not met'}."
-               + (f" The same data built in GPU memory: {_fmt(same_n[0]['build_s'])} s, graph recall@10 "
-                  f"{_fmt(same_n[0]['graph_recall@10'], 4)}." if same_n else ""), ""]
+        for kind in sorted({(_ooc_strategy(r), _ooc_overlap(r)) for r in ooc}, key=str):
+            r = max((r for r in ooc if (_ooc_strategy(r), _ooc_overlap(r)) == kind), key=lambda r: r["n"])
+            info = r.get("info") or {}
+            if kind[0] == "shard_pairs":
+                how = f"shard pairs: {info.get('shards')} shards, {info.get('merges')} shard-pair merges"
+            else:
+                how = (f"clusters: {info.get('clusters')} k-means clusters, overlap {info.get('overlap')}, "
+                       f"{info.get('pieces')} pieces of at most {info.get('piece_rows_max'):,} rows")
+            md += [f"Out-of-core NN-Descent on the GPU (k={r['k']}, {how}), n = {r['n']:,} x {r['d']} {r['dtype']} "
+                   f"({r['n'] * r['d'] * 4 / 1e9:.2f} GB) with memory_limit = "
+                   f"{info.get('memory_limit_bytes', 0) / 1e9:.2f} GB (a quarter of the data): {_fmt(r['build_s'])} s, "
+                   f"graph recall@10 {_fmt(r['graph_recall@10'], 4)} on {r['graph_recall_sample']} sampled nodes (peak "
+                   f"GPU memory through CuPy {r['peak_gpu_bytes'] / 1e9:.2f} GB, peak host memory "
+                   f"{r['peak_host_bytes'] / 1e9:.1f} GB). Issue 3's target of graph recall@10 >= {target} is "
+                   f"{'met' if r['graph_recall@10'] >= target else 'not met'}."
+                   + (f" The same data built in GPU memory: {_fmt(same[r['n']]['build_s'])} s, graph recall@10 "
+                      f"{_fmt(same[r['n']]['graph_recall@10'], 4)}." if r["n"] in same else ""), ""]
     return md
 
 
