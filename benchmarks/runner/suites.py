@@ -59,7 +59,7 @@ def cpu_suite(quick: bool = False) -> list[RunSpec]:
             RunSpec(ds, "search", "faiss-hnsw", search={"efSearch": [16, 32, 64, 128, 256]}, **once),
             RunSpec(ds, "search", "faiss-ivf", search={"nprobe": [1, 4, 16, 64]}, **once),
             RunSpec(ds, "search", "pynndescent", search={"epsilon": [0.0, 0.1, 0.2, 0.3]}, **once),
-            RunSpec(ds, "graph", "knngraph-nndescent", k=32, graph={"sample_size": [8, 16]},
+            RunSpec(ds, "graph", "knngraph-nndescent", k=32, graph={"sample_size": [0, 8, 16]},
                     build_repeats=1 if quick else 3),
             RunSpec(ds, "graph", "pynndescent", k=32, build_repeats=1 if quick else 3),
             RunSpec(ds, "graph", "knngraph-exact", k=32, **once),
