@@ -433,7 +433,7 @@ def _provenance(rows) -> list[str]:
            "- knngraph source: " + "; ".join(sources),
            "- Command: " + "; ".join(f"`{c}`" for c in commands)]
     if rows[0].get("device") == "cuda":
-        out.append("  (started on the lent GPU machine by `scripts/gpu_check.sh bench suite` / `bench ooc`; "
+        out.append("  (started on the lent GPU machine by `scripts/gpu_check.sh bench suite`; "
                    "the commands above are what ran, with any `BENCH_ARGS` applied)")
     return out
 
