@@ -182,12 +182,6 @@ def _config(params: IndexParams, k: int, dev: Device, verbose: bool) -> _build.C
                          init=init)
 
 
-def _to_internal(dist, metric, xp):
-    """Reported distances -> internal ones (euclidean is squared; the others are the same)."""
-    d = xp.asarray(dist, dtype=xp.float32)
-    return d * d if metric == "euclidean" else d
-
-
 def _budget(params: IndexParams, dev: Device) -> int:
     return params.memory_limit or default_memory_limit(dev)
 
@@ -416,8 +410,8 @@ def _merge(g1, g2, b1, b2, params, dev, verbose, *, want_device, simulate=False)
     with engine:
         x_host_or_dev = xp.concatenate([engine.asarray(b1), engine.asarray(b2)])
         x, inv = engine.prepare(x_host_or_dev, cfg.kind)
-        g1d = _to_internal(engine.asarray(g1.distances[:, :k]), params.metric, xp)
-        g2d = _to_internal(engine.asarray(g2.distances[:, :k]), params.metric, xp)
+        g1d = _build.to_internal(engine.asarray(g1.distances[:, :k]), params.metric, xp)
+        g2d = _build.to_internal(engine.asarray(g2.distances[:, :k]), params.metric, xp)
         g1i = xp.ascontiguousarray(engine.asarray(g1.indices[:, :k]))
         g2i = xp.ascontiguousarray(engine.asarray(g2.indices[:, :k]))
         # GGM assumes every list is sorted by (distance, id); graphs from other builders may order ties
@@ -427,20 +421,6 @@ def _merge(g1, g2, b1, b2, params, dev, verbose, *, want_device, simulate=False)
         info = {"method": "nndescent-merge", "k": k, "device": "cuda" if dev.is_cuda else "cpu",
                 "sample_size": cfg.p, **stats, "build_seconds": time.perf_counter() - t0}
         return _finish_graph(gd, gi, params.metric, info, want_device, engine)
-
-
-def _small_graph(data, k, metric, dev):
-    """Exact graph of fewer than k+1 vectors, padded with (-1, inf) to k columns."""
-    from ..bruteforce import exact_knn_graph
-
-    n = data.shape[0]
-    ids = np.full((n, k), -1, np.int32)
-    dist = np.full((n, k), np.inf, np.float32)
-    if n > 1:
-        g = exact_knn_graph(as_numpy(data), n - 1, metric=metric, device="cpu", verbose=False)
-        ids[:, :n - 1] = g.indices
-        dist[:, :n - 1] = g.distances
-    return Graph(ids, dist, metric, {"method": "exact"})
 
 
 def extend(index: Index, new_vectors, *, device="auto", verbose: bool = True) -> Index:
@@ -467,7 +447,8 @@ def extend(index: Index, new_vectors, *, device="auto", verbose: bool = True) ->
         raise TypeError(f"new_vectors has dtype {new.dtype} but the index holds {old.dtype}; convert them first")
     k = index.graph.degree
     if new.shape[0] <= k:
-        g_new = _small_graph(new, k, index.metric, dev)
+        dist, ids = _build.small_exact_lists(new, k, index.metric)
+        g_new = Graph(ids, dist, index.metric, {"method": "exact"})
     else:
         params = dataclasses.replace(index.params, k=k, seed=index.params.seed + 1)
         g_new = build(params, new, device=dev, verbose=verbose).graph

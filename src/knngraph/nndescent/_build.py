@@ -279,13 +279,27 @@ def plan_piece_rows(engine, n, d, itemsize, cfg: Config, budget: int, *, cosine:
     return int(min(rows, n))
 
 
-def _exact_piece(block, k, metric):
-    """Exact (internal distances, ids) of a small piece on the host: its rows - 1 nearest, at most k."""
+def to_internal(dist, metric, xp):
+    """Reported distances -> internal ones (euclidean is squared; the others are the same)."""
+    d = xp.asarray(dist, dtype=xp.float32)
+    return d * d if metric == "euclidean" else d
+
+
+def small_exact_lists(data, k, metric):
+    """Exact (reported distances, ids) host lists of a few vectors: each row's min(k, n - 1) nearest,
+    padded with (inf, -1) to k columns (the graph of a handful of added vectors, a small cluster piece)."""
+    from .._device import as_numpy
     from ..bruteforce import exact_knn_graph
 
-    g = exact_knn_graph(np.asarray(block), min(k, block.shape[0] - 1), metric=metric, device="cpu", verbose=False)
-    d = g.distances
-    return (d * d if metric == "euclidean" else d), g.indices
+    n = data.shape[0]
+    ids = np.full((n, k), -1, np.int32)
+    dist = np.full((n, k), np.inf, np.float32)
+    if n > 1:
+        m = min(k, n - 1)
+        g = exact_knn_graph(as_numpy(data), m, metric=metric, device="cpu", verbose=False)
+        ids[:, :m] = g.indices
+        dist[:, :m] = g.distances
+    return dist, ids
 
 
 def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, overlap: int = 3, stats=None):
@@ -322,8 +336,8 @@ def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, ov
                     bar.update(1)
                     continue
                 if len(rows) <= small:
-                    hd, hi = _exact_piece(engine.to_host(block), k, metric)
-                    gd, gi = engine.asarray(hd), engine.asarray(hi)
+                    hd, hi = small_exact_lists(engine.to_host(block), k, metric)
+                    gd, gi = to_internal(engine.asarray(hd), metric, xp), engine.asarray(hi)
                 else:
                     st: dict = {}
                     gd, gi = build_in_memory(engine, block, dataclasses.replace(cfg, seed=cfg.seed + 7919 * s,

@@ -27,7 +27,8 @@ import math
 
 import numpy as np
 
-from .._distances import DIST_COS, DIST_IP
+from .._device import is_device_array
+from .._distances import DIST_COS, DIST_IP, inverse_norms
 
 __all__ = ["features", "kmeans", "nearest_centroids", "split_pieces", "plan_clusters"]
 
@@ -44,8 +45,7 @@ def features(xp, block, kind):
     """float32 rows of ``block`` as ``xp`` arrays; cosine rows normalised (zero rows stay zero)."""
     f = xp.asarray(block).astype(xp.float32)
     if kind == DIST_COS:
-        nrm = xp.sqrt((f * f).sum(axis=1, keepdims=True))
-        f /= xp.maximum(nrm, xp.float32(1e-30))
+        f *= inverse_norms(f, xp)[:, None]
     return f
 
 
@@ -108,7 +108,7 @@ def _assign_host(x, cent, kind, chunk=65536):
 
 def _host_rows(data, rows):
     """``data[rows]`` as a NumPy array (host, memory map or device input)."""
-    if hasattr(data, "__cuda_array_interface__") and not isinstance(data, np.ndarray):
+    if is_device_array(data):
         import cupy as cp
 
         return cp.asnumpy(data[cp.asarray(rows)])
