@@ -28,6 +28,8 @@ GPU_BENCHMARKS=(
   "exact:python3 benchmarks/exact_gpu.py --out $OUT ${BENCH_ARGS:-}"
   "profile_select:python3 benchmarks/profile_select.py --out $OUT"
   "nndescent:python3 benchmarks/nndescent_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  # GNND time against iterations from random lists and from cluster windows (JSON lines on stdout)
+  "profile_join:python3 benchmarks/profile_join.py --sample-size 32 --iterations 5,6,7 --repeat 3 --recall && python3 benchmarks/profile_join.py --init cluster_windows --sample-size 32 --iterations 1,3,4,7 --repeat 2 --recall"
   "song:python3 benchmarks/song_gpu.py --out $OUT ${BENCH_ARGS:-}"
   # the benchmark runner's whole GPU suite, within the lent machine's 10 minutes: sift-photos 450k and the
   # in-memory scaling series took about 5 minutes on an H200, the clustered out-of-core builds at 1M and

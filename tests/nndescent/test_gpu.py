@@ -87,6 +87,22 @@ def test_gpu_out_of_core_shard_pairs(sift450k):
     assert _recall(g, x) >= 0.95
 
 
+def test_gpu_cluster_windows_init(sift450k):
+    """init='cluster_windows': the window graph alone is far above random lists, and the build reaches the
+    floor; distances are exact (rescored) and the lists hold no duplicates."""
+    x = sift450k[:200_000]
+    g0 = knngraph.knn_graph(x, K, method="nndescent", device="cuda", verbose=False, init="cluster_windows",
+                            max_iterations=1)
+    g = knngraph.knn_graph(x, K, method="nndescent", device="cuda", verbose=False, init="cluster_windows")
+    assert g.info["init"] == "cluster_windows"
+    assert _recall(g0, x) >= 0.8 and _recall(g, x) >= 0.95
+    rows = np.arange(0, len(x), 9973)
+    ref = ((x[rows, None, :].astype(np.float64) - x[g.indices[rows]].astype(np.float64)) ** 2).sum(-1)
+    np.testing.assert_allclose(g.distances[rows], ref, rtol=1e-6)
+    for row in g.indices[rows]:
+        assert len(set(row.tolist())) == K
+
+
 def test_gpu_device_input_stays_on_device(sift450k):
     import cupy as cp
 

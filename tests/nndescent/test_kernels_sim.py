@@ -10,6 +10,7 @@ from numba import cuda
 
 from knngraph.nndescent import _kernels as K
 from knngraph.nndescent import cpu
+from knngraph.nndescent.cuda import packed_words
 
 pytestmark = pytest.mark.sim
 
@@ -223,19 +224,26 @@ def _run_join(x, gd, gi, gf, s, p, kind, split, insert, threads=32):
     cand = np.full((n if insert == "slots" else 1, K.SLOTS), K.EMPTY, np.uint64)
     locks = np.zeros(n if insert == "lock" else 1, np.int32)
     counter = np.zeros(1, np.int64)
-    K.join_kernel(p, insert)[2, threads](x, _inv(xc, kind), kind, gd, gi, gf, s["new_f"], s["nf"], s["new_r"], s["nr"],
-                                    s["old_f"], s["nof"], s["old_r"], s["nor"], p, split, cand, locks, counter)
+    inv = _inv(xc, kind)
+    packed = packed_words(x, kind)  # uint8 / int8 with d % 4 == 0: the dp4a path, as the engine picks it
+    xw, sqn = packed[1:] if packed else (x, inv)
+    K.join_kernel(p, insert, packed=packed[0] if packed else 0)[2, threads](
+        x, inv, kind, gd, gi, gf, s["new_f"], s["nf"], s["new_r"], s["nr"], s["old_f"], s["nof"], s["old_r"], s["nor"],
+        p, split, cand, locks, counter, xw, sqn)
     return cand, locks, counter
 
 
 # the kernel does not branch on the dtype (it stages every dtype as float32), so one case per dtype
 # suffices: int8 is the slot-mode test's
-@pytest.mark.parametrize("kind,split,dtype,d", [(L2, 0, np.uint8, 37), (COS, 0, np.float16, 9),
-                                                (L2, 6, np.uint8, 9)])
-def test_join_kernel_locked_insert_matches_cpu(rng, kind, split, dtype, d):
+@pytest.mark.parametrize("kind,split,dtype,d,p,k,n", [(L2, 0, np.uint8, 37, 3, 6, 14), (COS, 0, np.float16, 9, 3, 6, 14),
+                                                      (L2, 6, np.uint8, 9, 3, 6, 14), (IP, 0, np.int8, 5, 12, 24, 40),
+                                                      (L2, 0, np.uint8, 8, 3, 6, 14), (COS, 0, np.int8, 12, 3, 6, 14),
+                                                      (IP, 6, np.int8, 132, 3, 6, 14)])
+def test_join_kernel_locked_insert_matches_cpu(rng, kind, split, dtype, d, p, k, n):
     """Lock mode: the lists after the join = the CPU selective local join's updates applied on the CPU
-    (d=37 stages two dimension chunks, the second one partial)."""
-    x, gd, gi, gf, s, p = _join_inputs(rng, kind, split, dtype=dtype, n=14, d=d)
+    (d=37 stages two dimension chunks, the second one partial; p=12 needs two rounds of 4 x 4 tiles for
+    the simulator's 32 threads; d=8, 12, 132 with 8-bit data take the dp4a path, 132 in two chunks)."""
+    x, gd, gi, gf, s, p = _join_inputs(rng, kind, split, dtype=dtype, n=n, d=d, k=k, p=p)
     cap, upd_u, upd_v, upd_d, upd_n = _cpu_selective_updates(x, gd, s, p, kind, split)
     assert upd_n.sum() > 0, "the test data should produce updates"
     ref = [a.copy() for a in (gd, gi, gf)]
@@ -339,3 +347,26 @@ def test_merge_lists_kernel_matches_cpu(rng):
     for r in range(n):
         valid = out_i[r][out_i[r] >= 0]
         assert len(set(valid.tolist())) == len(valid)
+
+
+@pytest.mark.parametrize("kind", [L2, IP, COS])
+def test_rescore_kernel_matches_cpu_distances(rng, kind):
+    """The window initialisation's last step: exact distances of the listed ids, rows sorted by
+    (distance, id), entries NEW; a -1 id (a short list) stays last with an infinite distance."""
+    from knngraph._distances import cpu_distance
+
+    n, d, k = 9, 7, 5
+    x = _data(rng, n, d, np.int8 if kind != L2 else np.uint8)
+    gi = np.array([rng.choice(np.delete(np.arange(n), u), k, replace=False) for u in range(n)], np.int32)
+    gi[3, 4] = -1
+    gd = np.full((n, k), 123.0, np.float32)  # GEMM-form keys, to be replaced
+    gf = np.zeros((n, k), np.uint8)
+    K.rescore_kernel(K.pow2_at_least(k))[1, K.WPB * 32](x, _inv(x, kind), kind, gd, gi, gf)
+    inv = _cpu_inv(x, kind)
+    for u in range(n):
+        ids = [v for v in gi[u] if v >= 0]
+        want = sorted((cpu_distance(kind, x, u, x, v, inv, inv), v) for v in ids)
+        assert gi[u, :len(ids)].tolist() == [v for _, v in want]
+        np.testing.assert_allclose(gd[u, :len(ids)], [dd for dd, _ in want], rtol=1e-5, atol=1e-5)
+        assert (gf[u, :len(ids)] == 1).all()
+    assert gi[3, 4] == -1 and np.isinf(gd[3, 4]) and gf[3, 4] == 0

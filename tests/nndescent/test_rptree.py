@@ -141,9 +141,12 @@ def test_init_resolution_and_gpu_check():
     cpu, cuda = Device("cpu"), Device("cuda")
     assert _config(nndescent.IndexParams(), 8, cpu, False).init == "rp_forest"
     assert _config(nndescent.IndexParams(), 8, cuda, False).init == "random"
+    assert _config(nndescent.IndexParams(init="cluster_windows"), 8, cuda, False).init == "cluster_windows"
     assert _config(nndescent.IndexParams(init="random"), 8, cpu, False).init == "random"
     with pytest.raises(ValueError, match="init='rp_forest' is only implemented on the CPU"):
         _config(nndescent.IndexParams(init="rp_forest"), 8, cuda, False)
+    with pytest.raises(ValueError, match="init='cluster_windows' is only implemented on the GPU"):
+        _config(nndescent.IndexParams(init="cluster_windows"), 8, cpu, False)
 
 
 def test_bad_init_value():

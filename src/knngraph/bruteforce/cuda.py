@@ -16,6 +16,7 @@ Tile sizes come from ``memory_limit``; everything allocated is accounted for the
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -26,7 +27,7 @@ from ._gemm import plan_gemm
 from ._refine import needs_refine, refine_l2
 from . import _select_kernels as sk
 
-__all__ = ["knn_cuda", "SELECT_STRATEGIES", "plan_tiles"]
+__all__ = ["knn_cuda", "SELECT_STRATEGIES", "plan_tiles", "smallest_per_row"]
 
 SELECT_STRATEGIES = ("auto", "warp_filter", "quickselect")
 
@@ -162,6 +163,31 @@ class _Selector:
         if self.select == "quickselect":
             return _sort_rows(best_k, best_i)
         return best_k, best_i
+
+
+@functools.lru_cache(maxsize=16)
+def _selector_for(k: int, device_id: int) -> _Selector:
+    import cupy as cp
+
+    with cp.cuda.Device(device_id) as dev:
+        return _Selector(_resolve_select("auto", k), k, int(dev.attributes["MultiProcessorCount"]))
+
+
+def smallest_per_row(tile, k: int):
+    """Each row's ``k`` smallest values of a CuPy float32 [rows, m] array (k < m) and their column
+    indices, sorted by (value, column): the exact k-NN's selection applied to a ready tile (NN-Descent's
+    window initialisation uses it)."""
+    import cupy as cp
+
+    rows, m = tile.shape
+    if not 1 <= k < m:
+        raise ValueError(f"k must be in [1, {m}), got {k}")
+    selector = _selector_for(k, cp.cuda.Device().id)
+    best_k = cp.empty((rows, k), cp.float32)
+    best_i = cp.empty((rows, k), cp.int32)
+    selector.offer_tile(cp.ascontiguousarray(tile, cp.float32), cp.zeros(m, cp.float32), np.float32(1.0), 0, -1,
+                        best_k, best_i, first_tile=True)
+    return selector.finish(best_k, best_i)
 
 
 def knn_cuda(base, queries, k: int, metric: str, *, graph: bool = False, memory_limit: int,

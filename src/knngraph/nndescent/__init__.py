@@ -60,7 +60,7 @@ __all__ = ["IndexParams", "Index", "build", "extend", "merge_graphs", "save", "l
            "UPDATE_MODES", "INIT_MODES", "OUT_OF_CORE"]
 
 UPDATE_MODES = ("auto", "all", "selective")
-INIT_MODES = ("auto", "random", "rp_forest")
+INIT_MODES = ("auto", "random", "rp_forest", "cluster_windows")
 OUT_OF_CORE = ("auto", "clusters", "shard_pairs")
 #: out_of_core='auto' merges shard pairs up to this many shards, then switches to clusters
 AUTO_MAX_SHARDS = 4
@@ -88,12 +88,16 @@ class IndexParams(Params):
         'selective' inserts only each sample's nearest partners (GNND section 4.3); 'all' inserts every
         improving pair (classic NN-Descent; CPU only). 'auto': 'selective' on the GPU, 'all' on the CPU,
         where distance computations dominate and 'all' reaches a given recall sooner.
-    init : {'auto', 'random', 'rp_forest'}, default='auto'
+    init : {'auto', 'random', 'rp_forest', 'cluster_windows'}, default='auto'
         Initial lists. 'random': k random nodes each (GNND Alg. 1). 'rp_forest' (CPU only): every
         node's nearest leaf-mates in a forest of random projection trees, as pynndescent starts
         NN-Descent; far fewer iterations follow. The forest has ``max(3, min(12, round(2 log10 n)))``
         trees with leaves of at most ``max(32, min(256, 5k))`` points (10 trees of 160 for 100k
-        points and k=32). 'auto': 'rp_forest' on the CPU, 'random' on the GPU.
+        points and k=32). 'cluster_windows' (GPU only): the exact k-NN inside windows of 1,024
+        consecutive points of three k-means cluster orderings, by batched GEMM: on sift-photos 450k
+        (k=64, H200) graph recall@10 0.86 after one iteration and 0.984 after three (0.28 s), but no
+        sooner than random lists at 0.99 and above (its lists lack long-range links); L2 and cosine.
+        'auto': 'rp_forest' on the CPU, 'random' on the GPU.
     seed : int, default=0
         Seeds the initial graph and (CPU) the reverse sampling. Same seed, same CPU result.
     memory_limit : int or str or None, default=None
@@ -171,15 +175,21 @@ def _config(params: IndexParams, k: int, dev: Device, verbose: bool) -> _build.C
         raise ValueError("update='all' is only implemented on the CPU; the GPU path uses GNND's selective "
                          "update (update='auto' or 'selective')")
     if params.init == "rp_forest" and dev.is_cuda:
-        raise ValueError("init='rp_forest' is only implemented on the CPU; the GPU path starts from random lists "
-                         "(init='auto' or 'random')")
+        raise ValueError("init='rp_forest' is only implemented on the CPU; the GPU path starts from cluster windows "
+                         "or random lists (init='auto', 'cluster_windows' or 'random')")
+    if params.init == "cluster_windows" and not dev.is_cuda:
+        raise ValueError("init='cluster_windows' is only implemented on the GPU; the CPU path starts from a random "
+                         "projection forest or random lists (init='auto', 'rp_forest' or 'random')")
     selective = params.update == "selective" or (params.update == "auto" and dev.is_cuda)
-    init = "random" if params.init == "random" or dev.is_cuda else "rp_forest"
+    kind = distance_kind(params.metric)
+    if params.init != "auto":
+        init = params.init
+    else:
+        init = "random" if dev.is_cuda else "rp_forest"
     p = params.sample_size or auto_sample_size(k, selective)
     p = max(1, min(p, k))
     return _build.Config(k=k, p=p, max_iterations=params.max_iterations, threshold=params.termination_threshold,
-                         seed=params.seed, selective=selective, kind=distance_kind(params.metric), verbose=verbose,
-                         init=init)
+                         seed=params.seed, selective=selective, kind=kind, verbose=verbose, init=init)
 
 
 def _budget(params: IndexParams, dev: Device) -> int:
@@ -208,8 +218,8 @@ def _build_arrays(data, k, params: IndexParams, dev: Device, verbose: bool, info
     budget = _budget(params, Device("cpu") if simulate else dev)
     info.update(sample_size=cfg.p, update="selective" if cfg.selective else "all", init=cfg.init)
     with engine:
-        fits = _engine_rows_fit(engine, n, d, data.dtype.itemsize, cfg, budget, cosine,
-                                engine.is_cuda and is_device_array(data))
+        on_device = engine.is_cuda and is_device_array(data)
+        fits = _engine_rows_fit(engine, n, d, data.dtype.itemsize, cfg, budget, cosine, on_device)
         if fits and force_shard_rows is None:
             stats: dict = {}
             gd, gi = _build.build_in_memory(engine, data, cfg, stats=stats, callback=callback)

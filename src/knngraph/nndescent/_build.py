@@ -16,6 +16,7 @@ import numpy as np
 
 from .._progress import progress
 from ._common import forest_bytes_per_node, forest_params
+from ._windows import window_bytes_per_node
 
 __all__ = ["Config", "make_engine", "build_in_memory", "ggm", "plan_shard_rows", "sharded_build", "plan_piece_rows",
            "clustered_build"]
@@ -60,8 +61,8 @@ def _refine(engine, x, inv, gd, gi, gf, cfg: Config, *, split, stats, desc, call
 
 
 def build_in_memory(engine, data, cfg: Config, *, stats=None, callback=None, prepared=None, extra=None):
-    """GNND (Alg. 1) on ``data``: random or random projection forest initial lists (``cfg.init``), then
-    iterations. Returns engine arrays (gd, gi)."""
+    """GNND (Alg. 1) on ``data``: random, random projection forest or cluster window initial lists
+    (``cfg.init``), then iterations. Returns engine arrays (gd, gi)."""
     x, inv = prepared if prepared is not None else engine.prepare(data, cfg.kind)
     n = x.shape[0]
     gd, gi, gf = engine.new_graph(n, cfg.k)
@@ -71,6 +72,8 @@ def build_in_memory(engine, data, cfg: Config, *, stats=None, callback=None, pre
         n_trees, leaf_size = forest_params(n, cfg.k)
         x, inv, order = engine.init_forest(x, inv, cfg.kind, gd, gi, gf, cfg.seed, cfg.n_trees or n_trees,
                                            cfg.leaf_size or leaf_size)
+    elif cfg.init == "cluster_windows":
+        engine.init_windows(x, inv, cfg.kind, gd, gi, gf, cfg.seed)
     else:
         engine.init(x, inv, cfg.kind, gd, gi, gf, 0, 0, cfg.seed)
     report = callback
@@ -119,6 +122,8 @@ def _build_bytes_per_node(engine, n, d, itemsize, cfg: Config, cosine: bool) -> 
     per_node = engine.memory_per_node(d, itemsize, cfg.k, cfg.p, cosine)
     if cfg.init == "rp_forest":
         per_node += forest_bytes_per_node(d, itemsize, forest_params(n, cfg.k)[0], cosine)
+    elif cfg.init == "cluster_windows":
+        per_node += window_bytes_per_node(d, cfg.k, n)
     return per_node
 
 

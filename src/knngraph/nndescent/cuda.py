@@ -12,18 +12,40 @@ import time
 
 import numpy as np
 
-from .._distances import DIST_COS, inverse_norms
+from .._distances import DIST_COS, DIST_L2SQ, inverse_norms
 from .._progress import progress
 from . import _kernels as K
 
-__all__ = ["CudaEngine"]
+__all__ = ["CudaEngine", "smallest_per_row_host"]
 
-JOIN_THREADS = 256
-#: registers per thread of the join kernel: 64 lets 4 blocks of 256 threads share an SM (uncapped it
-#: takes ~78 and only 3 fit); on an H200, sift 450k k=64, 6 iterations: 0.560 s capped vs 0.610 s
-#: uncapped, despite ~40 bytes of spills
+#: threads per join block: one 4 x 4 tile each covers the 392 tiles of p=32 in one round
+JOIN_THREADS = 512
+#: registers per thread of the join kernel: 64 lets 2 blocks of 512 threads share an SM (uncapped it
+#: takes ~94 and only 1 fits); on an H200, sift 450k k=64, 6 iterations: 0.348 s capped vs 0.562 s
+#: uncapped, despite 32 bytes of spills
 JOIN_MAX_REGISTERS = 64
 WARP_SIM = 32
+
+
+def packed_words(x, kind):
+    """(mode, 32-bit words, squared norms) for the join's dp4a path, or None: uint8 (mode 1) or int8 (2)
+    vectors whose dimension is a multiple of 4, viewed as int32 words of 4 bytes; the squared norms
+    (float32, L2 only) are exact while d * 255^2 (uint8) or d * 128^2 (int8) stays below 2^24."""
+    if x.dtype not in (np.uint8, np.int8) or x.shape[1] % 4 or not x.flags.c_contiguous:
+        return None
+    xp = np if isinstance(x, np.ndarray) else __import__("cupy")
+    words = x.view(np.int32)
+    sqn = (x.astype(np.float32) ** 2).sum(1, dtype=np.float32) if kind == DIST_L2SQ else xp.zeros(1, np.float32)
+    return (1 if x.dtype == np.uint8 else 2), words, sqn
+
+
+def smallest_per_row_host(tile, k):
+    """NumPy form of :func:`knngraph.bruteforce.cuda.smallest_per_row` (the simulator's engine)."""
+    tile = np.asarray(tile)
+    part = np.argpartition(tile, k - 1, axis=1)[:, :k]
+    vals = np.take_along_axis(tile, part, 1)
+    o = np.lexsort((part, vals), axis=-1)
+    return np.take_along_axis(vals, o, 1).astype(np.float32), np.take_along_axis(part, o, 1).astype(np.int32)
 
 
 class CudaEngine:
@@ -83,8 +105,9 @@ class CudaEngine:
             self.cp.cuda.runtime.deviceSynchronize()
 
     def memory_per_node(self, d, itemsize, k, p, cosine):
-        """Device bytes per node of a build or merge (vectors, lists, samples, candidate slots, outputs)."""
-        return d * itemsize + (4 if cosine else 0) + 9 * k + 16 * p + 20 + 8 * k
+        """Device bytes per node of a build or merge (vectors, lists, samples, candidate slots, outputs,
+        squared norms of the dp4a path)."""
+        return d * itemsize + (4 if cosine else 0) + 9 * k + 16 * p + 24 + 8 * k
 
     # ---------------------------------------------------------------------------------------------
     # launches
@@ -98,6 +121,25 @@ class CudaEngine:
         n, k = gd.shape
         kern = K.init_kernel(K.pow2_at_least(k))
         kern[self._warp_grid(n), K.WPB * 32](x, inv, kind, gd, gi, gf, keep, split, np.int64(seed))
+
+    def rescore(self, x, inv, kind, gd, gi, gf):
+        """Exact distances of the listed ids, rows re-sorted, all entries NEW (see ``rescore_kernel``)."""
+        kern = K.rescore_kernel(K.pow2_at_least(gd.shape[1]))
+        kern[self._warp_grid(gd.shape[0]), K.WPB * 32](x, inv, kind, gd, gi, gf)
+
+    def smallest_per_row(self, tile, k):
+        """(values, columns) of each row's k smallest entries, sorted by (value, column)."""
+        if self.simulate:
+            return smallest_per_row_host(tile, k)
+        from ..bruteforce.cuda import smallest_per_row
+
+        return smallest_per_row(tile, k)
+
+    def init_windows(self, x, inv, kind, gd, gi, gf, seed):
+        """Initial lists from cluster windows (``_windows.py``)."""
+        from ._windows import window_graph
+
+        window_graph(self, x, inv, kind, gd, gi, gf, seed)
 
     def merge_lists(self, ad, ai, bd, bi, k):
         cp = self.cp
@@ -119,7 +161,7 @@ class CudaEngine:
         offers them to packed 64-bit atomic candidate slots merged by a third kernel (kept for the
         measurement; it loses offers that collide in a slot and converges more slowly). ``profile``
         synchronises after every launch and adds per-kernel seconds to ``stats`` (benchmarks only)."""
-        if insert not in ("lock", "slots"):
+        if insert not in ("lock", "slots", "none"):  # "none": the join without inserts (profiling only)
             raise ValueError(f"insert must be 'lock' or 'slots', got {insert!r}")
         if not selective:
             raise ValueError("update='all' is only implemented on the CPU; the GPU path uses GNND's "
@@ -141,10 +183,14 @@ class CudaEngine:
         locks = cp.zeros(1 if use_slots else n, cp.int32)
         counter = cp.zeros(1, cp.int64)
         # numba device views, made once: launching with them skips per-launch interface conversions
+        packed = packed_words(x, kind)
+        xw, sqn = (x, inv) if not packed else packed[1:]
         nb = [a if self.simulate else cuda.as_cuda_array(a)
-              for a in (x, inv, gd, gi, gf, new_f, nf, old_f, nof, new_r, nr, old_r, nor, cand, locks, counter)]
-        (x_, inv_, gd_, gi_, gf_, new_f_, nf_, old_f_, nof_, new_r_, nr_, old_r_, nor_, cand_, locks_, counter_) = nb
-        join = K.join_kernel(p, insert, max_registers or None, 32 * math.ceil(k / 32))
+              for a in (x, inv, gd, gi, gf, new_f, nf, old_f, nof, new_r, nr, old_r, nor, cand, locks, counter, xw,
+                        sqn)]
+        (x_, inv_, gd_, gi_, gf_, new_f_, nf_, old_f_, nof_, new_r_, nr_, old_r_, nor_, cand_, locks_, counter_, xw_,
+         sqn_) = nb
+        join = K.join_kernel(p, insert, max_registers or None, 32 * math.ceil(k / 32), packed[0] if packed else 0)
         merge = K.merge_kernel(32 * math.ceil(k / 32))
         grid_w = self._warp_grid(n)
         grid_j = 1 if self.simulate else max(1, min(n, self.sm_count * 32))
@@ -171,7 +217,7 @@ class CudaEngine:
                                                    old_r_, nor_)
                 tk = tick("sample", tk)
                 join[grid_j, join_threads](x_, inv_, kind, gd_, gi_, gf_, new_f_, nf_, new_r_, nr_, old_f_, nof_,
-                                           old_r_, nor_, p, split, cand_, locks_, counter_)
+                                           old_r_, nor_, p, split, cand_, locks_, counter_, xw_, sqn_)
                 tk = tick("join", tk)
                 if use_slots:
                     merge[grid_w, K.WPB * 32](gd_, gi_, gf_, cand_, counter_)
