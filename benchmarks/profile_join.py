@@ -36,7 +36,7 @@ def main(argv=None):
     from knngraph._distances import DIST_L2SQ
     from knngraph.nndescent import _build
     from knngraph.nndescent import _kernels as K
-    from knngraph.nndescent.cuda import JOIN_MAX_REGISTERS, CudaEngine
+    from knngraph.nndescent.cuda import JOIN_MAX_REGISTERS, CudaEngine, packed_words
 
     base = cp.asarray(load_sift(450_000)[0])
     engine = CudaEngine(0)
@@ -82,7 +82,8 @@ def main(argv=None):
                 out.update({f"recall@{r}": round(truth.recall(gi, gd, r), 5) for r in (10, 64)})
             print(json.dumps(out), flush=True)
     cap = JOIN_MAX_REGISTERS if args.max_registers < 0 else args.max_registers
-    join = K.join_kernel(p, "lock", cap or None, 64)
+    packed = packed_words(base, DIST_L2SQ)
+    join = K.join_kernel(p, args.insert, cap or None, 64, packed[0] if packed else 0)
     regs = join.get_regs_per_thread()
     local = join.get_local_mem_per_thread()
     print(json.dumps({"join_registers": list(regs.values()) if isinstance(regs, dict) else regs,

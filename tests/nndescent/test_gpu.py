@@ -88,8 +88,9 @@ def test_gpu_out_of_core_shard_pairs(sift450k):
 
 
 def test_gpu_cluster_windows_init(sift450k):
-    """init='cluster_windows': the window graph alone is far above random lists, and the build reaches the
-    floor; distances are exact (rescored) and the lists hold no duplicates."""
+    """init='cluster_windows': after one iteration the graph is far along (random lists give about 0.01
+    there; 0.86 measured on 450k), and the build reaches the floor; distances are exact and the lists
+    hold no duplicates."""
     x = sift450k[:200_000]
     g0 = knngraph.knn_graph(x, K, method="nndescent", device="cuda", verbose=False, init="cluster_windows",
                             max_iterations=1)

@@ -17,8 +17,17 @@ pytestmark = pytest.mark.sim
 L2, IP, COS = 0, 1, 2
 
 
-def _data(rng, n, d, dtype=np.uint8):
-    """Integer-valued vectors, so L2 distances and dot products are exact in float32 whatever the order."""
+def _data(rng, n, d, dtype=np.uint8, full=False):
+    """Integer-valued vectors, so L2 distances and dot products are exact in float32 whatever the order.
+    ``full``: the whole 8-bit range, rows 0 and 1 saturated and one apart (for uint8 at d=128,
+    |x|^2 + |y|^2 just under 2^24, the largest sums the dp4a path's float32 norms keep exact)."""
+    if full:
+        lo, hi = (0, 256) if dtype == np.uint8 else (-128, 128)
+        x = rng.integers(lo, hi, size=(n, d)).astype(dtype)
+        x[0] = hi - 1
+        x[1] = hi - 1
+        x[1, 0] = hi - 2
+        return x
     if dtype == np.uint8:
         return rng.integers(0, 16, size=(n, d)).astype(np.uint8)
     return rng.integers(-8, 8, size=(n, d)).astype(dtype)
@@ -178,8 +187,8 @@ def test_sample_kernel_matches_cpu(rng, split):
             assert len(set(chosen)) == len(chosen) and set(chosen) <= offered[v]
 
 
-def _join_inputs(rng, kind, split, *, n, d, k=6, p=3, dtype=np.uint8):
-    x = _data(rng, n, d, dtype)
+def _join_inputs(rng, kind, split, *, n, d, k=6, p=3, dtype=np.uint8, full=False):
+    x = _data(rng, n, d, dtype, full)
     xc = x.astype(np.float32) if dtype == np.float16 else x  # numba's CPU target has no float16
     if split:
         keep = k // 2
@@ -218,7 +227,7 @@ def _cpu_selective_updates(x, gd, s, p, kind, split):
     return cap, upd_u, upd_v, upd_d, upd_n
 
 
-def _run_join(x, gd, gi, gf, s, p, kind, split, insert, threads=32):
+def _run_join(x, gd, gi, gf, s, p, kind, split, insert, threads=32, dc=K.DC):
     n = gd.shape[0]
     xc = x.astype(np.float32) if x.dtype == np.float16 else x
     cand = np.full((n if insert == "slots" else 1, K.SLOTS), K.EMPTY, np.uint64)
@@ -227,23 +236,26 @@ def _run_join(x, gd, gi, gf, s, p, kind, split, insert, threads=32):
     inv = _inv(xc, kind)
     packed = packed_words(x, kind)  # uint8 / int8 with d % 4 == 0: the dp4a path, as the engine picks it
     xw, sqn = packed[1:] if packed else (x, inv)
-    K.join_kernel(p, insert, packed=packed[0] if packed else 0)[2, threads](
+    K.join_kernel(p, insert, packed=packed[0] if packed else 0, dc=dc)[2, threads](
         x, inv, kind, gd, gi, gf, s["new_f"], s["nf"], s["new_r"], s["nr"], s["old_f"], s["nof"], s["old_r"], s["nor"],
         p, split, cand, locks, counter, xw, sqn)
     return cand, locks, counter
 
 
-# the kernel does not branch on the dtype (it stages every dtype as float32), so one case per dtype
-# suffices: int8 is the slot-mode test's
-@pytest.mark.parametrize("kind,split,dtype,d,p,k,n", [(L2, 0, np.uint8, 37, 3, 6, 14), (COS, 0, np.float16, 9, 3, 6, 14),
-                                                      (L2, 6, np.uint8, 9, 3, 6, 14), (IP, 0, np.int8, 5, 12, 24, 40),
-                                                      (L2, 0, np.uint8, 8, 3, 6, 14), (COS, 0, np.int8, 12, 3, 6, 14),
-                                                      (IP, 6, np.int8, 132, 3, 6, 14)])
-def test_join_kernel_locked_insert_matches_cpu(rng, kind, split, dtype, d, p, k, n):
+# the kernel branches on the dtype only between float staging and the dp4a path (8-bit, d % 4 == 0)
+@pytest.mark.parametrize("kind,split,dtype,d,p,k,n,full", [
+    (L2, 0, np.uint8, 37, 3, 6, 14, False), (COS, 0, np.float16, 9, 3, 6, 14, False),
+    (L2, 6, np.uint8, 9, 3, 6, 14, False), (IP, 0, np.int8, 5, 12, 24, 40, False),
+    (L2, 0, np.uint8, 8, 3, 6, 14, False), (COS, 0, np.int8, 12, 3, 6, 14, False),
+    (IP, 6, np.int8, 132, 3, 6, 14, False), (L2, 0, np.uint8, 128, 3, 6, 14, True),
+    (L2, 0, np.int8, 132, 3, 6, 14, True)])
+def test_join_kernel_locked_insert_matches_cpu(rng, kind, split, dtype, d, p, k, n, full):
     """Lock mode: the lists after the join = the CPU selective local join's updates applied on the CPU
     (d=37 stages two dimension chunks, the second one partial; p=12 needs two rounds of 4 x 4 tiles for
-    the simulator's 32 threads; d=8, 12, 132 with 8-bit data take the dp4a path, 132 in two chunks)."""
-    x, gd, gi, gf, s, p = _join_inputs(rng, kind, split, dtype=dtype, n=n, d=d, k=k, p=p)
+    the simulator's 32 threads; d=8, 12, 128, 132 with 8-bit data take the dp4a path, 132 in two
+    chunks; the full-range cases check that its L2 is exact up to the bound packed_words allows: uint8
+    d=128 puts |x|^2 + |y|^2 just under 2^24)."""
+    x, gd, gi, gf, s, p = _join_inputs(rng, kind, split, dtype=dtype, n=n, d=d, k=k, p=p, full=full)
     cap, upd_u, upd_v, upd_d, upd_n = _cpu_selective_updates(x, gd, s, p, kind, split)
     assert upd_n.sum() > 0, "the test data should produce updates"
     ref = [a.copy() for a in (gd, gi, gf)]
@@ -370,3 +382,29 @@ def test_rescore_kernel_matches_cpu_distances(rng, kind):
         np.testing.assert_allclose(gd[u, :len(ids)], [dd for dd, _ in want], rtol=1e-5, atol=1e-5)
         assert (gf[u, :len(ids)] == 1).all()
     assert gi[3, 4] == -1 and np.isinf(gd[3, 4]) and gf[3, 4] == 0
+
+
+def test_packed_path_only_where_its_l2_is_exact():
+    """packed_words picks the dp4a path for 8-bit data with d % 4 == 0, for L2 only while
+    2 d max|x|^2 <= 2^24 (float32 norms); the other metrics take it at any such d."""
+    u128, u132 = np.zeros((3, 128), np.uint8), np.zeros((3, 132), np.uint8)
+    i512, i516 = np.zeros((3, 512), np.int8), np.zeros((3, 516), np.int8)
+    assert packed_words(u128, L2)[0] == 1 and packed_words(u132, L2) is None
+    assert packed_words(u132, IP)[0] == 1 and packed_words(u132, COS)[0] == 1
+    assert packed_words(i512, L2)[0] == 2 and packed_words(i516, L2) is None
+    assert packed_words(np.zeros((3, 10), np.uint8), L2) is None, "d % 4 != 0"
+    assert packed_words(np.zeros((3, 8), np.float32), L2) is None
+    x = np.random.default_rng(0).integers(0, 256, (5, 8)).astype(np.uint8)
+    np.testing.assert_array_equal(packed_words(x, L2)[2], (x.astype(np.int64) ** 2).sum(1))
+
+
+def test_join_kernel_staging_chunk_of_16(rng):
+    """The staging chunk used before Hopper (dc=16): the same lists as the CPU join, float and dp4a."""
+    for dtype, d in ((np.uint8, 37), (np.int8, 132)):
+        x, gd, gi, gf, s, p = _join_inputs(rng, L2, 0, dtype=dtype, n=14, d=d)
+        cap, upd_u, upd_v, upd_d, upd_n = _cpu_selective_updates(x, gd, s, p, L2, 0)
+        ref = [a.copy() for a in (gd, gi, gf)]
+        cpu.kernel("apply_updates", len(upd_n))(*ref, len(upd_n), cap, upd_u, upd_v, upd_d, upd_n, False, 1)
+        _run_join(x, gd, gi, gf, s, p, L2, 0, "lock", dc=16)
+        np.testing.assert_array_equal(gi, ref[1])
+        np.testing.assert_allclose(gd, ref[0], rtol=1e-5, atol=1e-5)

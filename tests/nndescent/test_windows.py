@@ -28,6 +28,16 @@ class HostEngine:
     def merge_lists(self, ad, ai, bd, bi, k):
         return CpuEngine().merge_lists(ad, ai, bd, bi, k)
 
+    def rescore(self, x, inv, kind, gd, gi, gf):
+        """Exact squared L2 of the listed ids, rows sorted by (distance, id), all NEW (as rescore_kernel)."""
+        assert kind == DIST_L2SQ
+        xf = x.astype(np.float64)
+        d = ((xf[:, None, :] - xf[gi]) ** 2).sum(-1)
+        o = np.lexsort((gi, d), axis=-1)
+        gi[...] = np.take_along_axis(gi, o, 1)
+        gd[...] = np.take_along_axis(d, o, 1)
+        gf[...] = 1
+
 
 @pytest.fixture(scope="module")
 def sift():
@@ -73,7 +83,7 @@ def test_each_list_is_the_exact_knn_of_its_window(sift):
     pos[order] = np.arange(n)
     xf = x.astype(np.float64)
     for u in range(0, n, 97):
-        b = len(starts) - 1 if pos[u] >= starts[-1] else pos[u] // w  # the last window is written last
+        b = pos[u] // w  # each row keeps its first window (the last one, aligned to the end, overlaps)
         members = order[starts[b]:starts[b] + w]
         members = members[members != u]
         true = np.sort(((xf[members] - xf[u]) ** 2).sum(1))[:K]
@@ -94,3 +104,34 @@ def test_windows_start_far_above_random_and_orderings_add_up(sift, exact):
     r1, r3 = recall(*one, sq), recall(*three, sq)
     assert r1 >= 0.5
     assert r3 >= r1 + 0.15 and r3 >= 0.8  # measured 0.62 and 0.89
+
+
+def _window_graph(x, seed=0):
+    eng = HostEngine()
+    gd = np.empty((len(x), K), np.float32)
+    gi = np.empty((len(x), K), np.int32)
+    gf = np.zeros((len(x), K), np.uint8)
+    _windows.window_graph(eng, x, np.zeros(1, np.float32), DIST_L2SQ, gd, gi, gf, seed)
+    return gd, gi, gf
+
+
+def test_window_graph_lists_are_sound_and_deterministic(sift):
+    """The whole initialisation (3 orderings, merges, exact distances) on 3,000 points: no self or
+    duplicate ids, exact sorted distances, every entry NEW, the same lists for the same seed."""
+    x = sift[:3000]
+    gd, gi, gf = _window_graph(x)
+    assert (gi >= 0).all() and not (gi == np.arange(len(x))[:, None]).any()
+    assert all(len(set(row.tolist())) == K for row in gi)
+    assert (np.diff(gd, axis=1) >= 0).all() and (gf == 1).all()
+    xf = x.astype(np.float64)
+    np.testing.assert_allclose(gd[:50], ((xf[:50, None, :] - xf[gi[:50]]) ** 2).sum(-1), rtol=1e-6)
+    gd2, gi2, _ = _window_graph(x)
+    assert np.array_equal(gi, gi2) and np.array_equal(gd, gd2)
+
+
+def test_window_graph_of_one_window_is_exact(sift):
+    """n <= the window: a single window holding every point gives the exact k-NN graph."""
+    x = sift[:600]
+    gd, gi, _ = _window_graph(x)
+    exact = knngraph.knn_graph(x, K, method="exact", device="cpu", verbose=False)
+    np.testing.assert_allclose(gd, exact.distances, rtol=1e-6)

@@ -93,10 +93,11 @@ class IndexParams(Params):
         node's nearest leaf-mates in a forest of random projection trees, as pynndescent starts
         NN-Descent; far fewer iterations follow. The forest has ``max(3, min(12, round(2 log10 n)))``
         trees with leaves of at most ``max(32, min(256, 5k))`` points (10 trees of 160 for 100k
-        points and k=32). 'cluster_windows' (GPU only): the exact k-NN inside windows of 1,024
-        consecutive points of three k-means cluster orderings, by batched GEMM: on sift-photos 450k
-        (k=64, H200) graph recall@10 0.86 after one iteration and 0.984 after three (0.28 s), but no
-        sooner than random lists at 0.99 and above (its lists lack long-range links); L2 and cosine.
+        points and k=32). 'cluster_windows' (GPU only): the exact k-NN inside windows of
+        ``max(1024, 2k)`` consecutive points of three k-means cluster orderings, by batched GEMM: on
+        sift-photos 450k (k=64, H200) graph recall@10 0.86 after one iteration and 0.984 after three
+        (0.28 s), but no sooner than random lists at 0.99 and above (its lists lack long-range links).
+        Meant for L2 and cosine; inner product runs but its neighbours lie outside the clusters.
         'auto': 'rp_forest' on the CPU, 'random' on the GPU.
     seed : int, default=0
         Seeds the initial graph and (CPU) the reverse sampling. Same seed, same CPU result.

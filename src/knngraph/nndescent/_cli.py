@@ -67,8 +67,8 @@ def add_parser(subparsers, common) -> None:
     p.add_argument("--threshold", type=float, default=0.001,
                    help="nndescent: stop when fewer than this share of list entries changed (default 0.001)")
     p.add_argument("--update", default="auto", help="nndescent: auto | all | selective")
-    p.add_argument("--init", default="auto", help="nndescent: auto | random | rp_forest (CPU only; auto: rp_forest "
-                   "on the CPU, random on the GPU)")
+    p.add_argument("--init", default="auto", help="nndescent: auto | random | rp_forest (CPU only) | cluster_windows "
+                   "(GPU only); auto: rp_forest on the CPU, random on the GPU")
     p.add_argument("--seed", type=int, default=0, help="nndescent: random seed (default 0)")
     p.add_argument("--memory-limit", default=None, help="most working memory, e.g. 8GB (larger data: in parts)")
     p.add_argument("--out-of-core", default="auto",

@@ -20,7 +20,7 @@ One iteration is two launches (three with candidate slots), none of which alloca
     registers over all dimensions: 8 shared loads per dimension for 16 pairs (the paper's 16 x 16
     shared tiling with a register tile per thread). Float data is staged as float32 (differences for
     L2); uint8 and int8 data with d % 4 == 0 as 32-bit words of 4 bytes, multiplied with ``dp4a``
-    (one instruction for 4 dimensions; L2 as |x|^2 + |y|^2 - 2 x.y, exact integer sums). On an H200
+    (one instruction for 4 dimensions; L2 as |x|^2 + |y|^2 - 2 x.y). On an H200
     (sift 450k, k=64, p=32, 6 iterations) the join went from 0.535 s (2 x 2 tiles, float) to 0.33 s.
     Shared-memory indices are unsigned: numba emits negative-index wraparound code for signed ones.
     Selective update (Alg. 2): for each sample a warp finds its nearest NEW and nearest OLD partner
@@ -59,7 +59,10 @@ from ._common import NEW, OLD, candidate_range, less, progression
 WARP = 32
 #: candidate slots per node (one per lane of the merging warp)
 SLOTS = 32
-#: dimensions staged in shared memory at a time by the join kernel
+#: dimensions (float path) or 4-byte words (dp4a path) staged in shared memory at a time by the join
+#: kernel. At p = 32 its static shared memory is 52 KB with 32 (33 KB distance matrix, 16.5 KB staging;
+#: measured on H100/H200, sm_90) and 44 KB with 16, which ``CudaEngine`` uses on older GPUs, whose
+#: static shared memory may be limited to 48 KB
 DC = 32
 #: warps per block of the warp-per-node kernels
 WPB = 4
@@ -554,13 +557,16 @@ def sample_kernel(gi, gf, p, split, new_f, nf, old_f, nof, new_r, nr, old_r, nor
 
 
 @functools.lru_cache(maxsize=None)
-def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = None, kmax: int = 64, packed: int = 0):
+def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = None, kmax: int = 64, packed: int = 0,
+                dc: int = DC):
     """The local-join kernel for sample counts p <= ``pmax`` (NEW and OLD sets of at most 2 pmax).
 
     ``packed``: 0 stages the vectors as float32 and computes differences (L2) or products; 1 (uint8) and
     2 (int8, dimensions a multiple of 4) stage 32-bit words of 4 bytes (``xw``, a view of x) and take
-    dot products with ``dp4a``, L2 distances as |x|^2 + |y|^2 - 2 x.y with the squared norms ``sqn``
-    (exact: integer sums, converted to float32 once per chunk of 128 dimensions).
+    dot products with ``dp4a`` (exact int32 sums, converted to float32 once per chunk of 4 ``dc``
+    dimensions), L2 distances as |x|^2 + |y|^2 - 2 x.y with the float32 squared norms ``sqn``: exact
+    while 2 d max|x_i|^2 <= 2^24, which ``cuda.packed_words`` checks before it picks this path for L2.
+    ``dc``: dimensions (words when packed) per staged chunk.
 
     ``insert="lock"``: selected pairs go straight into the lists under per-list spinlocks
     (:func:`locked_insert`, lists of at most ``kmax`` entries); ``"slots"``: into the packed 64-bit
@@ -587,10 +593,10 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
     n_tri4 = nb_max * (nb_max + 1) // 2
     # shared array sizes must be plain compile-time constants
     ids_len = 2 * p2
-    sv_len = DC * sv_stride if not packed else 1
-    sw_len = DC * sv_stride if packed else 1
+    sv_len = dc * sv_stride if not packed else 1
+    sw_len = dc * sv_stride if packed else 1
     dm_len = rows4 * d_stride
-    dims_per_chunk = 4 * DC if packed else DC
+    dims_per_chunk = 4 * dc if packed else dc
     dp4a = dp4a_i8 if packed == 2 else dp4a_u8
 
     @jit
@@ -601,8 +607,8 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
         ids = cuda.shared.array(ids_len, int32)    # deduplicated: NEW [0, nn), OLD [p2, p2 + no)
         cnt = cuda.shared.array(2, int32)
         tri4 = cuda.shared.array(n_tri4, int16)    # Eqs. (1)-(2) over 4 x 4 blocks, diagonal included: I << 8 | J
-        sv = cuda.shared.array(sv_len, float32)    # DC dimensions of every sample, dimension-major
-        sw = cuda.shared.array(sw_len, int32)      # packed: DC words (4 DC dimensions) of every sample
+        sv = cuda.shared.array(sv_len, float32)    # dc dimensions of every sample, dimension-major
+        sw = cuda.shared.array(sw_len, int32)      # packed: dc words (4 dc dimensions) of every sample
         snrm = cuda.shared.array(m4_max, float32)  # packed L2: squared norm of every sample
         dm = cuda.shared.array(dm_len, float32)    # dm[i * d_stride + c]: NEW sample i to combined sample c
         tid = cuda.threadIdx.x
@@ -725,13 +731,13 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
                     a30 = a31 = a32 = a33 = float32(0.0)
                     for c0 in range(0, dim, dims_per_chunk):
                         if packed:
-                            # stage words [c0 / 4, c0 / 4 + DC) of every sample (zeros for the pads), then
+                            # stage words [c0 / 4, c0 / 4 + dc) of every sample (zeros for the pads), then
                             # 16 dp4a per 8 shared loads and 4 dimensions
                             w0 = c0 >> 2
                             nw = xw.shape[1]
-                            for st in range(tid, m4 * DC, nt):
-                                r = st // DC
-                                q = st - r * DC
+                            for st in range(tid, m4 * dc, nt):
+                                r = st // dc
+                                q = st - r * dc
                                 wv = int32(0)
                                 if w0 + q < nw:
                                     if r < nn:
@@ -745,7 +751,7 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
                                 i10 = i11 = i12 = i13 = int32(0)
                                 i20 = i21 = i22 = i23 = int32(0)
                                 i30 = i31 = i32 = i33 = int32(0)
-                                for q in range(DC):
+                                for q in range(dc):
                                     o = uint64(q * sv_stride)
                                     x0 = sw[o + ri]
                                     x1 = sw[o + ri + uint64(groups)]
@@ -789,10 +795,10 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
                                 a33 += float32(i33)
                             cuda.syncthreads()
                             continue
-                        # stage dims [c0, c0 + DC) of every sample (zeros for the pads)
-                        for st in range(tid, m4 * DC, nt):
-                            r = st // DC
-                            q = st - r * DC
+                        # stage dims [c0, c0 + dc) of every sample (zeros for the pads)
+                        for st in range(tid, m4 * dc, nt):
+                            r = st // dc
+                            q = st - r * dc
                             val = float32(0.0)
                             if c0 + q < dim:
                                 if r < nn:
@@ -804,7 +810,7 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
                         if valid:
                             # unsigned indices: no negative-index wraparound code in the inner loop
                             if kind == DIST_L2SQ:
-                                for q in range(DC):
+                                for q in range(dc):
                                     o = uint64(q * sv_stride)
                                     x0 = sv[o + ri]
                                     x1 = sv[o + ri + uint64(groups)]
@@ -847,7 +853,7 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
                                     f = x3 - y3
                                     a33 += f * f
                             else:
-                                for q in range(DC):
+                                for q in range(dc):
                                     o = uint64(q * sv_stride)
                                     x0 = sv[o + ri]
                                     x1 = sv[o + ri + uint64(groups)]

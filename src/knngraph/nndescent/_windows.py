@@ -68,9 +68,12 @@ def _group_rows(n: int, w: int) -> int:
 
 def window_bytes_per_node(d: int, k: int, n: int) -> int:
     """Working bytes per node of :func:`window_graph` beyond the build's own arrays: float32 features and
-    squared norms, the ordering, two orderings' lists and their merge, the distance tile's share."""
+    squared norms, the ordering, two orderings' lists and their merge, the distance tile's share (at most
+    W bytes per node whatever n: a group has at most n / 4 rows of W float32), the centre assignment's
+    temporaries (blocks of 65,536 rows x n / W centres, 8 bytes each) and the Lloyd steps' one-hot
+    matrix (50,000 x n / W, 5 bytes each), plus a margin."""
     w = window_size(n, k)
-    return 4 * d + 4 + 8 + 3 * 8 * k + 4 * w * _group_rows(n, w) // max(n, 1) + 16
+    return 4 * d + 4 + 8 + 3 * 8 * k + w + (8 * _ASSIGN_ROWS + 5 * LLOYD_SAMPLE) // w + 64
 
 
 def _features(xp, x, inv, kind):
@@ -162,9 +165,14 @@ def _window_lists(engine, f, sq, kind, order, w, k):
         tile[:, diag, diag] = np.inf                         # not its own neighbour
         keys, pos = engine.smallest_per_row(tile.reshape(b * w, w), k)
         ids = rows[(xp.arange(b * w) // w)[:, None], pos]
-        flat = rows.reshape(-1)
-        out_k[flat] = keys
-        out_i[flat] = ids
+        # each row written once: the last window (aligned to the end) skips the rows of the one before
+        # it (a scatter with repeated indices leaves either value on the GPU)
+        nominal = np.arange(g0, g0 + b) * w
+        first = xp.asarray((nominal - starts[g0:g0 + b]).astype(np.int32))
+        mine = (cols[None, :] >= first[:, None]).reshape(-1)
+        flat = rows.reshape(-1)[mine]
+        out_k[flat] = keys[mine]
+        out_i[flat] = ids[mine]
     return out_k, out_i
 
 

@@ -21,22 +21,38 @@ __all__ = ["CudaEngine", "smallest_per_row_host"]
 #: threads per join block: one 4 x 4 tile each covers the 392 tiles of p=32 in one round
 JOIN_THREADS = 512
 #: registers per thread of the join kernel: 64 lets 2 blocks of 512 threads share an SM (uncapped it
-#: takes ~94 and only 1 fits); on an H200, sift 450k k=64, 6 iterations: 0.348 s capped vs 0.562 s
-#: uncapped, despite 32 bytes of spills
+#: took 94, ``benchmarks/profile_join.py --max-registers 0``, and only 1 fits); on an H200, sift 450k
+#: k=64, 6 iterations: 0.348 s capped vs 0.562 s uncapped (nndescent_gpu_h200.json), despite 32 bytes
+#: of spills
 JOIN_MAX_REGISTERS = 64
 WARP_SIM = 32
 
 
+#: rows per block when packed_words computes squared norms (bounds its temporaries)
+_NORM_ROWS = 1 << 16
+
+
 def packed_words(x, kind):
     """(mode, 32-bit words, squared norms) for the join's dp4a path, or None: uint8 (mode 1) or int8 (2)
-    vectors whose dimension is a multiple of 4, viewed as int32 words of 4 bytes; the squared norms
-    (float32, L2 only) are exact while d * 255^2 (uint8) or d * 128^2 (int8) stays below 2^24."""
+    vectors whose dimension is a multiple of 4, viewed as int32 words of 4 bytes. For L2 also their
+    float32 squared norms, and only while 2 d max|x_i|^2 <= 2^24 (d <= 129 for uint8, 512 for int8), so
+    that |x|^2 + |y|^2 - 2 x.y is exact in float32; larger d takes the float path (a 1-element dummy
+    stands for the norms of the other metrics)."""
     if x.dtype not in (np.uint8, np.int8) or x.shape[1] % 4 or not x.flags.c_contiguous:
+        return None
+    top = 255 if x.dtype == np.uint8 else 128
+    if kind == DIST_L2SQ and 2 * x.shape[1] * top * top > 2**24:
         return None
     xp = np if isinstance(x, np.ndarray) else __import__("cupy")
     words = x.view(np.int32)
-    sqn = (x.astype(np.float32) ** 2).sum(1, dtype=np.float32) if kind == DIST_L2SQ else xp.zeros(1, np.float32)
-    return (1 if x.dtype == np.uint8 else 2), words, sqn
+    mode = 1 if x.dtype == np.uint8 else 2
+    if kind != DIST_L2SQ:
+        return mode, words, xp.zeros(1, np.float32)
+    sqn = xp.empty(x.shape[0], np.float32)
+    for lo in range(0, x.shape[0], _NORM_ROWS):
+        block = x[lo:lo + _NORM_ROWS].astype(np.float32)
+        sqn[lo:lo + len(block)] = (block * block).sum(1, dtype=np.float32)
+    return mode, words, sqn
 
 
 def smallest_per_row_host(tile, k):
@@ -52,6 +68,7 @@ class CudaEngine:
     """The GPU implementation of the engine interface used by ``_build.py`` (see ``cpu.CpuEngine``)."""
 
     is_cuda = True
+    join_chunk = K.DC
 
     def __init__(self, device_index: int = 0, *, simulate: bool = False):
         """``simulate=True`` runs the same orchestration on NumPy arrays (numba CUDA simulator, tests)."""
@@ -66,6 +83,13 @@ class CudaEngine:
             self.cp = cp
             self._device = cp.cuda.Device(device_index)
             self.sm_count = int(self._device.attributes["MultiProcessorCount"])
+            # the join's staging chunk: 32 (measured on sm_90); 16 before Hopper, whose static shared
+            # memory may stop at 48 KB (see _kernels.DC)
+            try:
+                if int(self._device.compute_capability) < 90:
+                    self.join_chunk = 16
+            except (AttributeError, ValueError):
+                pass
         self.xp = self.cp
         self.device_index = device_index
 
@@ -162,7 +186,7 @@ class CudaEngine:
         measurement; it loses offers that collide in a slot and converges more slowly). ``profile``
         synchronises after every launch and adds per-kernel seconds to ``stats`` (benchmarks only)."""
         if insert not in ("lock", "slots", "none"):  # "none": the join without inserts (profiling only)
-            raise ValueError(f"insert must be 'lock' or 'slots', got {insert!r}")
+            raise ValueError(f"insert must be 'lock', 'slots' or 'none', got {insert!r}")
         if not selective:
             raise ValueError("update='all' is only implemented on the CPU; the GPU path uses GNND's "
                              "selective update (update='auto' or 'selective')")
@@ -190,7 +214,8 @@ class CudaEngine:
                         sqn)]
         (x_, inv_, gd_, gi_, gf_, new_f_, nf_, old_f_, nof_, new_r_, nr_, old_r_, nor_, cand_, locks_, counter_, xw_,
          sqn_) = nb
-        join = K.join_kernel(p, insert, max_registers or None, 32 * math.ceil(k / 32), packed[0] if packed else 0)
+        join = K.join_kernel(p, insert, max_registers or None, 32 * math.ceil(k / 32), packed[0] if packed else 0,
+                             self.join_chunk)
         merge = K.merge_kernel(32 * math.ceil(k / 32))
         grid_w = self._warp_grid(n)
         grid_j = 1 if self.simulate else max(1, min(n, self.sm_count * 32))
