@@ -54,7 +54,7 @@ def main(argv=None):
         for _ in range(2):
             phases = {}
             gd, gi, gf = engine.new_graph(base.shape[0], 64)
-            _windows.window_graph(engine, x, inv, DIST_L2SQ, gd, gi, gf, 0, timings=phases)
+            _windows.window_graph(engine, x, DIST_L2SQ, gd, gi, gf, 0, timings=phases)
         print(json.dumps({"window_phase_seconds": {k: round(v, 4) for k, v in phases.items()}}), flush=True)
         del x, inv, gd, gi, gf
     for p in [int(v) for v in args.sample_size.split(",")]:

@@ -22,7 +22,7 @@ import numpy as np
 from numba import cuda, float32
 
 __all__ = ["DIST_L2SQ", "DIST_IP", "DIST_COS", "distance_kind", "inverse_norms", "report_distances",
-           "cpu_distance", "cpu_vectors", "warp_distance", "FULL_MASK"]
+           "cpu_distance", "cpu_vectors", "warp_distance", "warp_sum", "warp_partials4", "FULL_MASK"]
 
 DIST_L2SQ = 0
 DIST_IP = 1
@@ -99,3 +99,46 @@ def warp_distance(kind, x, i, y, j, inv_x, inv_y, lane):
     if kind == DIST_IP:
         return -acc
     return float32(1.0) - acc * inv_x[i] * inv_y[j]
+
+
+@cuda.jit(device=True, inline=True)
+def warp_sum(acc):
+    """Sum of ``acc`` over the warp by a butterfly of shuffles; every lane gets it (all 32 lanes call)."""
+    off = 16
+    while off > 0:
+        acc += cuda.shfl_xor_sync(FULL_MASK, acc, off)
+        off //= 2
+    return acc
+
+
+@cuda.jit(device=True, inline=True)
+def warp_partials4(kind, base, v0, v1, v2, v3, q, qrow, dim, lane):
+    """Per-lane partial sums (lane t: dims t, t + 32, ...) of four rows of ``base`` against q[qrow, :dim]:
+    squared differences (L2) or products. The four rows' loads are in flight together, which is what
+    latency-bound callers need (a SONG query's candidates, NN-Descent's random initial lists); finish
+    each with :func:`warp_sum`."""
+    a0 = float32(0.0)
+    a1 = float32(0.0)
+    a2 = float32(0.0)
+    a3 = float32(0.0)
+    for t in range(lane, dim, 32):
+        qt = float32(q[qrow, t])
+        x0 = float32(base[v0, t])
+        x1 = float32(base[v1, t])
+        x2 = float32(base[v2, t])
+        x3 = float32(base[v3, t])
+        if kind == DIST_L2SQ:
+            x0 -= qt
+            x1 -= qt
+            x2 -= qt
+            x3 -= qt
+            a0 += x0 * x0
+            a1 += x1 * x1
+            a2 += x2 * x2
+            a3 += x3 * x3
+        else:
+            a0 += x0 * qt
+            a1 += x1 * qt
+            a2 += x2 * qt
+            a3 += x3 * qt
+    return a0, a1, a2, a3

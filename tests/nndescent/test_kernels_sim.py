@@ -361,29 +361,6 @@ def test_merge_lists_kernel_matches_cpu(rng):
         assert len(set(valid.tolist())) == len(valid)
 
 
-@pytest.mark.parametrize("kind", [L2, IP, COS])
-def test_rescore_kernel_matches_cpu_distances(rng, kind):
-    """The window initialisation's last step: exact distances of the listed ids, rows sorted by
-    (distance, id), entries NEW; a -1 id (a short list) stays last with an infinite distance."""
-    from knngraph._distances import cpu_distance
-
-    n, d, k = 9, 7, 5
-    x = _data(rng, n, d, np.int8 if kind != L2 else np.uint8)
-    gi = np.array([rng.choice(np.delete(np.arange(n), u), k, replace=False) for u in range(n)], np.int32)
-    gi[3, 4] = -1
-    gd = np.full((n, k), 123.0, np.float32)  # GEMM-form keys, to be replaced
-    gf = np.zeros((n, k), np.uint8)
-    K.rescore_kernel(K.pow2_at_least(k))[1, K.WPB * 32](x, _inv(x, kind), kind, gd, gi, gf)
-    inv = _cpu_inv(x, kind)
-    for u in range(n):
-        ids = [v for v in gi[u] if v >= 0]
-        want = sorted((cpu_distance(kind, x, u, x, v, inv, inv), v) for v in ids)
-        assert gi[u, :len(ids)].tolist() == [v for _, v in want]
-        np.testing.assert_allclose(gd[u, :len(ids)], [dd for dd, _ in want], rtol=1e-5, atol=1e-5)
-        assert (gf[u, :len(ids)] == 1).all()
-    assert gi[3, 4] == -1 and np.isinf(gd[3, 4]) and gf[3, 4] == 0
-
-
 def test_packed_path_only_where_its_l2_is_exact():
     """packed_words picks the dp4a path for 8-bit data with d % 4 == 0, for L2 only while
     2 d max|x|^2 <= 2^24 (float32 norms); the other metrics take it at any such d."""

@@ -363,6 +363,21 @@ def test_whole_gpu_path_in_simulator():
 
 
 @pytest.mark.sim
+@pytest.mark.parametrize("metric", ["sqeuclidean", "cosine"])
+def test_cluster_windows_start_through_gpu_engine_in_simulator(metric):
+    """init='cluster_windows' through the GPU engine on the simulator: 40 points fit one window, so the
+    start is the exact graph (L2: refined distances; cosine: from the keys) and stays so."""
+    x = np.random.default_rng(3).random((40, 4), dtype=np.float32)
+    ex = knngraph.knn_graph(x, 4, method="exact", metric=metric, device="cpu", verbose=False)
+    index = nndescent.build(nndescent.IndexParams(k=4, sample_size=2, max_iterations=1, metric=metric,
+                                                  init="cluster_windows"), x, verbose=False, _simulate=True)
+    g = index.graph
+    assert g.info["init"] == "cluster_windows"
+    assert knngraph.graph_recall(g, 4, true_graph=ex) == 1.0
+    np.testing.assert_allclose(g.distances, ex.distances, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.sim
 def test_clustered_out_of_core_through_gpu_engine_in_simulator(monkeypatch):
     """The clustered driver on the GPU engine (simulator): every piece takes its exact graph (threshold
     raised here), so the GPU work is the merge of each piece into the running lists; same lists as the

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import knngraph
-from knngraph._distances import DIST_L2SQ
+from knngraph._distances import DIST_COS, DIST_L2SQ
 from knngraph.nndescent import _windows
 from knngraph.nndescent.cpu import CpuEngine
 from knngraph.nndescent.cuda import smallest_per_row_host
@@ -27,16 +27,6 @@ class HostEngine:
 
     def merge_lists(self, ad, ai, bd, bi, k):
         return CpuEngine().merge_lists(ad, ai, bd, bi, k)
-
-    def rescore(self, x, inv, kind, gd, gi, gf):
-        """Exact squared L2 of the listed ids, rows sorted by (distance, id), all NEW (as rescore_kernel)."""
-        assert kind == DIST_L2SQ
-        xf = x.astype(np.float64)
-        d = ((xf[:, None, :] - xf[gi]) ** 2).sum(-1)
-        o = np.lexsort((gi, d), axis=-1)
-        gi[...] = np.take_along_axis(gi, o, 1)
-        gd[...] = np.take_along_axis(d, o, 1)
-        gf[...] = 1
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +49,7 @@ def _window_keys_graph(x, orderings, seed=0):
     sq = (f * f).sum(1)
     best, orders = None, []
     for t in range(orderings):
-        order = _windows._ordering(eng, f, w, np.random.default_rng([seed, t]))
+        order = _windows._ordering(eng, f, DIST_L2SQ, w, np.random.default_rng([seed, t]))
         orders.append(order)
         lists = _windows._window_lists(eng, f, sq, DIST_L2SQ, order, w, K)
         best = lists if best is None else eng.merge_lists(*best, *lists, K)
@@ -106,12 +96,12 @@ def test_windows_start_far_above_random_and_orderings_add_up(sift, exact):
     assert r3 >= r1 + 0.15 and r3 >= 0.8  # measured 0.62 and 0.89
 
 
-def _window_graph(x, seed=0):
+def _window_graph(x, seed=0, kind=DIST_L2SQ):
     eng = HostEngine()
     gd = np.empty((len(x), K), np.float32)
     gi = np.empty((len(x), K), np.int32)
     gf = np.zeros((len(x), K), np.uint8)
-    _windows.window_graph(eng, x, np.zeros(1, np.float32), DIST_L2SQ, gd, gi, gf, seed)
+    _windows.window_graph(eng, x, kind, gd, gi, gf, seed)
     return gd, gi, gf
 
 
@@ -135,3 +125,16 @@ def test_window_graph_of_one_window_is_exact(sift):
     gd, gi, _ = _window_graph(x)
     exact = knngraph.knn_graph(x, K, method="exact", device="cpu", verbose=False)
     np.testing.assert_allclose(gd, exact.distances, rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", [3000, 600])
+def test_window_graph_cosine_distances_from_keys(sift, n):
+    """Cosine takes its distances from the window keys (1 - cos of normalised rows), rows sorted by
+    (distance, id), with several orderings (3,000 points) and with one window (600)."""
+    x = sift[:n].astype(np.float32)
+    gd, gi, gf = _window_graph(x, kind=DIST_COS)
+    assert not (gi == np.arange(n)[:, None]).any() and all(len(set(r.tolist())) == K for r in gi)
+    xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+    want = 1.0 - np.einsum("id,ikd->ik", xn[:60], xn[gi[:60]])
+    np.testing.assert_allclose(gd[:60], want, atol=1e-5)
+    assert (np.diff(gd, axis=1) >= 0).all() and (gf == 1).all()

@@ -53,7 +53,7 @@ import numpy as np
 from numba import config as numba_config
 from numba import cuda, float32, int16, int32, int64, uint8, uint32, uint64
 
-from .._distances import DIST_IP, DIST_L2SQ, FULL_MASK
+from .._distances import DIST_IP, DIST_L2SQ, FULL_MASK, warp_partials4, warp_sum
 from ._common import NEW, OLD, candidate_range, less, progression
 
 WARP = 32
@@ -162,49 +162,13 @@ else:
 
 
 @cuda.jit(device=True, inline=True)
-def _warp_reduce(acc):
-    off = 16
-    while off > 0:
-        acc += cuda.shfl_xor_sync(FULL_MASK, acc, off)
-        off //= 2
-    return acc
-
-
-@cuda.jit(device=True, inline=True)
 def _warp_distances4(kind, x, inv, u, v0, v1, v2, v3, lane):
-    """Distances from x[u] to four rows, by the whole warp (lane t sums dims t, t + 32, ...), the four
-    rows' loads in flight together: the random initial lists are latency-bound, and one row at a time
-    took 17.6 ms on an H200 (sift 450k, k=64). Every lane returns the four results."""
-    d = x.shape[1]
-    a0 = float32(0.0)
-    a1 = float32(0.0)
-    a2 = float32(0.0)
-    a3 = float32(0.0)
-    for t in range(lane, d, WARP):
-        xu = float32(x[u, t])
-        y0 = float32(x[v0, t])
-        y1 = float32(x[v1, t])
-        y2 = float32(x[v2, t])
-        y3 = float32(x[v3, t])
-        if kind == DIST_L2SQ:
-            y0 -= xu
-            y1 -= xu
-            y2 -= xu
-            y3 -= xu
-            a0 += y0 * y0
-            a1 += y1 * y1
-            a2 += y2 * y2
-            a3 += y3 * y3
-        else:
-            a0 += xu * y0
-            a1 += xu * y1
-            a2 += xu * y2
-            a3 += xu * y3
-    a0 = _finish(_warp_reduce(a0), kind, inv, u, v0)
-    a1 = _finish(_warp_reduce(a1), kind, inv, u, v1)
-    a2 = _finish(_warp_reduce(a2), kind, inv, u, v2)
-    a3 = _finish(_warp_reduce(a3), kind, inv, u, v3)
-    return a0, a1, a2, a3
+    """Distances from x[u] to four rows, by the whole warp, the four rows' loads in flight together:
+    the random initial lists are latency-bound, and one row at a time took 17.6 ms on an H200 (sift
+    450k, k=64). Every lane returns the four results."""
+    a0, a1, a2, a3 = warp_partials4(kind, x, v0, v1, v2, v3, x, u, x.shape[1], lane)
+    return (_finish(warp_sum(a0), kind, inv, u, v0), _finish(warp_sum(a1), kind, inv, u, v1),
+            _finish(warp_sum(a2), kind, inv, u, v2), _finish(warp_sum(a3), kind, inv, u, v3))
 
 
 @cuda.jit(device=True, inline=True)
@@ -441,60 +405,6 @@ def init_kernel(kc: int):
             s += cuda.gridDim.x * WPB
 
     return init_lists
-
-
-@functools.lru_cache(maxsize=None)
-def rescore_kernel(kc: int):
-    """Exact distances of the ids already in the lists (rows of up to ``kc`` entries, a power of two >=
-    k), each row re-sorted by (distance, id) and every entry NEW; one warp per node. The window
-    initialisation (``_windows.py``) selects with GEMM-form keys and finishes here."""
-    jit = cuda.jit
-    try:
-        jit = cuda.jit(max_registers=64)  # as init_kernel: occupancy for a latency-bound kernel
-    except TypeError:  # the simulator's jit takes no register cap
-        pass
-
-    @jit
-    def rescore_lists(x, inv, kind, gd, gi, gf):
-        sd = cuda.shared.array((WPB, kc), float32)
-        si = cuda.shared.array((WPB, kc), int32)
-        sf = cuda.shared.array((WPB, kc), int32)
-        w = cuda.threadIdx.x // WARP
-        lane = cuda.threadIdx.x % WARP
-        n = gd.shape[0]
-        k = gd.shape[1]
-        s = cuda.blockIdx.x * WPB + w
-        while s < n:
-            for j in range(lane, kc, WARP):
-                if j >= k:
-                    sd[w, j] = INF
-                    si[w, j] = ID_PAD
-                    sf[w, j] = OLD
-            for j0 in range(0, k, 4):
-                # four entries at a time; -1 ids (and the repeats past the end) read row s
-                v0 = gi[s, j0]
-                v1 = gi[s, min(j0 + 1, k - 1)]
-                v2 = gi[s, min(j0 + 2, k - 1)]
-                v3 = gi[s, min(j0 + 3, k - 1)]
-                d0, d1, d2, d3 = _warp_distances4(kind, x, inv, s, v0 if v0 >= 0 else s, v1 if v1 >= 0 else s,
-                                                  v2 if v2 >= 0 else s, v3 if v3 >= 0 else s, lane)
-                if lane < 4 and j0 + lane < k:
-                    j = j0 + lane
-                    v = v0 if lane == 0 else (v1 if lane == 1 else (v2 if lane == 2 else v3))
-                    dd = d0 if lane == 0 else (d1 if lane == 1 else (d2 if lane == 2 else d3))
-                    sd[w, j] = dd if v >= 0 else INF
-                    si[w, j] = v
-                    sf[w, j] = NEW if v >= 0 else OLD
-            cuda.syncwarp(FULL_MASK)
-            _bitonic(sd, si, sf, w, kc, lane)
-            for j in range(lane, k, WARP):
-                gd[s, j] = sd[w, j]
-                gi[s, j] = si[w, j]
-                gf[s, j] = sf[w, j]
-            cuda.syncwarp(FULL_MASK)
-            s += cuda.gridDim.x * WPB
-
-    return rescore_lists
 
 
 # --------------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import numpy as np
 from .._device import is_device_array
 from .._distances import DIST_COS, DIST_IP, inverse_norms
 
-__all__ = ["features", "kmeans", "nearest_centroids", "split_pieces", "plan_clusters"]
+__all__ = ["features", "centroid_scores", "kmeans", "nearest_centroids", "split_pieces", "plan_clusters"]
 
 #: rows of the k-means sample per centroid (and at least MIN_SAMPLE, at most MAX_SAMPLE rows)
 SAMPLE_PER_CLUSTER = 256
@@ -49,7 +49,7 @@ def features(xp, block, kind):
     return f
 
 
-def _scores(xp, f, cent, cent_sq, kind):
+def centroid_scores(xp, f, cent, cent_sq, kind):
     """Smaller = nearer: ||c||^2 - 2<f, c> (squared distance minus ||f||^2), or -<f, c> for inner product."""
     dots = f @ cent.T
     if kind == DIST_IP:
@@ -99,7 +99,7 @@ def _assign_host(x, cent, kind, chunk=65536):
     c_sq = (cent * cent).sum(1)
     for lo in range(0, len(x), chunk):
         f = x[lo:lo + chunk]
-        sc = _scores(np, f, cent, c_sq, kind)
+        sc = centroid_scores(np, f, cent, c_sq, kind)
         lab[lo:lo + chunk] = best = sc.argmin(axis=1)
         d = sc[np.arange(len(f)), best]
         dist[lo:lo + chunk] = d if kind == DIST_IP else d + (f * f).sum(1)
@@ -126,7 +126,7 @@ def nearest_centroids(engine, data, cent, kind: int, overlap: int, block_rows: i
     for lo in range(0, n, block_rows):
         hi = min(n, lo + block_rows)
         f = features(xp, engine.asarray(data[lo:hi]), kind)
-        sc = _scores(xp, f, c, c_sq, kind)
+        sc = centroid_scores(xp, f, c, c_sq, kind)
         out[lo:hi] = engine.to_host(xp.argsort(sc, axis=1)[:, :overlap].astype(xp.int32))
     return out
 

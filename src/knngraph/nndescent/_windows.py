@@ -15,8 +15,9 @@ neighbours", is cheapest as dense linear algebra:
    end); each point's list is the exact k-NN inside its window: a batched GEMM per group of windows and
    the exact k-NN's selection kernel (:func:`knngraph.bruteforce.cuda.smallest_per_row`).
 3. **Orderings.** Steps 1-2 ``ORDERINGS`` times with different random centres; the lists are merged
-   (top-k distinct ids), then their distances recomputed exactly (the window keys come from the GEMM
-   form of the distance) and every entry marked NEW.
+   (top-k distinct ids) and every entry marked NEW. L2 distances are then recomputed exactly by the
+   exact k-NN's refinement (``bruteforce._refine.refine_l2``; the window keys come from the GEMM form
+   of the distance); cosine and inner product distances are the keys themselves.
 
 Measured on sift-photos 450k, k=64 (numpy prototype, 2,000 sampled nodes): W=1024 and 3 orderings give
 graph recall@10 0.78 / recall@64 0.69 for about 540 GFLOP of GEMM; random centres without the Lloyd
@@ -24,7 +25,8 @@ steps, the chain and the directed sort give 0.67 / 0.58; random projection hashi
 
 Measured on an H200 (sift-photos 450k, k=64, p=32; ``benchmarks/profile_join.py``,
 ``benchmarks/results/profile_join_h200.jsonl``): 0.14 s for the initial graph (orderings 0.05 s,
-windows 0.07 s, merges 0.02 s, exact distances 0.01 s), graph recall@10 0.86 after one iteration,
+windows 0.07 s, merges 0.02 s, exact distances 0.01 s with a kernel of its own, since replaced by the
+exact k-NN's refinement and not re-measured), graph recall@10 0.86 after one iteration,
 0.984 after three (0.28 s), 0.992 after four (0.32 s; from random lists 0.993 after five, 0.31 s),
 0.996 after seven (0.41 s; from random lists after six, 0.35 s). The windows hold few long-range links,
 and the last thousandths come slowly (replacing a quarter or half of each list by random nodes made the
@@ -41,7 +43,10 @@ import math
 
 import numpy as np
 
-from .._distances import DIST_COS, DIST_IP
+from .._distances import DIST_COS, DIST_L2SQ
+from ..bruteforce._refine import refine_l2
+from ._common import NEW
+from ._partition import centroid_scores, features
 
 __all__ = ["window_graph", "window_bytes_per_node", "WINDOW", "ORDERINGS"]
 
@@ -76,20 +81,13 @@ def window_bytes_per_node(d: int, k: int, n: int) -> int:
     return 4 * d + 4 + 8 + 3 * 8 * k + w + (8 * _ASSIGN_ROWS + 5 * LLOYD_SAMPLE) // w + 64
 
 
-def _features(xp, x, inv, kind):
-    f = x.astype(np.float32)
-    if kind == DIST_COS:
-        f *= inv[:, None]
-    return f
-
-
-def _nearest(xp, f, centres):
-    """Index of each row's nearest centre (squared L2), in row blocks."""
+def _nearest(xp, f, centres, kind):
+    """Index of each row's nearest centre (as the out-of-core partition scores it), in row blocks."""
     csq = (centres * centres).sum(1)
     out = xp.empty(f.shape[0], np.int32)
     for lo in range(0, f.shape[0], _ASSIGN_ROWS):
         block = f[lo:lo + _ASSIGN_ROWS]
-        out[lo:lo + len(block)] = xp.argmin(csq[None, :] - 2 * (block @ centres.T), axis=1)
+        out[lo:lo + len(block)] = xp.argmin(centroid_scores(xp, block, centres, csq, kind), axis=1)
     return out
 
 
@@ -110,7 +108,7 @@ def _chain(centres_host):
     return path
 
 
-def _ordering(engine, f, w, rng):
+def _ordering(engine, f, kind, w, rng):
     """Step 1: a permutation of the rows of ``f`` in which near points are mostly near each other."""
     xp = engine.xp
     n = f.shape[0]
@@ -118,7 +116,7 @@ def _ordering(engine, f, w, rng):
     centres = f[xp.asarray(rng.choice(n, c, replace=False))]
     sample = f[xp.asarray(np.sort(rng.choice(n, min(n, LLOYD_SAMPLE), replace=False)))]
     for _ in range(LLOYD_STEPS):
-        a = _nearest(xp, sample, centres)
+        a = _nearest(xp, sample, centres, kind)
         one_hot = (a[:, None] == xp.arange(c, dtype=np.int32)[None, :]).astype(np.float32)
         counts = one_hot.sum(0)
         sums = one_hot.T @ sample
@@ -129,7 +127,7 @@ def _ordering(engine, f, w, rng):
     prev_c = path[np.maximum(place - 1, 0)]
     next_c = path[np.minimum(place + 1, c - 1)]
     direction = centres[xp.asarray(next_c)] - centres[xp.asarray(prev_c)]
-    a = _nearest(xp, f, centres)
+    a = _nearest(xp, f, centres, kind)
     proj = xp.empty(n, np.float64)
     for lo in range(0, n, _ASSIGN_ROWS):
         hi = min(n, lo + _ASSIGN_ROWS)
@@ -141,7 +139,8 @@ def _ordering(engine, f, w, rng):
 
 def _window_lists(engine, f, sq, kind, order, w, k):
     """Step 2: each row's k nearest others inside its window of ``order`` (keys, ids); keys are the
-    squared distance less the row's own squared norm (L2, cosine) or minus the dot product (IP)."""
+    squared distance less the row's own squared norm (L2) or minus the dot product (inner product; cosine
+    on normalised rows)."""
     xp = engine.xp
     n = f.shape[0]
     out_k = xp.empty((n, k), np.float32)
@@ -155,11 +154,11 @@ def _window_lists(engine, f, sq, kind, order, w, k):
         rows = order[st[:, None] + cols[None, :]]            # [B, W] point ids
         fw = f[rows]                                         # [B, W, d]
         tile = fw @ fw.transpose(0, 2, 1)                    # [B, W, W] dot products
-        if kind == DIST_IP:
-            tile *= -1
-        else:
+        if kind == DIST_L2SQ:
             tile *= -2
             tile += sq[rows][:, None, :]
+        else:
+            tile *= -1
         b = rows.shape[0]
         diag = xp.arange(w)
         tile[:, diag, diag] = np.inf                         # not its own neighbour
@@ -176,7 +175,7 @@ def _window_lists(engine, f, sq, kind, order, w, k):
     return out_k, out_i
 
 
-def window_graph(engine, x, inv, kind, gd, gi, gf, seed, *, orderings=ORDERINGS, timings=None):
+def window_graph(engine, x, kind, gd, gi, gf, seed, *, orderings=ORDERINGS, timings=None):
     """Fill the lists (gd, gi, gf) of the points ``x`` from cluster windows (see the module docstring).
     ``timings``: a dict that receives seconds per phase (synchronising after each; benchmarks only)."""
     import time
@@ -194,18 +193,28 @@ def window_graph(engine, x, inv, kind, gd, gi, gf, seed, *, orderings=ORDERINGS,
             timings[name] = timings.get(name, 0.0) + now - clock[0]
             clock[0] = now
 
-    f = _features(xp, x, inv, kind)
-    sq = (f * f).sum(1)
+    f = features(xp, x, kind)
+    sq = (f * f).sum(1) if kind == DIST_L2SQ else None
+    n_orderings = orderings if w < n else 1
     best = None
-    for t in range(orderings if w < n else 1):
+    for t in range(n_orderings):
         rng = np.random.default_rng([seed, t, 0x57D0])
-        order = _ordering(engine, f, w, rng) if w < n else xp.arange(n, dtype=np.int32)
+        order = _ordering(engine, f, kind, w, rng) if w < n else xp.arange(n, dtype=np.int32)
         tick("ordering")
         lists = _window_lists(engine, f, sq, kind, order, w, k)
         tick("windows")
         best = lists if best is None else engine.merge_lists(best[0], best[1], lists[0], lists[1], k)
         tick("merge")
     del f, sq
-    gi[...] = best[1]
-    engine.rescore(x, inv, kind, gd, gi, gf)
-    tick("rescore")
+    keys, ids = best
+    if kind == DIST_L2SQ:
+        # the keys come from the GEMM form of the distance: exact distances of the chosen ids, rows
+        # re-sorted by (distance, id), as the exact k-NN finishes its float rows
+        gd[...], gi[...] = refine_l2(x, x, ids, "sqeuclidean", xp)
+    else:
+        if n_orderings == 1:  # rows sorted by (key, id), as a merge leaves them
+            keys, ids = engine.merge_lists(keys, ids, keys[:, :0], ids[:, :0], k)
+        gd[...] = keys + np.float32(1.0) if kind == DIST_COS else keys  # 1 - cos, -dot
+        gi[...] = ids
+    gf.fill(NEW)
+    tick("distances")

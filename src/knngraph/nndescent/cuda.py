@@ -146,11 +146,6 @@ class CudaEngine:
         kern = K.init_kernel(K.pow2_at_least(k))
         kern[self._warp_grid(n), K.WPB * 32](x, inv, kind, gd, gi, gf, keep, split, np.int64(seed))
 
-    def rescore(self, x, inv, kind, gd, gi, gf):
-        """Exact distances of the listed ids, rows re-sorted, all entries NEW (see ``rescore_kernel``)."""
-        kern = K.rescore_kernel(K.pow2_at_least(gd.shape[1]))
-        kern[self._warp_grid(gd.shape[0]), K.WPB * 32](x, inv, kind, gd, gi, gf)
-
     def smallest_per_row(self, tile, k):
         """(values, columns) of each row's k smallest entries, sorted by (value, column)."""
         if self.simulate:
@@ -163,7 +158,7 @@ class CudaEngine:
         """Initial lists from cluster windows (``_windows.py``)."""
         from ._windows import window_graph
 
-        window_graph(self, x, inv, kind, gd, gi, gf, seed)
+        window_graph(self, x, kind, gd, gi, gf, seed)
 
     def merge_lists(self, ad, ai, bd, bi, k):
         cp = self.cp

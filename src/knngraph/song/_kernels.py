@@ -35,7 +35,7 @@ import functools
 import numpy as np
 from numba import cuda, float32, int32, uint32
 
-from .._distances import DIST_COS, DIST_IP, DIST_L2SQ, warp_distance
+from .._distances import DIST_COS, DIST_IP, DIST_L2SQ, warp_distance, warp_partials4, warp_sum
 from . import _structs as st
 
 WARP = 32
@@ -65,45 +65,6 @@ def _finish(kind, acc, inv_b, v, qinv):
 
 
 @cuda.jit(device=True, inline=True)
-def _butterfly(acc):
-    off = 16
-    while off > 0:
-        acc += cuda.shfl_xor_sync(FULL_MASK, acc, off)
-        off //= 2
-    return acc
-
-
-@cuda.jit(device=True, inline=True)
-def _dist4_generic(kind, base, v0, v1, v2, v3, qv, w, dim, lane):
-    """Partial sums (per lane) of four candidates against the staged query qv[w, :dim]."""
-    a0 = float32(0.0)
-    a1 = float32(0.0)
-    a2 = float32(0.0)
-    a3 = float32(0.0)
-    for t in range(lane, dim, WARP):
-        q = qv[w, t]
-        x0 = float32(base[v0, t])
-        x1 = float32(base[v1, t])
-        x2 = float32(base[v2, t])
-        x3 = float32(base[v3, t])
-        if kind == DIST_L2SQ:
-            x0 -= q
-            x1 -= q
-            x2 -= q
-            x3 -= q
-            a0 += x0 * x0
-            a1 += x1 * x1
-            a2 += x2 * x2
-            a3 += x3 * x3
-        else:
-            a0 += x0 * q
-            a1 += x1 * q
-            a2 += x2 * q
-            a3 += x3 * q
-    return a0, a1, a2, a3
-
-
-@cuda.jit(device=True, inline=True)
 def _byte(word, b, signed):
     x = int32((word >> (8 * b)) & 255)
     if signed and x >= 128:
@@ -113,7 +74,7 @@ def _byte(word, b, signed):
 
 @cuda.jit(device=True, inline=True)
 def _dist4_packed(kind, words, v0, v1, v2, v3, qv, w, nwords, signed, lane):
-    """As _dist4_generic for 1-byte vectors read as uint32 words; qv[w, 128 s + 32 b + l] holds query
+    """As ``warp_partials4`` for 1-byte vectors read as uint32 words; qv[w, 128 s + 32 b + l] holds query
     dimension 4 (32 s + l) + b (word 32 s + l, byte b)."""
     a0 = float32(0.0)
     a1 = float32(0.0)
@@ -151,10 +112,10 @@ def _dist4_packed(kind, words, v0, v1, v2, v3, qv, w, nwords, signed, lane):
 
 @cuda.jit(device=True, inline=True)
 def _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, qinv, lane):
-    a0 = _butterfly(a0)
-    a1 = _butterfly(a1)
-    a2 = _butterfly(a2)
-    a3 = _butterfly(a3)
+    a0 = warp_sum(a0)
+    a1 = warp_sum(a1)
+    a2 = warp_sum(a2)
+    a3 = warp_sum(a3)
     if lane == 0:
         cdist[w, t0] = _finish(kind, a0, inv_b, v0, qinv)
         if t0 + 1 < c:
@@ -173,7 +134,7 @@ def _stage_generic(kind, base, queries, j, qv, w, cand, cdist, c, inv_b, qinv, s
         v1 = cand[w, t0 + 1] if t0 + 1 < c else v0
         v2 = cand[w, t0 + 2] if t0 + 2 < c else v0
         v3 = cand[w, t0 + 3] if t0 + 3 < c else v0
-        a0, a1, a2, a3 = _dist4_generic(kind, base, v0, v1, v2, v3, qv, w, dim, lane)
+        a0, a1, a2, a3 = warp_partials4(kind, base, v0, v1, v2, v3, qv, w, dim, lane)
         _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, qinv, lane)
 
 
