@@ -25,6 +25,8 @@ fi
 
 # name:command pairs; each benchmark writes its JSON/PNG under $OUT
 GPU_BENCHMARKS=(
+  # the speed guard of refactors: exact k-NN k=10/100, exact graph, NN-Descent 6 iterations, SONG sweep
+  "regression:python3 benchmarks/gpu_regression.py --out $OUT ${BENCH_ARGS:-}"
   "exact:python3 benchmarks/exact_gpu.py --out $OUT ${BENCH_ARGS:-}"
   "profile_select:python3 benchmarks/profile_select.py --out $OUT"
   "nndescent:python3 benchmarks/nndescent_gpu.py --out $OUT ${BENCH_ARGS:-}"

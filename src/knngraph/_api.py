@@ -1,18 +1,19 @@
-"""The top-level functions most users call: :func:`knn` and :func:`knn_graph`."""
+"""The top-level functions most users call: :func:`knn` and :func:`knn_graph`.
+
+They dispatch through :mod:`knngraph.registry` and hold nothing algorithm-specific.
+"""
 
 from __future__ import annotations
 
-from . import bruteforce
-from .nndescent import nndescent_graph
-from .bruteforce import KNNResult
+from . import registry
+from ._validate import check_int
 from .graph import Graph
+from .index import KNNResult, runtime_docs
 
-__all__ = ["knn", "knn_graph", "GRAPH_METHODS"]
-
-#: graph builders by name; algorithm folders add themselves here when they exist
-GRAPH_METHODS = {"exact": bruteforce.exact_knn_graph, "nndescent": nndescent_graph}
+__all__ = ["knn", "knn_graph"]
 
 
+@runtime_docs
 def knn(base, queries, k: int, *, metric: str = "sqeuclidean", device="auto", select: str = "auto",
         memory_limit=None, verbose: bool = True) -> KNNResult:
     """Exact k nearest neighbours of each query among ``base``.
@@ -29,15 +30,11 @@ def knn(base, queries, k: int, *, metric: str = "sqeuclidean", device="auto", se
         Neighbours per query, 1 <= k <= n.
     metric : {'sqeuclidean', 'euclidean', 'inner_product', 'cosine'}, default='sqeuclidean'
         See :mod:`knngraph.metrics`; inner_product reports -<q, x> so that smaller is closer.
-    device : {'auto', 'cpu', 'cuda', 'cuda:N'}, default='auto'
-        'auto' uses the GPU when CuPy and numba-cuda can run on one (the GPU holding a device input
-        first), else the CPU.
+    {device}
     select : {'auto', 'warp_filter', 'quickselect'}, default='auto'
         GPU selection strategy (see :class:`knngraph.bruteforce.SearchParams`).
-    memory_limit : int or str or None, default=None
-        Most device memory to use, e.g. "4GB"; None = free memory minus a margin.
-    verbose : bool, default=True
-        Progress bar for long work (only on a terminal).
+    {memory_limit}
+    {verbose}
 
     Returns
     -------
@@ -53,26 +50,34 @@ def knn(base, queries, k: int, *, metric: str = "sqeuclidean", device="auto", se
     >>> i.tolist(), [round(float(v), 2) for v in d[0]]
     ([[1, 0]], [0.02, 0.82])
     """
-    return bruteforce.exact_knn(base, queries, k, metric=metric, device=device, select=select,
-                                memory_limit=memory_limit, verbose=verbose)
+    exact = registry.get("exact").load()
+    index = exact.build(exact.IndexParams(metric=metric), base, device=device, verbose=verbose)
+    return exact.search(index, queries, k, exact.SearchParams(select=select), device=device,
+                        memory_limit=memory_limit, verbose=verbose)
 
 
+@runtime_docs
 def knn_graph(base, k: int, *, method: str = "exact", metric: str = "sqeuclidean", device="auto",
-              verbose: bool = True, **method_params) -> Graph:
-    """The k-nearest-neighbour graph of ``base`` (each node's k nearest other nodes).
+              memory_limit=None, verbose: bool = True, params=None, **method_params) -> Graph:
+    """The k-nearest-neighbour graph of ``base``: each node's k nearest other nodes.
 
     Parameters
     ----------
     base : array of shape (n, d)
         Vectors, as for :func:`knn`.
     k : int
-        Neighbours per node, 1 <= k < n (a node is never its own neighbour).
+        Neighbours per node (the graph degree), 1 <= k < n (a node is never its own neighbour).
     method : str, default='exact'
-        Builder: one of ``knngraph.GRAPH_METHODS`` ('exact' = GEMM + selection).
-    metric, device, verbose
-        As for :func:`knn`.
+        Builder: a graph builder of :mod:`knngraph.registry` ('exact' = GEMM + selection, 'nndescent' =
+        NN-Descent, approximate and much faster at scale).
+    metric : {'sqeuclidean', 'euclidean', 'inner_product', 'cosine'}, default='sqeuclidean'
+    {device}
+    {memory_limit}
+    {verbose}
+    params : IndexParams of the method, optional
+        Its other fields are used (``graph_degree`` and ``metric`` come from ``k`` and ``metric``).
     **method_params
-        Passed to the builder (for 'exact': ``select``, ``memory_limit``).
+        Fields of the method's ``IndexParams`` (e.g. ``max_iterations=6`` for 'nndescent').
 
     Returns
     -------
@@ -87,6 +92,10 @@ def knn_graph(base, k: int, *, method: str = "exact", metric: str = "sqeuclidean
     >>> knngraph.knn_graph(x, k=1, device="cpu").indices.ravel().tolist()
     [1, 0, 1, 2]
     """
-    if method not in GRAPH_METHODS:
-        raise ValueError(f"unknown graph method {method!r}; available: {', '.join(sorted(GRAPH_METHODS))}")
-    return GRAPH_METHODS[method](base, k, metric=metric, device=device, verbose=verbose, **method_params)
+    k = check_int(k, "k", low=1)
+    algorithm = registry.get(method)
+    if not algorithm.builds_graphs:
+        raise ValueError(f"method {method!r} does not build k-NN graphs; available: "
+                         f"{', '.join(registry.graph_builders())}")
+    return algorithm.build_graph(base, k, metric=metric, device=device, memory_limit=memory_limit, verbose=verbose,
+                                 params=params, **method_params)

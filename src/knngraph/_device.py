@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import os
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["quiet_launches", "Device", "resolve_device", "gpu_available", "ArrayKind", "array_kind", "as_numpy", "as_cupy",
-           "return_as", "default_memory_limit", "parse_memory"]
+__all__ = ["quiet_launches", "Device", "resolve_device", "gpu_available", "ArrayKind", "array_kind", "as_numpy",
+           "as_cupy", "return_as", "default_memory_limit", "parse_memory", "implementation", "device_context"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,24 @@ def resolve_device(device="auto", *arrays) -> Device:
             raise ValueError(f"device {device!r}: GPU index out of range, this machine has {count} GPU(s)")
         return Device("cuda", index)
     raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+
+
+def implementation(package: str, device: Device):
+    """The module of ``package`` that runs on ``device``: ``<package>.cuda`` on a GPU, ``<package>.cpu``
+    otherwise. This is the library's one CPU/GPU dispatch idiom: an algorithm (or shared piece) keeps its
+    two implementations in a ``cpu`` and a ``cuda`` module exposing the same names, and the public code
+    calls ``implementation(__package__, dev).name(...)``. The CUDA module (numba.cuda, CuPy) is imported
+    only here, on first GPU use."""
+    return importlib.import_module(f"{package}.{'cuda' if device.is_cuda else 'cpu'}")
+
+
+def device_context(device: Device):
+    """A context making ``device`` current for CuPy (a no-op context on the CPU)."""
+    if device.is_cuda:
+        import cupy
+
+        return cupy.cuda.Device(device.index)
+    return contextlib.nullcontext()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -7,13 +7,16 @@ raises a message naming the field, the allowed values and the value given (sciki
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import numbers
+
+import numpy as np
 
 from ._device import parse_memory
 from .metrics import canonical_metric
 
-__all__ = ["Interval", "Options", "Params", "MemoryLimit", "Metric"]
+__all__ = ["Interval", "Options", "Boolean", "Mapping", "GraphBuilder", "Params", "MemoryLimit", "Metric"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +52,40 @@ class Options:
         if value not in self.values:
             raise ValueError(f"The {field!r} parameter of {owner} must be one of "
                              f"{{{', '.join(repr(v) for v in self.values)}}}. Got {value!r} instead.")
+        return value
+
+
+class Boolean:
+    """True or False (NumPy booleans accepted), stored as a Python bool."""
+
+    def check(self, owner: str, field: str, value):
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"The {field!r} parameter of {owner} must be True or False. Got {value!r} instead.")
+        return bool(value)
+
+
+class Mapping:
+    """None or a mapping of parameter names (str) to values; stored as a plain dict (or None)."""
+
+    def check(self, owner: str, field: str, value):
+        if value is None:
+            return None
+        if not isinstance(value, collections.abc.Mapping) or not all(isinstance(k, str) for k in value):
+            raise ValueError(f"The {field!r} parameter of {owner} must be None or a dict of parameter names to "
+                             f"values. Got {value!r} instead.")
+        return dict(value)
+
+
+class GraphBuilder:
+    """The name of a graph builder of :mod:`knngraph.registry`."""
+
+    def check(self, owner: str, field: str, value):
+        from .registry import graph_builders
+
+        names = graph_builders()
+        if value not in names:
+            raise ValueError(f"The {field!r} parameter of {owner} must be one of "
+                             f"{{{', '.join(repr(v) for v in names)}}}. Got {value!r} instead.")
         return value
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from ._device import as_numpy
 from .metrics import canonical_metric
 
-__all__ = ["Graph", "save_arrays", "load_arrays"]
+__all__ = ["Graph", "save_arrays", "load_arrays", "read_header"]
 
 FORMAT_VERSION = 1
 
@@ -86,6 +86,22 @@ def load_arrays(path, kind: str) -> tuple[dict, dict]:
         raise ValueError(f"{path}: checksum mismatch, the file is corrupt")
     arrays = {n: np.load(_io.BytesIO(b), allow_pickle=False) for n, b in blobs.items()}
     return arrays, header.get("meta", {})
+
+
+def read_header(path) -> dict:
+    """The header of a knngraph file (``format``, ``version``, ``kind``, ...) without reading its arrays;
+    ValueError naming the file when it is not one."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        with zipfile.ZipFile(path, "r") as zf:
+            header = json.loads(zf.read("meta.json"))
+    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, EOFError, OSError) as exc:
+        raise ValueError(f"{path}: not a knngraph file or it is truncated/corrupt ({exc})") from None
+    if not isinstance(header, dict) or header.get("format") != "knngraph":
+        raise ValueError(f"{path}: not a knngraph file")
+    return header
 
 
 @dataclass

@@ -39,9 +39,11 @@ class KNNGraphTransformer(TransformerMixin, BaseEstimator):
         'distance' stores distances, 'connectivity' stores ones.
     metric : {'sqeuclidean', 'euclidean', 'inner_product', 'cosine'}, default='euclidean'
         Distance (scikit-learn's default for neighbours graphs is euclidean).
-    method : {'exact', 'nndescent'}, default='exact'
-        How the graph of the training data is built ('nndescent' is approximate and faster at scale;
-        transform of new data is always exact).
+    method : str, default='exact'
+        How the graph of the training data is built: a graph builder of :mod:`knngraph.registry`
+        ('exact', 'nndescent': approximate and faster at scale). Transform of new data is always exact.
+    method_params : dict, optional
+        Fields of the builder's ``IndexParams`` (e.g. ``{"max_iterations": 10}`` for 'nndescent').
     device : str, default='auto'
         'auto', 'cpu', 'cuda' or 'cuda:N'.
 
@@ -53,11 +55,13 @@ class KNNGraphTransformer(TransformerMixin, BaseEstimator):
         Number of samples seen in fit.
     """
 
-    def __init__(self, *, n_neighbors=5, mode="distance", metric="euclidean", method="exact", device="auto"):
+    def __init__(self, *, n_neighbors=5, mode="distance", metric="euclidean", method="exact", method_params=None,
+                 device="auto"):
         self.n_neighbors = n_neighbors
         self.mode = mode
         self.metric = metric
         self.method = method
+        self.method_params = method_params
         self.device = device
 
     def _check_params(self):
@@ -68,9 +72,15 @@ class KNNGraphTransformer(TransformerMixin, BaseEstimator):
         if self.mode not in ("distance", "connectivity"):
             raise ValueError(f"The 'mode' parameter of KNNGraphTransformer must be one of {{'distance', "
                              f"'connectivity'}}. Got {self.mode!r} instead.")
-        if self.method not in ("exact", "nndescent"):
-            raise ValueError(f"The 'method' parameter of KNNGraphTransformer must be one of {{'exact', "
-                             f"'nndescent'}}. Got {self.method!r} instead.")
+        from .registry import graph_builders
+
+        builders = graph_builders()
+        if self.method not in builders:
+            raise ValueError(f"The 'method' parameter of KNNGraphTransformer must be one of "
+                             f"{{{', '.join(repr(b) for b in builders)}}}. Got {self.method!r} instead.")
+        if self.method_params is not None and not isinstance(self.method_params, dict):
+            raise ValueError(f"The 'method_params' parameter of KNNGraphTransformer must be a dict or None. "
+                             f"Got {self.method_params!r} instead.")
         from .metrics import canonical_metric
 
         canonical_metric(self.metric)
@@ -104,9 +114,9 @@ class KNNGraphTransformer(TransformerMixin, BaseEstimator):
         if width > n_fit:
             raise ValueError(f"Expected n_neighbors <= n_samples_fit, but n_neighbors = {self.n_neighbors}, "
                              f"n_samples_fit = {n_fit}")
-        if include_self and self.method == "nndescent" and width >= 2:
-            g = knngraph.knn_graph(self._fit_X, width - 1, method="nndescent", metric=self.metric,
-                                   device=self.device, verbose=False).to_host()
+        if include_self and self.method != "exact" and width >= 2:
+            g = knngraph.knn_graph(self._fit_X, width - 1, method=self.method, metric=self.metric,
+                                   device=self.device, verbose=False, **(self.method_params or {})).to_host()
             ids = np.concatenate([np.arange(n_fit, dtype=np.int64)[:, None], np.asarray(g.indices, np.int64)], 1)
             dist = np.concatenate([np.zeros((n_fit, 1), np.float32), np.asarray(g.distances)], 1)
         else:

@@ -1,9 +1,9 @@
 """Exact k-NN on the CPU: BLAS GEMM tiles + parallel bounded-heap selection in numba.
 
-Same scheme as the GPU path (Komarov et al., paper 002, "Distance Calculation"): dot products of a
+Same scheme as the GPU path (Komarov et al., section "Distance Calculation"): dot products of a
 query block against a base tile come from one GEMM (NumPy's BLAS); each query row then scans the tile,
 ranking candidates by the key ||x||^2 - 2<q, x> (or -<q, x>), and keeps its k best in a bounded
-max-heap ordered by (key, id). Heaps persist across base tiles, so the base streams through memory
+max-heap ordered by (key, id) (:mod:`knngraph.primitives.lists`). Heaps persist across base tiles, so the base streams through memory
 tile by tile (memory-mapped files work) and the result is exact, ties broken by lower id.
 """
 
@@ -12,39 +12,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..metrics import KEY_L2, expanded_key_kind, normalize_rows
 from .._progress import progress
-from ._refine import needs_refine, refine_l2
+from ..metrics import KEY_L2, expanded_key_kind, normalize_rows
+from ..primitives.constants import ID_NONE
+from ..primitives.lists import less, maxheap_replace_top, maxheap_sort
+from ..primitives.rescore import needs_refine, refine_l2
 
-__all__ = ["knn_cpu"]
-
-_ID_NONE = np.int32(2**31 - 1)  # heap filler id: sorts after every real id on equal keys
-
-
-@numba.njit(inline="always")
-def _less(ka, ia, kb, ib):
-    """(key, id) lexicographic order: the total order every selector in knngraph uses."""
-    return ka < kb or (ka == kb and ia < ib)
-
-
-@numba.njit(inline="always")
-def _sift_down(hk, hi, n, key, idx):
-    """Put (key, idx) at the root of the max-heap hk/hi[:n] and sift it down to its place."""
-    pos = 0
-    while True:
-        child = 2 * pos + 1
-        if child >= n:
-            break
-        if child + 1 < n and _less(hk[child], hi[child], hk[child + 1], hi[child + 1]):
-            child += 1
-        if _less(key, idx, hk[child], hi[child]):
-            hk[pos] = hk[child]
-            hi[pos] = hi[child]
-            pos = child
-        else:
-            break
-    hk[pos] = key
-    hi[pos] = idx
+__all__ = ["exact_knn"]
 
 
 @numba.njit(parallel=True, fastmath=False, cache=True)
@@ -67,8 +41,8 @@ def _scan_tile(dots, base_norm2, col_offset, key_kind, self_offset, heap_k, heap
                 key = -dots[r, j]
             if key <= hk[0]:
                 gid = col_offset + j
-                if gid != self_id and _less(key, gid, hk[0], hi[0]):
-                    _sift_down(hk, hi, k, key, np.int32(gid))
+                if gid != self_id and less(key, gid, hk[0], hi[0]):
+                    maxheap_replace_top(hk, hi, 0, k, key, np.int32(gid))
 
 
 @numba.njit(parallel=True, cache=True)
@@ -76,15 +50,7 @@ def _sort_heaps(heap_k, heap_i):
     """Heap-sort each row in place into ascending (key, id) order."""
     rows, k = heap_k.shape
     for r in numba.prange(rows):
-        hk = heap_k[r]
-        hi = heap_i[r]
-        for end in range(k - 1, 0, -1):
-            # move the max to the end, then sift the former last element down over [0, end)
-            lk = hk[end]
-            li = hi[end]
-            hk[end] = hk[0]
-            hi[end] = hi[0]
-            _sift_down(hk, hi, end, lk, li)
+        maxheap_sort(heap_k[r], heap_i[r], 0, k)
 
 
 def _as_f32(block: np.ndarray, metric: str) -> np.ndarray:
@@ -96,12 +62,16 @@ def _norm2(x: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", x, x, dtype=np.float32)
 
 
-def knn_cpu(base, queries, k: int, metric: str, *, graph: bool = False, memory_limit: int | None = None,
-            verbose: bool = True):
+def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory_limit: int | None = None,
+              select: str = "auto", device_index: int = 0, verbose: bool = True, stats: dict | None = None):
     """Exact top-k of ``queries`` among ``base`` (host arrays); returns (distances, ids) float32/int32.
 
-    With ``graph=True`` ``queries`` must be ``base`` and row i never returns id i.
+    With ``graph=True`` ``queries`` must be ``base`` and row i never returns id i. ``select`` (a GPU
+    strategy) is checked only; ``device_index`` and ``stats`` are accepted for the GPU's signature.
     """
+    from ..primitives.kselect import resolve_select
+
+    resolve_select(select, k)
     n, d = base.shape
     nq = queries.shape[0]
     budget = memory_limit or (1 << 30)
@@ -119,7 +89,7 @@ def knn_cpu(base, queries, k: int, metric: str, *, graph: bool = False, memory_l
             qe = min(nq, qs + q_block)
             q = _as_f32(queries[qs:qe], metric)
             heap_k = np.full((qe - qs, k), np.inf, dtype=np.float32)
-            heap_i = np.full((qe - qs, k), _ID_NONE, dtype=np.int32)
+            heap_i = np.full((qe - qs, k), ID_NONE, dtype=np.int32)
             for bs in range(0, n, b_tile):
                 be = min(n, bs + b_tile)
                 x = _as_f32(base[bs:be], metric)
@@ -129,7 +99,7 @@ def knn_cpu(base, queries, k: int, metric: str, *, graph: bool = False, memory_l
                 bar.update(1)
             _sort_heaps(heap_k, heap_i)
             if needs_refine(metric, base.dtype):
-                ids = np.where(heap_i == _ID_NONE, -1, heap_i)
+                ids = np.where(heap_i == ID_NONE, -1, heap_i)
                 dist, ids = refine_l2(queries[qs:qe], base, ids, metric, np)
                 out_d[qs:qe] = dist
                 out_i[qs:qe] = ids

@@ -1,12 +1,13 @@
 """Exact k-NN on the GPU: cuBLAS GEMM tiles (through CuPy) + per-row selection kernels (numba-cuda).
 
-Loop (Komarov et al., paper 002; the paper kept the whole distance matrix in GPU memory, we stream):
+Loop (Komarov, Dashti, D'Souza, "Fast k-NNG Construction with GPU-Based Quick Multi-Select"; the paper
+kept the whole distance matrix in GPU memory, we stream):
 
     for each query block Q (rows):                      # queries: device-resident or uploaded per block
         best = (inf, none) x k per row
         for each base tile X (columns):                 # base: resident if it fits the budget, else streamed
             D = Q X^T                                   # one GEMM, float32
-            per row, select k of key(D, ||x||^2)        # selection kernel, see _select_kernels.py
+            per row, select k of key(D, ||x||^2)        # knngraph.primitives.kselect
             best = k smallest of best U selected        # in the same kernel (warp_filter) or a merge pass
         distances = key + ||q||^2 (sqeuclidean), ...
 
@@ -16,32 +17,18 @@ Tile sizes come from ``memory_limit``; everything allocated is accounted for the
 
 from __future__ import annotations
 
-import functools
-import math
-
 import numpy as np
 
-from .._cuda_launch import launch
 from .._progress import progress
+from ..primitives.constants import ID_NONE
+from ..primitives.kselect import TileSelector, resolve_select
+from ..primitives.rescore import needs_refine, refine_l2
 from ._gemm import plan_gemm
-from ._refine import needs_refine, refine_l2
-from . import _select_kernels as sk
 
-__all__ = ["knn_cuda", "SELECT_STRATEGIES", "plan_tiles", "smallest_per_row"]
-
-SELECT_STRATEGIES = ("auto", "warp_filter", "quickselect")
+__all__ = ["exact_knn", "plan_tiles"]
 
 _MAX_TILE_BYTES = 2 << 30   # one dot tile; larger tiles gain nothing in GEMM speed
 _MAX_QUERY_BLOCK = 16384
-
-
-def _resolve_select(select: str, k: int) -> str:
-    if select == "auto":
-        return "warp_filter" if k <= sk.MAX_FILTER_K else "quickselect"
-    if select == "warp_filter" and k > sk.MAX_FILTER_K:
-        raise ValueError(f"select='warp_filter' supports k <= {sk.MAX_FILTER_K}, got k={k}; "
-                         "use select='quickselect' or 'auto'")
-    return select
 
 
 def plan_tiles(n: int, nq: int, d: int, k: int, budget: int, select: str, resident_bytes: int):
@@ -68,137 +55,15 @@ def plan_tiles(n: int, nq: int, d: int, k: int, budget: int, select: str, reside
     return qb, bt
 
 
-def _sort_rows(keys, ids):
-    """Sort each row by (key, id) using one 64-bit composite key (order-preserving float bits | id)."""
-    import cupy as cp
-
-    u = keys.view(cp.uint32)
-    ordered = cp.where(u >> 31, ~u, u | cp.uint32(0x80000000))
-    comp = (ordered.astype(cp.uint64) << 32) | ids.view(cp.uint32).astype(cp.uint64)
-    comp = cp.sort(comp, axis=1)
-    ids_s = (comp & cp.uint64(0xFFFFFFFF)).astype(cp.uint32).view(cp.int32)
-    o = (comp >> 32).astype(cp.uint32)
-    u2 = cp.where(o >> 31, o & cp.uint32(0x7FFFFFFF), ~o)
-    return u2.view(cp.float32), ids_s
-
-
-def _splits_for(rows: int, cols: int, k: int, sm_count: int) -> int:
-    """Column splits per row so that at least ~32 warps per SM have work."""
-    target = sm_count * 32
-    if rows >= target:
-        return 1
-    splits = math.ceil(target / rows)
-    # keep every split long enough that selection, not the merge, dominates
-    max_splits = max(1, cols // max(4 * k, 1024))
-    return int(max(1, min(splits, max_splits)))
-
-
-class _Selector:
-    """Runs one selection strategy over tiles, keeping each query row's running best k."""
-
-    def __init__(self, select: str, k: int, sm_count: int):
-        import cupy as cp
-
-        self.cp = cp
-        self.select = select
-        self.k = k
-        self.sm_count = sm_count
-        self._dummy_f = cp.zeros((1, 1), dtype=cp.float32)
-        self._dummy_i = cp.zeros((1, 1), dtype=cp.int32)
-        self._dummy_n = cp.zeros(1, dtype=cp.float32)
-        self.stream = None  # CuPy stream for launches (None: current); knn_cuda sets its selection stream
-        if select == "warp_filter":
-            cap = sk.list_capacity(k)
-            self.kernels = {src: sk.warp_filter_kernel(cap, src) for src in (sk.SRC_DOTS, sk.SRC_PAIRS)}
-            self.wpb = sk.warps_per_block_for(cap)
-        else:
-            self.wpb = 4
-
-    def _launch(self, first_src, rows, n_splits, split_len, n_cols, dots, colterm, alpha, col_offset,
-                self_offset, ck, ci, init_k, init_i, use_init, out_k, out_i):
-        cp = self.cp
-        tasks = rows * n_splits
-        blocks = (tasks + self.wpb - 1) // self.wpb
-        if self.select == "warp_filter":
-            launch(self.kernels[first_src], blocks, self.wpb * 32,
-                   (tasks, n_splits, split_len, n_cols, self.k, dots, colterm, alpha, col_offset, self_offset,
-                    ck, ci, init_k, init_i, use_init, out_k, out_i), stream=self.stream,
-                   max_registers=sk.FILTER_MAX_REGISTERS)
-        else:
-            shape = (dots.shape if first_src == sk.SRC_DOTS else ck.shape)
-            bufs = tuple(cp.empty(shape, t) for t in (cp.float32, cp.int32, cp.float32, cp.int32))
-            launch(sk.quickselect_kernel, blocks, self.wpb * 32,
-                   (first_src, tasks, n_splits, split_len, n_cols, self.k, dots, colterm, alpha, col_offset,
-                    self_offset, ck, ci) + bufs + (out_k, out_i), stream=self.stream)
-
-    def offer_tile(self, dots, colterm, alpha, col_offset, self_offset, best_k, best_i, first_tile):
-        """Fold the tile ``dots`` [rows, cols] (ids col_offset + j) into the running best lists."""
-        cp = self.cp
-        rows, cols = dots.shape
-        n_splits = _splits_for(rows, cols, self.k, self.sm_count)
-        split_len = (cols + n_splits - 1) // n_splits
-        if self.select == "warp_filter" and n_splits == 1:
-            # the running best seeds the list and receives the result: no separate merge
-            self._launch(sk.SRC_DOTS, rows, 1, split_len, cols, dots, colterm, alpha, col_offset, self_offset,
-                         self._dummy_f, self._dummy_i, best_k, best_i, 0 if first_tile else 1, best_k, best_i)
-            return
-        part_k = cp.empty((rows * n_splits, self.k), cp.float32)
-        part_i = cp.empty((rows * n_splits, self.k), cp.int32)
-        self._launch(sk.SRC_DOTS, rows, n_splits, split_len, cols, dots, colterm, alpha, col_offset, self_offset,
-                     self._dummy_f, self._dummy_i, self._dummy_f, self._dummy_i, 0, part_k, part_i)
-        cand_k = part_k.reshape(rows, n_splits * self.k)
-        cand_i = part_i.reshape(rows, n_splits * self.k)
-        if not first_tile:
-            cand_k = cp.concatenate([best_k, cand_k], axis=1)
-            cand_i = cp.concatenate([best_i, cand_i], axis=1)
-        if cand_k.shape[1] == self.k:
-            best_k[...] = cand_k
-            best_i[...] = cand_i
-            return
-        m = cand_k.shape[1]
-        self._launch(sk.SRC_PAIRS, rows, 1, m, m, self._dummy_f, self._dummy_n, np.float32(0), 0, -1,
-                     cand_k, cand_i, self._dummy_f, self._dummy_i, 0, best_k, best_i)
-
-    def finish(self, best_k, best_i):
-        if self.select == "quickselect":
-            return _sort_rows(best_k, best_i)
-        return best_k, best_i
-
-
-@functools.lru_cache(maxsize=16)
-def _selector_for(k: int, device_id: int) -> _Selector:
-    import cupy as cp
-
-    with cp.cuda.Device(device_id) as dev:
-        return _Selector(_resolve_select("auto", k), k, int(dev.attributes["MultiProcessorCount"]))
-
-
-def smallest_per_row(tile, k: int):
-    """Each row's ``k`` smallest values of a CuPy float32 [rows, m] array (k < m) and their column
-    indices, sorted by (value, column): the exact k-NN's selection applied to a ready tile (NN-Descent's
-    window initialisation uses it)."""
-    import cupy as cp
-
-    rows, m = tile.shape
-    if not 1 <= k < m:
-        raise ValueError(f"k must be in [1, {m}), got {k}")
-    selector = _selector_for(k, cp.cuda.Device().id)
-    best_k = cp.empty((rows, k), cp.float32)
-    best_i = cp.empty((rows, k), cp.int32)
-    selector.offer_tile(cp.ascontiguousarray(tile, cp.float32), cp.zeros(m, cp.float32), np.float32(1.0), 0, -1,
-                        best_k, best_i, first_tile=True)
-    return selector.finish(best_k, best_i)
-
-
-def knn_cuda(base, queries, k: int, metric: str, *, graph: bool = False, memory_limit: int,
-             select: str = "auto", device_index: int = 0, verbose: bool = True, stats: dict | None = None,
-             tensor_cores: bool = True):
+def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory_limit: int,
+              select: str = "auto", device_index: int = 0, verbose: bool = True, stats: dict | None = None,
+              tensor_cores: bool = True):
     """Exact top-k on the GPU. ``base``/``queries`` are CuPy arrays (used in place) or host arrays
     (NumPy / memory-mapped, streamed). Returns (distances float32, ids int32) [nq, k]: CuPy arrays for
     device queries, NumPy arrays for host queries."""
     import cupy as cp
 
-    select = _resolve_select(select, k)
+    select = resolve_select(select, k)
     n, d = base.shape
     nq = queries.shape[0]
     with cp.cuda.Device(device_index):
@@ -217,7 +82,7 @@ def knn_cuda(base, queries, k: int, metric: str, *, graph: bool = False, memory_
         if resident:
             xb = plan.operand(cp.asarray(base))
             xb_col = plan.column_term(cp.asarray(base), xb)
-        selector = _Selector(select, k, sm_count)
+        selector = TileSelector(select, k, sm_count)
         # results for host queries go back to the host block by block, so query sets larger than GPU
         # memory work; device queries get device results
         host_out = not isinstance(queries, cp.ndarray)
@@ -287,7 +152,7 @@ def knn_cuda(base, queries, k: int, metric: str, *, graph: bool = False, memory_
                         value = cp.maximum(value, 0)
                         if metric == "euclidean":
                             value = cp.sqrt(value)
-                    missing = ids == sk.ID_NONE
+                    missing = ids == ID_NONE
                     block_d = cp.where(missing, cp.float32(np.inf), value).astype(cp.float32, copy=False)
                     block_i = cp.where(missing, -1, ids).astype(cp.int32, copy=False)
                     if refine:

@@ -1,8 +1,12 @@
-"""GNND build, GGM merge and the out-of-core shard driver, written once over an engine
-(:class:`~knngraph.nndescent.cpu.CpuEngine` or :class:`~knngraph.nndescent.cuda.CudaEngine`).
+"""GNND build, GGM merge, the iteration loop and the out-of-core drivers, written once over an engine
+(:class:`knngraph.nndescent.cpu.Engine` or :class:`knngraph.nndescent.cuda.Engine`, chosen by the
+library's dispatch idiom, :func:`knngraph._device.implementation`).
 
-Everything here works on internal distances (squared L2 for both L2 metrics) and engine arrays (NumPy
-or CuPy); the public functions in ``__init__.py`` convert at the edges.
+An engine owns arrays and kernels: ``prepare``, ``new_graph``, ``init`` (random lists), ``init_forest``
+(CPU) / ``init_windows`` (GPU), ``start_refine`` + ``iterate`` (one GNND iteration, returning the entries
+inserted) + ``refine_stats``, ``merge_lists``, ``unpermute``, ``asarray`` / ``to_host``,
+``memory_per_node``. Everything here works on internal distances (squared L2 for both L2 metrics) and
+engine arrays (NumPy or CuPy); the public functions convert at the edges.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ from .._progress import progress
 from ._common import forest_bytes_per_node, forest_params
 from ._windows import window_bytes_per_node
 
-__all__ = ["Config", "make_engine", "build_in_memory", "ggm", "plan_shard_rows", "sharded_build", "plan_piece_rows",
-           "clustered_build"]
+__all__ = ["Config", "make_engine", "refine", "build_in_memory", "ggm", "plan_shard_rows", "sharded_build",
+           "plan_piece_rows", "clustered_build"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,24 +44,47 @@ class Config:
 
 
 def make_engine(device, *, simulate: bool = False):
+    """The engine for ``device``; ``simulate=True``: the GPU engine's orchestration on NumPy arrays, its
+    kernels run by the numba CUDA simulator (tests)."""
+    from .._device import Device, implementation
+
     if simulate:
-        from .cuda import CudaEngine
-
-        return CudaEngine(simulate=True)
-    if device.is_cuda:
-        from .cuda import CudaEngine
-
-        return CudaEngine(device.index)
-    from .cpu import CpuEngine
-
-    return CpuEngine()
+        return implementation(__package__, Device("cuda")).Engine(simulate=True)
+    module = implementation(__package__, device)
+    return module.Engine(device.index) if device.is_cuda else module.Engine()
 
 
-def _refine(engine, x, inv, gd, gi, gf, cfg: Config, *, split, stats, desc, callback=None, extra=None):
-    kw = dict(extra or {})
-    return engine.refine(x, inv, cfg.kind, gd, gi, gf, p=cfg.p, max_iterations=cfg.max_iterations,
-                         threshold=cfg.threshold, seed=cfg.seed, split=split, selective=cfg.selective,
-                         verbose=cfg.verbose, desc=desc, stats=stats, callback=callback, **kw)
+def refine(engine, x, inv, gd, gi, gf, cfg: Config, *, split=0, stats=None, desc="nn-descent", callback=None,
+           extra=None):
+    """NN-Descent iterations on an initialised graph (gd, gi, gf updated in place): at most
+    ``cfg.max_iterations``, stopping after an iteration that inserts fewer than ``cfg.threshold * n * k``
+    entries. ``callback(it, gd, gi)`` runs after each iteration, outside the timings. ``extra``: engine
+    options (GPU: ``insert``, ``profile``, ``max_registers``; CPU: ``buffer_bytes``). Returns the
+    per-iteration insert counts; ``stats`` gets them with the times and the engine's own figures."""
+    n, k = gd.shape
+    state = engine.start_refine(x, inv, cfg.kind, gd, gi, gf, p=cfg.p, seed=cfg.seed, split=split,
+                                selective=cfg.selective, **dict(extra or {}))
+    history, times = [], []
+    paused = 0.0
+    t0 = time.perf_counter()
+    with progress(cfg.max_iterations, desc, disable=not cfg.verbose, min_steps=1) as bar:
+        for it in range(cfg.max_iterations):
+            inserted = engine.iterate(state, it)
+            history.append(inserted)
+            times.append(time.perf_counter() - t0 - paused)
+            bar.update(1)
+            if callback is not None:
+                tc = time.perf_counter()
+                callback(it, gd, gi)
+                paused += time.perf_counter() - tc
+            if inserted < cfg.threshold * n * k:
+                break
+    if stats is not None:
+        stats["updates_per_iteration"] = history
+        stats["seconds_per_iteration"] = times
+        stats["iterations"] = len(history)
+        stats.update(engine.refine_stats(state))
+    return history
 
 
 def build_in_memory(engine, data, cfg: Config, *, stats=None, callback=None, prepared=None, extra=None):
@@ -80,8 +107,8 @@ def build_in_memory(engine, data, cfg: Config, *, stats=None, callback=None, pre
     if callback is not None and order is not None:
         def report(it, gd_it, gi_it):
             callback(it, *engine.unpermute(gd_it, gi_it, order))
-    _refine(engine, x, inv, gd, gi, gf, cfg, split=0, stats=stats, callback=report, extra=extra,
-            desc="nn-descent (cuda)" if engine.is_cuda else "nn-descent (cpu)")
+    refine(engine, x, inv, gd, gi, gf, cfg, split=0, stats=stats, callback=report, extra=extra,
+           desc="nn-descent (cuda)" if engine.is_cuda else "nn-descent (cpu)")
     if order is not None:
         gd, gi = engine.unpermute(gd, gi, order)
     return gd, gi
@@ -109,7 +136,7 @@ def ggm(engine, x, inv, n1, g1d, g1i, g2d, g2i, cfg: Config, *, readd=True, stat
     gd[n1:, :keep] = g2d[:, :keep]
     gi[n1:, :keep] = _offset_ids(xp, g2i[:, :keep], n1)
     engine.init(x, inv, cfg.kind, gd, gi, gf, keep, n1, cfg.seed)
-    _refine(engine, x, inv, gd, gi, gf, cfg, split=n1, stats=stats, desc="graph merge", extra=extra)
+    refine(engine, x, inv, gd, gi, gf, cfg, split=n1, stats=stats, desc="graph merge", extra=extra)
     if readd and k > keep:
         rd = xp.concatenate([g1d[:, keep:k], g2d[:, keep:k]])
         ri = xp.concatenate([g1i[:, keep:k], _offset_ids(xp, g2i[:, keep:k], n1)])
@@ -265,7 +292,7 @@ def sharded_build(engine, data, cfg: Config, shard_rows: int, *, stats=None):
 
 
 #: pieces of at most SMALL_PIECE_PER_K * (k + 1) rows get an exact graph; clusters of fewer than
-#: POOL_PER_K * (k + 1) rows are pooled (``_partition.split_pieces``)
+#: POOL_PER_K * (k + 1) rows are pooled (:func:`knngraph.partition.split_pieces`)
 SMALL_PIECE_PER_K = 4
 POOL_PER_K = 2
 
@@ -291,28 +318,32 @@ def to_internal(dist, metric, xp):
 
 
 def small_exact_lists(data, k, metric):
-    """Exact (reported distances, ids) host lists of a few vectors: each row's min(k, n - 1) nearest,
-    padded with (inf, -1) to k columns (the graph of a handful of added vectors, a small cluster piece)."""
+    """Exact (reported distances, ids) host lists of a few vectors: each row's min(k, n - 1) nearest
+    (ties by lower id), padded with (inf, -1) to k columns (the graph of a handful of added vectors, a
+    small cluster piece). Float64 distances of all pairs: meant for a few hundred rows at most."""
     from .._device import as_numpy
-    from ..bruteforce import exact_knn_graph
+    from ..metrics import pairwise_distances
 
-    n = data.shape[0]
+    x = as_numpy(data)
+    n = x.shape[0]
     ids = np.full((n, k), -1, np.int32)
     dist = np.full((n, k), np.inf, np.float32)
     if n > 1:
         m = min(k, n - 1)
-        g = exact_knn_graph(as_numpy(data), m, metric=metric, device="cpu", verbose=False)
-        ids[:, :m] = g.indices
-        dist[:, :m] = g.distances
+        d = pairwise_distances(x, x, metric)
+        np.fill_diagonal(d, np.inf)
+        order = np.lexsort((np.broadcast_to(np.arange(n), (n, n)), d), axis=1)[:, :m]
+        ids[:, :m] = order
+        dist[:, :m] = np.take_along_axis(d, order, 1)
     return dist, ids
 
 
 def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, overlap: int = 3, stats=None):
-    """Out-of-core GNND over overlapping clusters (see ``_partition``): k-means centroids, every row in
+    """Out-of-core GNND over overlapping clusters (see :mod:`knngraph.partition`): k-means centroids, every row in
     the pieces of its ``overlap`` nearest clusters, each piece built in memory (the next piece's rows
     loaded meanwhile) and folded into the running top-k of its rows. Returns host arrays
     (distances, ids)."""
-    from . import _partition as P
+    from .. import partition as P
 
     xp = engine.xp
     n = data.shape[0]

@@ -1,69 +1,26 @@
-"""Helpers shared by the CPU and GPU NN-Descent engines, written once as ``numba.njit`` functions that
-CUDA kernels call too (numba-cuda compiles them as device functions).
+"""Helpers shared by the CPU and GPU NN-Descent engines (written once, compiled for both: see
+:mod:`knngraph.primitives`).
 
-* A small integer hash (``hash32``/``mix``) is the only source of randomness, so the CPU and GPU paths
-  draw the same random initial graph for the same seed.
-* :func:`progression` gives each node a random arithmetic progression modulo the size of its candidate
-  range, with a step coprime to that size: its first ``k`` terms are distinct ids, so the random initial
-  lists need no duplicate check (GNND Alg. 1 l.1-5 leaves self-loops and duplicates unspecified).
-* List order is (distance, id) lexicographic everywhere (:func:`less`).
+* Random initial lists take each node's first terms of a random progression over its candidate range
+  (:func:`knngraph.primitives.random.progression`): distinct ids, so no duplicate check (GNND Alg. 1
+  l.1-5 leaves self-loops and duplicates unspecified); :func:`candidate_range` says where they come from.
+* List order is (distance, id) lexicographic everywhere (:func:`knngraph.primitives.lists.less`).
 """
 
 from __future__ import annotations
 
 import math
 
-import numba
-import numpy as np
+from ..primitives.compile import host_and_device
 
-__all__ = ["NEW", "OLD", "hash32", "mix", "progression", "candidate_range", "less", "auto_sample_size",
-           "forest_params", "forest_bytes_per_node"]
+__all__ = ["NEW", "OLD", "candidate_range", "auto_sample_size", "forest_params", "forest_bytes_per_node"]
 
 #: entry flags of a k-NN list (GNND section 4): NEW entries have not taken part in a local join yet
 NEW = 1
 OLD = 0
 
 
-@numba.njit(inline="always")
-def hash32(x):
-    """A 32-bit integer mixer on int64 values (result in [0, 2**32))."""
-    x = x & 0xFFFFFFFF
-    x = (((x >> 16) ^ x) * 0x45D9F3B) & 0xFFFFFFFF
-    x = (((x >> 16) ^ x) * 0x45D9F3B) & 0xFFFFFFFF
-    return (x >> 16) ^ x
-
-
-@numba.njit(inline="always")
-def mix(seed, a, b):
-    """Hash of three integers."""
-    return hash32(hash32(hash32(seed + 0x9E3779B9) ^ (a & 0xFFFFFFFF)) + (b & 0xFFFFFFFF) + (a >> 32))
-
-
-@numba.njit(inline="always")
-def _gcd(a, b):
-    while b != 0:
-        t = a % b
-        a = b
-        b = t
-    return a
-
-
-@numba.njit(inline="always")
-def progression(seed, s, m):
-    """(start, step) of node ``s``'s random progression modulo ``m`` (step coprime to m)."""
-    h = mix(seed, s, 12345)
-    start = h % m
-    if m <= 2:
-        return start, 1
-    step = 1 + hash32(h + 7) % (m - 1)
-    while _gcd(step, m) != 1:
-        step += 1
-        if step >= m:
-            step = 1
-    return start, step
-
-
-@numba.njit(inline="always")
+@host_and_device
 def candidate_range(s, n, split):
     """Where node ``s`` draws random neighbours from: ids ``lo + x`` for x in [0, m), shifted past ``skip``
     (``s`` itself) when ``skip >= 0``. A build (split == 0) draws from every other node; a merge
@@ -73,12 +30,6 @@ def candidate_range(s, n, split):
             return split, n - split, -1
         return 0, split, -1
     return 0, n - 1, s
-
-
-@numba.njit(inline="always")
-def less(da, ia, db, ib):
-    """(distance, id) lexicographic order."""
-    return da < db or (da == db and ia < ib)
 
 
 def auto_sample_size(k: int, selective: bool) -> int:

@@ -1,4 +1,5 @@
-"""GNND kernels (paper 004, sections 4-5) in numba-cuda.
+"""GNND kernels in numba-cuda (Wang, Zhao, Zeng, "Fast k-NN Graph Construction by GPU based
+NN-Descent", sections 4-5; "the paper" below).
 
 Graph layout in global memory (section 4): n fixed-degree lists, ``gd`` float32 [n, k] distances,
 ``gi`` int32 [n, k] ids, ``gf`` uint8 [n, k] flags (1 = NEW), each row sorted by (distance, id); -1 ids
@@ -20,8 +21,9 @@ One iteration is two launches (three with candidate slots), none of which alloca
     registers over all dimensions: 8 shared loads per dimension for 16 pairs (the paper's 16 x 16
     shared tiling with a register tile per thread). Float data is staged as float32 (differences for
     L2); uint8 and int8 data with d % 4 == 0 as 32-bit words of 4 bytes, multiplied with ``dp4a``
-    (one instruction for 4 dimensions; L2 as |x|^2 + |y|^2 - 2 x.y). On an H200
-    (sift 450k, k=64, p=32, 6 iterations) the join went from 0.535 s (2 x 2 tiles, float) to 0.33 s.
+    (one instruction for 4 dimensions; L2 as |x|^2 + |y|^2 - 2 x.y). The tile arithmetic is one small
+    inline function per instruction set (``_tile_sq_diff``, ``_tile_dot``, ``_tile_dp4a``) over the
+    tile's 16 sums as a tuple, which the compiler keeps in registers.
     Shared-memory indices are unsigned: numba emits negative-index wraparound code for signed ones.
     Selective update (Alg. 2): for each sample a warp finds its nearest NEW and nearest OLD partner
     with a shuffle min-reduction and inserts only those.
@@ -32,14 +34,14 @@ One iteration is two launches (three with candidate slots), none of which alloca
     distance|id atomics" alternative, one ``atomicMin`` of (order-preserving distance bits << 32 | v)
     into ``cand[u, v % SLOTS]``, then ``merge_kernel`` (one warp per node: the 32 candidates are checked
     for duplicates, ranked with shuffles and by binary search, and merged into the list). Slots never
-    wait but keep only the nearest of the offers that collide in a slot. Measured on an H200 (sift 450k,
-    k=64, p=32, 6 iterations): slots 0.304 s at recall@10 0.916, locks 0.348 s at 0.996; the lost
-    offers slow convergence far more than the locks cost, so locks are the default.
+    wait but keep only the nearest of the offers that collide in a slot; the lost offers slow
+    convergence far more than the locks cost (``benchmarks/profile_join.py`` measures both), so locks
+    are the default.
 
 ``init_kernel`` draws the random initial lists (Alg. 1 l.1-5; the same ids as the CPU path for the same
 seed) or, for GGM (section 5.1), keeps the first half of each list and fills the rest from the other
-subset. ``merge_lists_kernel`` folds two sorted lists into the top-k distinct ids (GGM's Alg. 3 l.12 and
-the out-of-core shard results).
+subset. Folding two sorted lists into their top-k (GGM's Alg. 3 l.12, the out-of-core results) is the
+shared :func:`knngraph.graphops.merge_sorted_lists`.
 
 Kernels using shared memory are built by factories for compile-time sizes.
 """
@@ -53,10 +55,13 @@ import numpy as np
 from numba import config as numba_config
 from numba import cuda, float32, int16, int32, int64, uint8, uint32, uint64
 
-from .._distances import DIST_IP, DIST_L2SQ, FULL_MASK, warp_partials4, warp_sum
-from ._common import NEW, OLD, candidate_range, less, progression
+from ..primitives.constants import FULL_MASK, ID_NONE, WARP
+from ..primitives.distances import DIST_L2SQ
+from ..primitives.lists import less
+from ..primitives.random import progression
+from ..primitives.warp import finish_device, warp_bitonic_sort, warp_min, warp_partials4, warp_sum
+from ._common import NEW, OLD, candidate_range
 
-WARP = 32
 #: candidate slots per node (one per lane of the merging warp)
 SLOTS = 32
 #: dimensions (float path) or 4-byte words (dp4a path) staged in shared memory at a time by the join
@@ -67,7 +72,6 @@ DC = 32
 #: warps per block of the warp-per-node kernels
 WPB = 4
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
-ID_PAD = 2**31 - 1
 INF = float32(np.inf)
 
 
@@ -100,16 +104,6 @@ def unpack(key):
     a = cuda.local.array(1, uint32)
     a[0] = uint32(u)
     return a.view(np.float32)[0], v
-
-
-@cuda.jit(device=True, inline=True)
-def _finish(acc, kind, inv, u, v):
-    """Accumulated squared difference or dot product -> internal distance (as cpu_distance)."""
-    if kind == DIST_L2SQ:
-        return acc
-    if kind == DIST_IP:
-        return -acc
-    return float32(1.0) - acc * inv[u] * inv[v]
 
 
 def _dp4a_intrinsic(signed: bool):
@@ -164,25 +158,11 @@ else:
 @cuda.jit(device=True, inline=True)
 def _warp_distances4(kind, x, inv, u, v0, v1, v2, v3, lane):
     """Distances from x[u] to four rows, by the whole warp, the four rows' loads in flight together:
-    the random initial lists are latency-bound, and one row at a time took 17.6 ms on an H200 (sift
-    450k, k=64). Every lane returns the four results."""
+    the random initial lists are latency-bound (``benchmarks/profile_join.py`` times the init). Every
+    lane returns the four results."""
     a0, a1, a2, a3 = warp_partials4(kind, x, v0, v1, v2, v3, x, u, x.shape[1], lane)
-    return (_finish(warp_sum(a0), kind, inv, u, v0), _finish(warp_sum(a1), kind, inv, u, v1),
-            _finish(warp_sum(a2), kind, inv, u, v2), _finish(warp_sum(a3), kind, inv, u, v3))
-
-
-@cuda.jit(device=True, inline=True)
-def _warp_min(bd, bv):
-    """(distance, id) minimum over the warp; every lane gets it (Alg. 2 l.11-15, butterfly form)."""
-    off = 16
-    while off > 0:
-        od = cuda.shfl_xor_sync(FULL_MASK, bd, off)
-        ov = cuda.shfl_xor_sync(FULL_MASK, bv, off)
-        if less(od, ov, bd, bv):
-            bd = od
-            bv = ov
-        off //= 2
-    return bd, bv
+    return (finish_device(kind, warp_sum(a0), inv, u, inv, v0), finish_device(kind, warp_sum(a1), inv, u, inv, v1),
+            finish_device(kind, warp_sum(a2), inv, u, inv, v2), finish_device(kind, warp_sum(a3), inv, u, inv, v3))
 
 
 @cuda.jit(device=True, inline=True)
@@ -194,42 +174,6 @@ def _tri(t):
     while (u + 1) * u // 2 <= t:
         u += 1
     return u, t - u * (u - 1) // 2
-
-
-@cuda.jit(device=True, inline=True)
-def _bitonic(sd, si, sf, w, size, lane):
-    """Sort row w of the shared arrays (sd, si, sf)[w, :size] by (distance, id); size a power of two;
-    one warp."""
-    span = 2
-    while span <= size:
-        stride = span // 2
-        while stride > 0:
-            for t in range(lane, size // 2, WARP):
-                i = 2 * stride * (t // stride) + (t % stride)
-                j = i + stride
-                ad = sd[w, i]
-                ai = si[w, i]
-                bd = sd[w, j]
-                bi = si[w, j]
-                if (i & span) == 0:
-                    swap = less(bd, bi, ad, ai)
-                else:
-                    swap = less(ad, ai, bd, bi)
-                if swap:
-                    sd[w, i] = bd
-                    si[w, i] = bi
-                    sd[w, j] = ad
-                    si[w, j] = ai
-                    f = sf[w, i]
-                    sf[w, i] = sf[w, j]
-                    sf[w, j] = f
-            cuda.syncwarp(FULL_MASK)
-            stride //= 2
-        span *= 2
-
-
-def pow2_at_least(x: int) -> int:
-    return 1 << max(5, math.ceil(math.log2(max(x, 1))))
 
 
 @functools.lru_cache(maxsize=None)
@@ -272,7 +216,7 @@ def locked_insert(rounds: int):
                 lf[r] = int32(cuda.ldcg(gf, (uu, int64(j))))
             else:
                 ld[r] = INF
-                li[r] = int32(ID_PAD)
+                li[r] = int32(ID_NONE)
                 lf[r] = int32(OLD)
         dup = False
         pos = 0
@@ -351,13 +295,13 @@ def init_kernel(kc: int):
 
     @jit
     def init_lists(x, inv, kind, gd, gi, gf, keep, split, seed):
-        sd = cuda.shared.array((WPB, kc), float32)
-        si = cuda.shared.array((WPB, kc), int32)
-        sf = cuda.shared.array((WPB, kc), int32)
+        sd = cuda.shared.array(WPB * kc, float32)
+        si = cuda.shared.array(WPB * kc, int32)
         w = cuda.threadIdx.x // WARP
         lane = cuda.threadIdx.x % WARP
         n = gd.shape[0]
         k = gd.shape[1]
+        base = w * kc
         s = cuda.blockIdx.x * WPB + w
         while s < n:
             lo, m, skip = candidate_range(s, n, split)
@@ -365,17 +309,14 @@ def init_kernel(kc: int):
             start, step = progression(seed, s, m)
             for j in range(lane, kc, WARP):
                 if j < keep:
-                    sd[w, j] = gd[s, j]
-                    si[w, j] = gi[s, j]
-                    sf[w, j] = OLD
+                    sd[base + j] = gd[s, j]
+                    si[base + j] = gi[s, j]
                 elif j >= k:
-                    sd[w, j] = INF
-                    si[w, j] = ID_PAD
-                    sf[w, j] = OLD
+                    sd[base + j] = INF
+                    si[base + j] = ID_NONE
                 elif j >= keep + fill:
-                    sd[w, j] = INF
-                    si[w, j] = -1
-                    sf[w, j] = OLD
+                    sd[base + j] = INF
+                    si[base + j] = -1
             cur = int64(start)
             for j0 in range(0, fill, 4):
                 # four entries at a time (past the last one: computed, not stored); the progression
@@ -392,15 +333,17 @@ def init_kernel(kc: int):
                 d0, d1, d2, d3 = _warp_distances4(kind, x, inv, s, v0, v1, v2, v3, lane)
                 if lane < 4 and j0 + lane < fill:
                     j = keep + j0 + lane
-                    sd[w, j] = d0 if lane == 0 else (d1 if lane == 1 else (d2 if lane == 2 else d3))
-                    si[w, j] = v0 if lane == 0 else (v1 if lane == 1 else (v2 if lane == 2 else v3))
-                    sf[w, j] = NEW
+                    sd[base + j] = d0 if lane == 0 else (d1 if lane == 1 else (d2 if lane == 2 else d3))
+                    si[base + j] = v0 if lane == 0 else (v1 if lane == 1 else (v2 if lane == 2 else v3))
             cuda.syncwarp(FULL_MASK)
-            _bitonic(sd, si, sf, w, kc, lane)
+            warp_bitonic_sort(sd, si, base, kc, lane)
             for j in range(lane, k, WARP):
-                gd[s, j] = sd[w, j]
-                gi[s, j] = si[w, j]
-                gf[s, j] = sf[w, j]
+                v = si[base + j]
+                gd[s, j] = sd[base + j]
+                gi[s, j] = v
+                # the random entries are NEW, the kept ones OLD: random ids come from the other subset in
+                # a merge (candidate_range), the kept ones from the node's own, and a build keeps none
+                gf[s, j] = NEW if v >= 0 and (split == 0 or (v < split) != (s < split)) else OLD
             cuda.syncwarp(FULL_MASK)
             s += cuda.gridDim.x * WPB
 
@@ -463,7 +406,255 @@ def sample_kernel(gi, gf, p, split, new_f, nf, old_f, nof, new_r, nr, old_r, nor
 
 
 # --------------------------------------------------------------------------------------------------
-# local join (sections 4.2, 4.3)
+# local join (sections 4.2, 4.3): its steps as small inline functions, then the kernel
+
+
+@cuda.jit(device=True, inline=True)
+def _gather_samples(raw, s, a, b, c, e, new_f, new_r, old_f, old_r, p2, tid, nt):
+    """Node s's samples as gathered: NEW in raw[0, p2) (``a`` forward, then ``b`` reverse), OLD in
+    raw[p2, 2 p2) (``c`` forward, then ``e`` reverse); -1 in the unused slots."""
+    for t in range(tid, 2 * p2, nt):
+        v = -1
+        if t < p2:
+            if t < a:
+                v = new_f[s, t]
+            elif t < a + b:
+                v = new_r[s, t - a]
+        else:
+            q = t - p2
+            if q < c:
+                v = old_f[s, q]
+            elif q < c + e:
+                v = old_r[s, q - c]
+        raw[t] = v
+
+
+@cuda.jit(device=True, inline=True)
+def _mark_first_copies(raw, keep, n_new, p2, tid, nt):
+    """keep[t] = 1 where raw[t] is the first copy of its id (a thread per sample); an id among both the
+    NEW and the OLD samples stays NEW."""
+    for t in range(tid, 2 * p2, nt):
+        v = raw[t]
+        ok = v >= 0
+        if ok:
+            lo = p2 if t >= p2 else 0
+            for j in range(lo, t):
+                if raw[j] == v:
+                    ok = False
+                    break
+            if ok and t >= p2:
+                for j in range(n_new):
+                    if raw[j] == v:
+                        ok = False
+                        break
+        keep[t] = 1 if ok else 0
+
+
+@cuda.jit(device=True, inline=True)
+def _compact(raw, keep, src, count, ids, dst, lane):
+    """Append the kept ids of raw[src, src + count) to ids[dst, ...), in order; one warp (ballot prefix
+    sums). Returns how many."""
+    below = cuda.lanemask_lt()
+    c = 0
+    for b0 in range(0, count, WARP):
+        i = b0 + lane
+        ok = i < count and keep[src + i] != 0
+        bal = cuda.ballot_sync(FULL_MASK, ok)
+        if ok:
+            ids[dst + c + cuda.popc(bal & below)] = raw[src + i]
+        c += cuda.popc(bal)
+    return c
+
+
+@cuda.jit(device=True, inline=True)
+def _tile_position(t, n_t1, ob, nb, tri4):
+    """Block row and column (ti, tj) of 4 x 4 tile t: the NEW-NEW tiles of the lower triangle first (Eqs.
+    (1)-(2), precomputed in ``tri4``), then the NEW-OLD tiles row by row."""
+    if t < n_t1:
+        ij = int32(tri4[t])
+        return ij >> 8, ij & 255
+    t2 = t - n_t1
+    ti = t2 // ob
+    return ti, nb + t2 - ti * ob
+
+
+@cuda.jit(device=True, inline=True)
+def _stage_floats(sv, x, ids, c0, dim, m4, nn, nn4, no, p2, dc, sv_stride, groups, tid, nt):
+    """Dimensions [c0, c0 + dc) of every sample as float32 into ``sv``, dimension-major, sample r at
+    column (r % 4) * groups + r // 4 (a tile's 4 rows are ``groups`` apart); zeros for the pads."""
+    for st in range(tid, m4 * dc, nt):
+        r = st // dc
+        q = st - r * dc
+        val = float32(0.0)
+        if c0 + q < dim:
+            if r < nn:
+                val = float32(x[ids[r], c0 + q])
+            elif r >= nn4 and r - nn4 < no:
+                val = float32(x[ids[p2 + r - nn4], c0 + q])
+        sv[uint64(q * sv_stride + (r & 3) * groups + (r >> 2))] = val
+
+
+@cuda.jit(device=True, inline=True)
+def _stage_words(sw, xw, ids, w0, m4, nn, nn4, no, p2, dc, sv_stride, groups, tid, nt):
+    """As :func:`_stage_floats` for 32-bit words [w0, w0 + dc) of 4 bytes (the dp4a path)."""
+    nw = xw.shape[1]
+    for st in range(tid, m4 * dc, nt):
+        r = st // dc
+        q = st - r * dc
+        wv = int32(0)
+        if w0 + q < nw:
+            if r < nn:
+                wv = int32(xw[ids[r], w0 + q])
+            elif r >= nn4 and r - nn4 < no:
+                wv = int32(xw[ids[p2 + r - nn4], w0 + q])
+        sw[uint64(q * sv_stride + (r & 3) * groups + (r >> 2))] = wv
+
+
+@cuda.jit(device=True, inline=True)
+def _tile_operands(buf, o, ri, ci, groups):
+    """The 4 row samples' and the 4 column samples' values at staged offset ``o`` (8 shared loads)."""
+    g1 = uint64(groups)
+    g2 = uint64(2 * groups)
+    g3 = uint64(3 * groups)
+    return (buf[o + ri], buf[o + ri + g1], buf[o + ri + g2], buf[o + ri + g3],
+            buf[o + ci], buf[o + ci + g1], buf[o + ci + g2], buf[o + ci + g3])
+
+
+@cuda.jit(device=True, inline=True)
+def _zero_tile():
+    z = float32(0.0)
+    return (z, z, z, z, z, z, z, z, z, z, z, z, z, z, z, z)
+
+
+@cuda.jit(device=True, inline=True)
+def _zero_int_tile():
+    z = int32(0)
+    return (z, z, z, z, z, z, z, z, z, z, z, z, z, z, z, z)
+
+
+@cuda.jit(device=True, inline=True)
+def _sq(x, y):
+    f = x - y
+    return f * f
+
+
+@cuda.jit(device=True, inline=True)
+def _tile_sq_diff(a, v):
+    """A 4 x 4 tile's 16 sums (row-major tuple) plus one dimension's squared differences; ``v`` holds
+    the 4 row values, then the 4 column values (:func:`_tile_operands`)."""
+    x0, x1, x2, x3, y0, y1, y2, y3 = v
+    return (a[0] + _sq(x0, y0), a[1] + _sq(x0, y1), a[2] + _sq(x0, y2), a[3] + _sq(x0, y3),
+            a[4] + _sq(x1, y0), a[5] + _sq(x1, y1), a[6] + _sq(x1, y2), a[7] + _sq(x1, y3),
+            a[8] + _sq(x2, y0), a[9] + _sq(x2, y1), a[10] + _sq(x2, y2), a[11] + _sq(x2, y3),
+            a[12] + _sq(x3, y0), a[13] + _sq(x3, y1), a[14] + _sq(x3, y2), a[15] + _sq(x3, y3))
+
+
+@cuda.jit(device=True, inline=True)
+def _tile_dot(a, v):
+    """As :func:`_tile_sq_diff` with one dimension's products."""
+    x0, x1, x2, x3, y0, y1, y2, y3 = v
+    return (a[0] + x0 * y0, a[1] + x0 * y1, a[2] + x0 * y2, a[3] + x0 * y3,
+            a[4] + x1 * y0, a[5] + x1 * y1, a[6] + x1 * y2, a[7] + x1 * y3,
+            a[8] + x2 * y0, a[9] + x2 * y1, a[10] + x2 * y2, a[11] + x2 * y3,
+            a[12] + x3 * y0, a[13] + x3 * y1, a[14] + x3 * y2, a[15] + x3 * y3)
+
+
+@functools.lru_cache(maxsize=None)
+def _tile_dp4a(signed: bool):
+    """As :func:`_tile_sq_diff` for int32 sums of 4-byte words: 16 ``dp4a`` (4 dimensions each)."""
+    dp4a = dp4a_i8 if signed else dp4a_u8
+
+    @cuda.jit(device=True, inline=True)
+    def tile(a, v):
+        x0, x1, x2, x3, y0, y1, y2, y3 = v
+        return (dp4a(x0, y0, a[0]), dp4a(x0, y1, a[1]), dp4a(x0, y2, a[2]), dp4a(x0, y3, a[3]),
+                dp4a(x1, y0, a[4]), dp4a(x1, y1, a[5]), dp4a(x1, y2, a[6]), dp4a(x1, y3, a[7]),
+                dp4a(x2, y0, a[8]), dp4a(x2, y1, a[9]), dp4a(x2, y2, a[10]), dp4a(x2, y3, a[11]),
+                dp4a(x3, y0, a[12]), dp4a(x3, y1, a[13]), dp4a(x3, y2, a[14]), dp4a(x3, y3, a[15]))
+
+    return tile
+
+
+@cuda.jit(device=True, inline=True)
+def _add_int_tile(a, b):
+    """Float sums plus a chunk's exact int32 sums."""
+    return (a[0] + float32(b[0]), a[1] + float32(b[1]), a[2] + float32(b[2]), a[3] + float32(b[3]),
+            a[4] + float32(b[4]), a[5] + float32(b[5]), a[6] + float32(b[6]), a[7] + float32(b[7]),
+            a[8] + float32(b[8]), a[9] + float32(b[9]), a[10] + float32(b[10]), a[11] + float32(b[11]),
+            a[12] + float32(b[12]), a[13] + float32(b[13]), a[14] + float32(b[14]), a[15] + float32(b[15]))
+
+
+@cuda.jit(device=True, inline=True)
+def _l2_from_dots(a, snrm, ti, tj):
+    """Dot products -> squared L2 distances |x|^2 + |y|^2 - 2 x.y of tile (ti, tj) (the dp4a path)."""
+    r0 = uint64(4 * ti)
+    q0 = uint64(4 * tj)
+    n0 = snrm[r0]
+    n1 = snrm[r0 + uint64(1)]
+    n2 = snrm[r0 + uint64(2)]
+    n3 = snrm[r0 + uint64(3)]
+    m0 = snrm[q0]
+    m1 = snrm[q0 + uint64(1)]
+    m2 = snrm[q0 + uint64(2)]
+    m3 = snrm[q0 + uint64(3)]
+    two = float32(2.0)
+    return (n0 + m0 - two * a[0], n0 + m1 - two * a[1], n0 + m2 - two * a[2], n0 + m3 - two * a[3],
+            n1 + m0 - two * a[4], n1 + m1 - two * a[5], n1 + m2 - two * a[6], n1 + m3 - two * a[7],
+            n2 + m0 - two * a[8], n2 + m1 - two * a[9], n2 + m2 - two * a[10], n2 + m3 - two * a[11],
+            n3 + m0 - two * a[12], n3 + m1 - two * a[13], n3 + m2 - two * a[14], n3 + m3 - two * a[15])
+
+
+@cuda.jit(device=True, inline=True)
+def _store_tile(dm, ti, tj, d_stride, a):
+    """Tile (ti, tj)'s 16 values into the distance matrix (row i: NEW sample i, column: combined sample);
+    written out, so every tuple index is a constant (a register, never a local-memory array)."""
+    o = uint64(4 * ti * d_stride + 4 * tj)
+    ds = uint64(d_stride)
+    dm[o] = a[0]
+    dm[o + uint64(1)] = a[1]
+    dm[o + uint64(2)] = a[2]
+    dm[o + uint64(3)] = a[3]
+    o += ds
+    dm[o] = a[4]
+    dm[o + uint64(1)] = a[5]
+    dm[o + uint64(2)] = a[6]
+    dm[o + uint64(3)] = a[7]
+    o += ds
+    dm[o] = a[8]
+    dm[o + uint64(1)] = a[9]
+    dm[o + uint64(2)] = a[10]
+    dm[o + uint64(3)] = a[11]
+    o += ds
+    dm[o] = a[12]
+    dm[o + uint64(1)] = a[13]
+    dm[o + uint64(2)] = a[14]
+    dm[o + uint64(3)] = a[15]
+
+
+@cuda.jit(device=True, inline=True)
+def _nearest_partner(dm, ids, r, part, nn, nn4, no, p2, d_stride, kind, inv, u, lane):
+    """(distance, id) of sample row ``r``'s nearest NEW (``part`` 0) or OLD (1) partner, by the warp
+    (Alg. 2 GetNearestObject, ties to the lower id); (inf, ID_NONE) when it has none."""
+    bd = INF
+    bv = int32(ID_NONE)
+    n_cols = nn if part == 0 else no
+    for j in range(lane, n_cols, WARP):
+        if part == 0:
+            if j == r:
+                continue
+            if r < nn:
+                acc = dm[uint64(max(r, j) * d_stride + min(r, j))]
+            else:
+                acc = dm[uint64(j * d_stride + nn4 + r - nn)]
+            vj = ids[j]
+        else:
+            acc = dm[uint64(r * d_stride + nn4 + j)]
+            vj = ids[p2 + j]
+        dd = finish_device(kind, acc, inv, u, inv, vj)
+        if less(dd, vj, bd, bv):
+            bd = dd
+            bv = vj
+    return warp_min(bd, bv)
 
 
 @functools.lru_cache(maxsize=None)
@@ -480,8 +671,8 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
 
     ``insert="lock"``: selected pairs go straight into the lists under per-list spinlocks
     (:func:`locked_insert`, lists of at most ``kmax`` entries); ``"slots"``: into the packed 64-bit
-    candidate slots, merged afterwards by
-    :func:`merge_kernel`. ``max_registers`` caps registers per thread (occupancy vs spills)."""
+    candidate slots, merged afterwards by :func:`merge_kernel`. ``max_registers`` caps registers per
+    thread (occupancy vs spills)."""
     use_lock = insert == "lock"
     use_slots = insert == "slots"
     insert_fn = locked_insert(max(1, -(-kmax // WARP)))
@@ -507,7 +698,7 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
     sw_len = dc * sv_stride if packed else 1
     dm_len = rows4 * d_stride
     dims_per_chunk = 4 * dc if packed else dc
-    dp4a = dp4a_i8 if packed == 2 else dp4a_u8
+    tile_dp4a = _tile_dp4a(packed == 2)
 
     @jit
     def local_join(x, inv, kind, gd, gi, gf, new_f, nf, new_r, nr, old_f, nof, old_r, nor, p, split, cand, locks,
@@ -536,61 +727,18 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
         s = cuda.blockIdx.x
         n_inserted = int64(0)
         while s < n:
+            # 1. the node's samples, deduplicated and compacted: NEW ids[0, nn), OLD ids[p2, p2 + no)
             a = nf[s]
             b = min(nr[s], p)
             c = nof[s]
             e = min(nor[s], p)
-            for t in range(tid, 2 * p2, nt):
-                v = -1
-                if t < p2:
-                    if t < a:
-                        v = new_f[s, t]
-                    elif t < a + b:
-                        v = new_r[s, t - a]
-                else:
-                    q = t - p2
-                    if q < c:
-                        v = old_f[s, q]
-                    elif q < c + e:
-                        v = old_r[s, q - c]
-                raw[t] = v
+            _gather_samples(raw, s, a, b, c, e, new_f, new_r, old_f, old_r, p2, tid, nt)
             cuda.syncthreads()
-            # dedupe: a thread per sample; an id in both sets stays NEW
-            for t in range(tid, 2 * p2, nt):
-                v = raw[t]
-                ok = v >= 0
-                if ok:
-                    lo = p2 if t >= p2 else 0
-                    for j in range(lo, t):
-                        if raw[j] == v:
-                            ok = False
-                            break
-                    if ok and t >= p2:
-                        for j in range(a + b):
-                            if raw[j] == v:
-                                ok = False
-                                break
-                keep[t] = 1 if ok else 0
+            _mark_first_copies(raw, keep, a + b, p2, tid, nt)
             cuda.syncthreads()
-            # compact (warp 0, ballot prefix sums)
             if w == 0:
-                below = cuda.lanemask_lt()
-                nn = 0
-                for base in range(0, a + b, WARP):
-                    i = base + lane
-                    ok = i < a + b and keep[i] != 0
-                    bal = cuda.ballot_sync(FULL_MASK, ok)
-                    if ok:
-                        ids[nn + cuda.popc(bal & below)] = raw[i]
-                    nn += cuda.popc(bal)
-                no = 0
-                for base in range(0, c + e, WARP):
-                    i = base + lane
-                    ok = i < c + e and keep[p2 + i] != 0
-                    bal = cuda.ballot_sync(FULL_MASK, ok)
-                    if ok:
-                        ids[p2 + no + cuda.popc(bal & below)] = raw[p2 + i]
-                    no += cuda.popc(bal)
+                nn = _compact(raw, keep, 0, a + b, ids, 0, lane)
+                no = _compact(raw, keep, p2, c + e, ids, p2, lane)
                 if lane == 0:
                     cnt[0] = nn
                     cnt[1] = no
@@ -602,9 +750,10 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
             m4 = nn4 + ((no + 3) & ~3)
             nb = nn4 >> 2
             ob = (m4 - nn4) >> 2
-            # 4 x 4 tiles of the distance matrix: NEW-NEW blocks (I >= J, the diagonal blocks included)
-            # then NEW-OLD blocks. GGM: every NEW sample of a node lies in the other subset, so NEW-NEW
-            # pairs are same-subset pairs and are not computed (section 5.1); NEW-OLD are all cross pairs
+            # 2. distances of the NEW rows to all samples in 4 x 4 tiles: NEW-NEW blocks (I >= J, the
+            # diagonal blocks included), then NEW-OLD blocks. GGM: every NEW sample of a node lies in the
+            # other subset, so NEW-NEW pairs are same-subset pairs and are not computed (section 5.1);
+            # NEW-OLD are all cross pairs
             n_t1 = 0 if merge else (nb * (nb + 1)) >> 1
             n_tiles = n_t1 + nb * ob
             if packed and kind == DIST_L2SQ:
@@ -625,224 +774,37 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
                     ti = 0
                     tj = 0
                     if valid:
-                        if t < n_t1:
-                            ij = int32(tri4[t])
-                            ti = ij >> 8
-                            tj = ij & 255
-                        else:
-                            t2 = t - n_t1
-                            ti = t2 // ob
-                            tj = nb + t2 - ti * ob
+                        ti, tj = _tile_position(t, n_t1, ob, nb, tri4)
                     ri = uint64(ti)
                     ci = uint64(tj)
-                    a00 = a01 = a02 = a03 = float32(0.0)
-                    a10 = a11 = a12 = a13 = float32(0.0)
-                    a20 = a21 = a22 = a23 = float32(0.0)
-                    a30 = a31 = a32 = a33 = float32(0.0)
+                    acc = _zero_tile()
                     for c0 in range(0, dim, dims_per_chunk):
                         if packed:
-                            # stage words [c0 / 4, c0 / 4 + dc) of every sample (zeros for the pads), then
-                            # 16 dp4a per 8 shared loads and 4 dimensions
-                            w0 = c0 >> 2
-                            nw = xw.shape[1]
-                            for st in range(tid, m4 * dc, nt):
-                                r = st // dc
-                                q = st - r * dc
-                                wv = int32(0)
-                                if w0 + q < nw:
-                                    if r < nn:
-                                        wv = int32(xw[ids[r], w0 + q])
-                                    elif r >= nn4 and r - nn4 < no:
-                                        wv = int32(xw[ids[p2 + r - nn4], w0 + q])
-                                sw[uint64(q * sv_stride + (r & 3) * groups + (r >> 2))] = wv
+                            _stage_words(sw, xw, ids, c0 >> 2, m4, nn, nn4, no, p2, dc, sv_stride, groups, tid, nt)
                             cuda.syncthreads()
                             if valid:
-                                i00 = i01 = i02 = i03 = int32(0)
-                                i10 = i11 = i12 = i13 = int32(0)
-                                i20 = i21 = i22 = i23 = int32(0)
-                                i30 = i31 = i32 = i33 = int32(0)
+                                iacc = _zero_int_tile()
                                 for q in range(dc):
-                                    o = uint64(q * sv_stride)
-                                    x0 = sw[o + ri]
-                                    x1 = sw[o + ri + uint64(groups)]
-                                    x2 = sw[o + ri + uint64(2 * groups)]
-                                    x3 = sw[o + ri + uint64(3 * groups)]
-                                    y0 = sw[o + ci]
-                                    y1 = sw[o + ci + uint64(groups)]
-                                    y2 = sw[o + ci + uint64(2 * groups)]
-                                    y3 = sw[o + ci + uint64(3 * groups)]
-                                    i00 = dp4a(x0, y0, i00)
-                                    i01 = dp4a(x0, y1, i01)
-                                    i02 = dp4a(x0, y2, i02)
-                                    i03 = dp4a(x0, y3, i03)
-                                    i10 = dp4a(x1, y0, i10)
-                                    i11 = dp4a(x1, y1, i11)
-                                    i12 = dp4a(x1, y2, i12)
-                                    i13 = dp4a(x1, y3, i13)
-                                    i20 = dp4a(x2, y0, i20)
-                                    i21 = dp4a(x2, y1, i21)
-                                    i22 = dp4a(x2, y2, i22)
-                                    i23 = dp4a(x2, y3, i23)
-                                    i30 = dp4a(x3, y0, i30)
-                                    i31 = dp4a(x3, y1, i31)
-                                    i32 = dp4a(x3, y2, i32)
-                                    i33 = dp4a(x3, y3, i33)
-                                a00 += float32(i00)
-                                a01 += float32(i01)
-                                a02 += float32(i02)
-                                a03 += float32(i03)
-                                a10 += float32(i10)
-                                a11 += float32(i11)
-                                a12 += float32(i12)
-                                a13 += float32(i13)
-                                a20 += float32(i20)
-                                a21 += float32(i21)
-                                a22 += float32(i22)
-                                a23 += float32(i23)
-                                a30 += float32(i30)
-                                a31 += float32(i31)
-                                a32 += float32(i32)
-                                a33 += float32(i33)
+                                    iacc = tile_dp4a(iacc, _tile_operands(sw, uint64(q * sv_stride), ri, ci, groups))
+                                acc = _add_int_tile(acc, iacc)
+                        else:
+                            _stage_floats(sv, x, ids, c0, dim, m4, nn, nn4, no, p2, dc, sv_stride, groups, tid, nt)
                             cuda.syncthreads()
-                            continue
-                        # stage dims [c0, c0 + dc) of every sample (zeros for the pads)
-                        for st in range(tid, m4 * dc, nt):
-                            r = st // dc
-                            q = st - r * dc
-                            val = float32(0.0)
-                            if c0 + q < dim:
-                                if r < nn:
-                                    val = float32(x[ids[r], c0 + q])
-                                elif r >= nn4 and r - nn4 < no:
-                                    val = float32(x[ids[p2 + r - nn4], c0 + q])
-                            sv[uint64(q * sv_stride + (r & 3) * groups + (r >> 2))] = val
-                        cuda.syncthreads()
-                        if valid:
                             # unsigned indices: no negative-index wraparound code in the inner loop
-                            if kind == DIST_L2SQ:
+                            if valid and kind == DIST_L2SQ:
                                 for q in range(dc):
-                                    o = uint64(q * sv_stride)
-                                    x0 = sv[o + ri]
-                                    x1 = sv[o + ri + uint64(groups)]
-                                    x2 = sv[o + ri + uint64(2 * groups)]
-                                    x3 = sv[o + ri + uint64(3 * groups)]
-                                    y0 = sv[o + ci]
-                                    y1 = sv[o + ci + uint64(groups)]
-                                    y2 = sv[o + ci + uint64(2 * groups)]
-                                    y3 = sv[o + ci + uint64(3 * groups)]
-                                    f = x0 - y0
-                                    a00 += f * f
-                                    f = x0 - y1
-                                    a01 += f * f
-                                    f = x0 - y2
-                                    a02 += f * f
-                                    f = x0 - y3
-                                    a03 += f * f
-                                    f = x1 - y0
-                                    a10 += f * f
-                                    f = x1 - y1
-                                    a11 += f * f
-                                    f = x1 - y2
-                                    a12 += f * f
-                                    f = x1 - y3
-                                    a13 += f * f
-                                    f = x2 - y0
-                                    a20 += f * f
-                                    f = x2 - y1
-                                    a21 += f * f
-                                    f = x2 - y2
-                                    a22 += f * f
-                                    f = x2 - y3
-                                    a23 += f * f
-                                    f = x3 - y0
-                                    a30 += f * f
-                                    f = x3 - y1
-                                    a31 += f * f
-                                    f = x3 - y2
-                                    a32 += f * f
-                                    f = x3 - y3
-                                    a33 += f * f
-                            else:
+                                    acc = _tile_sq_diff(acc, _tile_operands(sv, uint64(q * sv_stride), ri, ci, groups))
+                            elif valid:
                                 for q in range(dc):
-                                    o = uint64(q * sv_stride)
-                                    x0 = sv[o + ri]
-                                    x1 = sv[o + ri + uint64(groups)]
-                                    x2 = sv[o + ri + uint64(2 * groups)]
-                                    x3 = sv[o + ri + uint64(3 * groups)]
-                                    y0 = sv[o + ci]
-                                    y1 = sv[o + ci + uint64(groups)]
-                                    y2 = sv[o + ci + uint64(2 * groups)]
-                                    y3 = sv[o + ci + uint64(3 * groups)]
-                                    a00 += x0 * y0
-                                    a01 += x0 * y1
-                                    a02 += x0 * y2
-                                    a03 += x0 * y3
-                                    a10 += x1 * y0
-                                    a11 += x1 * y1
-                                    a12 += x1 * y2
-                                    a13 += x1 * y3
-                                    a20 += x2 * y0
-                                    a21 += x2 * y1
-                                    a22 += x2 * y2
-                                    a23 += x2 * y3
-                                    a30 += x3 * y0
-                                    a31 += x3 * y1
-                                    a32 += x3 * y2
-                                    a33 += x3 * y3
+                                    acc = _tile_dot(acc, _tile_operands(sv, uint64(q * sv_stride), ri, ci, groups))
                         cuda.syncthreads()
-                    if valid and packed and kind == DIST_L2SQ:
-                        # |x|^2 + |y|^2 - 2 x.y
-                        r0 = uint64(4 * ti)
-                        q0 = uint64(4 * tj)
-                        n0 = snrm[r0]
-                        n1 = snrm[r0 + uint64(1)]
-                        n2 = snrm[r0 + uint64(2)]
-                        n3 = snrm[r0 + uint64(3)]
-                        m0 = snrm[q0]
-                        m1 = snrm[q0 + uint64(1)]
-                        m2 = snrm[q0 + uint64(2)]
-                        m3 = snrm[q0 + uint64(3)]
-                        a00 = n0 + m0 - float32(2.0) * a00
-                        a01 = n0 + m1 - float32(2.0) * a01
-                        a02 = n0 + m2 - float32(2.0) * a02
-                        a03 = n0 + m3 - float32(2.0) * a03
-                        a10 = n1 + m0 - float32(2.0) * a10
-                        a11 = n1 + m1 - float32(2.0) * a11
-                        a12 = n1 + m2 - float32(2.0) * a12
-                        a13 = n1 + m3 - float32(2.0) * a13
-                        a20 = n2 + m0 - float32(2.0) * a20
-                        a21 = n2 + m1 - float32(2.0) * a21
-                        a22 = n2 + m2 - float32(2.0) * a22
-                        a23 = n2 + m3 - float32(2.0) * a23
-                        a30 = n3 + m0 - float32(2.0) * a30
-                        a31 = n3 + m1 - float32(2.0) * a31
-                        a32 = n3 + m2 - float32(2.0) * a32
-                        a33 = n3 + m3 - float32(2.0) * a33
                     if valid:
-                        o = uint64(4 * ti * d_stride + 4 * tj)
-                        ds = uint64(d_stride)
-                        dm[o] = a00
-                        dm[o + uint64(1)] = a01
-                        dm[o + uint64(2)] = a02
-                        dm[o + uint64(3)] = a03
-                        o += ds
-                        dm[o] = a10
-                        dm[o + uint64(1)] = a11
-                        dm[o + uint64(2)] = a12
-                        dm[o + uint64(3)] = a13
-                        o += ds
-                        dm[o] = a20
-                        dm[o + uint64(1)] = a21
-                        dm[o + uint64(2)] = a22
-                        dm[o + uint64(3)] = a23
-                        o += ds
-                        dm[o] = a30
-                        dm[o + uint64(1)] = a31
-                        dm[o + uint64(2)] = a32
-                        dm[o + uint64(3)] = a33
+                        if packed and kind == DIST_L2SQ:
+                            acc = _l2_from_dots(acc, snrm, ti, tj)
+                        _store_tile(dm, ti, tj, d_stride, acc)
                 cuda.syncthreads()
 
-                # selective update (Alg. 2): one warp per sample row; part 0 = nearest NEW partner (none
+                # 3. selective update (Alg. 2): one warp per sample row; part 0 = nearest NEW partner (none
                 # for a NEW row in a merge: same-subset pairs), part 1 = nearest OLD partner (NEW rows)
                 for r in range(w, m, n_warps):
                     if r < nn:
@@ -853,27 +815,8 @@ def join_kernel(pmax: int, insert: str = "lock", max_registers: int | None = Non
                     for part in range(2):
                         if (part == 0 and merge and r < nn) or (part == 1 and r >= nn):
                             continue
-                        bd = INF
-                        bv = int32(ID_PAD)
-                        n_cols = nn if part == 0 else no
-                        for j in range(lane, n_cols, WARP):
-                            if part == 0:
-                                if j == r:
-                                    continue
-                                if r < nn:
-                                    acc = dm[uint64(max(r, j) * d_stride + min(r, j))]
-                                else:
-                                    acc = dm[uint64(j * d_stride + nn4 + r - nn)]
-                                vj = ids[j]
-                            else:
-                                acc = dm[uint64(r * d_stride + nn4 + j)]
-                                vj = ids[p2 + j]
-                            dd = _finish(acc, kind, inv, u, vj)
-                            if less(dd, vj, bd, bv):
-                                bd = dd
-                                bv = vj
-                        bd, bv = _warp_min(bd, bv)
-                        if bv != ID_PAD and bd < wd:
+                        bd, bv = _nearest_partner(dm, ids, r, part, nn, nn4, no, p2, d_stride, kind, inv, u, lane)
+                        if bv != ID_NONE and bd < wd:
                             if use_lock:
                                 n_inserted += insert_fn(gd, gi, gf, locks, u, bd, bv, lane)
                             elif use_slots:
@@ -922,7 +865,7 @@ def merge_kernel(kc: int):
                     sf[w, j] = gf[s, j]
                 cuda.syncwarp(FULL_MASK)
                 d = INF
-                v = int32(ID_PAD)
+                v = int32(ID_NONE)
                 if has:
                     d, v = unpack(key)
                 valid = has and less(d, v, sd[w, k - 1], si[w, k - 1])
@@ -982,69 +925,3 @@ def merge_kernel(kc: int):
             s += cuda.gridDim.x * WPB
 
     return merge_candidates
-
-
-# --------------------------------------------------------------------------------------------------
-# list merge (GGM Alg. 3 l.12, shard results)
-
-
-@functools.lru_cache(maxsize=None)
-def merge_lists_kernel(c2: int):
-    """Top-k distinct ids of two sorted rows a [n, ka], b [n, kb] (ka + kb <= c2, a power of two)."""
-
-    @cuda.jit
-    def merge_two_lists(ad, ai, bd, bi, out_d, out_i):
-        sd = cuda.shared.array((WPB, c2), float32)
-        si = cuda.shared.array((WPB, c2), int32)
-        sf = cuda.shared.array((WPB, c2), int32)
-        w = cuda.threadIdx.x // WARP
-        lane = cuda.threadIdx.x % WARP
-        n = ad.shape[0]
-        ka = ad.shape[1]
-        kb = bd.shape[1]
-        k = out_d.shape[1]
-        s = cuda.blockIdx.x * WPB + w
-        while s < n:
-            for j in range(lane, c2, WARP):
-                dd = INF
-                v = int32(ID_PAD)
-                if j < ka:
-                    dd = ad[s, j]
-                    v = ai[s, j]
-                elif j < ka + kb:
-                    dd = bd[s, j - ka]
-                    v = bi[s, j - ka]
-                if v < 0:
-                    dd = INF
-                    v = int32(ID_PAD)
-                sd[w, j] = dd
-                si[w, j] = v
-                sf[w, j] = 0
-            cuda.syncwarp(FULL_MASK)
-            _bitonic(sd, si, sf, w, c2, lane)
-            below = cuda.lanemask_lt()
-            c = 0
-            for base in range(0, c2, WARP):
-                j = base + lane
-                v = si[w, j]
-                keep = v != ID_PAD
-                if keep:
-                    for t in range(j):
-                        if si[w, t] == v:
-                            keep = False
-                            break
-                bal = cuda.ballot_sync(FULL_MASK, keep)
-                pos = c + cuda.popc(bal & below)
-                if keep and pos < k:
-                    out_d[s, pos] = sd[w, j]
-                    out_i[s, pos] = v
-                c += cuda.popc(bal)
-                if c >= k:
-                    break
-            for j in range(c + lane, k, WARP):
-                out_d[s, j] = INF
-                out_i[s, j] = -1
-            cuda.syncwarp(FULL_MASK)
-            s += cuda.gridDim.x * WPB
-
-    return merge_two_lists

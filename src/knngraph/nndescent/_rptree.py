@@ -37,7 +37,7 @@ in those ids together with the reordered vectors (:func:`rp_forest_graph`): near
 the NN-Descent iterations that follow find the vectors and lists they read together in cache (on
 sift-photos 100k this halves the time spent gathering sample vectors).
 
-**Determinism.** Every random choice is a hash (:func:`~._common.mix`) of the seed, the tree, the node's
+**Determinism.** Every random choice is a hash (:func:`knngraph.primitives.random.mix`) of the seed, the tree, the node's
 depth and position; the phase of a node depends on its size only; the joins follow a fixed order. The
 same seed gives the same graph on any number of threads.
 """
@@ -48,9 +48,12 @@ import numba
 import numpy as np
 from numba import prange
 
-from .._distances import DIST_IP, DIST_L2SQ, cpu_distance
-from ._common import NEW, OLD, candidate_range, hash32, less, mix, progression
-from .cpu import SERIAL_BELOW, _compile_both, _insert, distance_rows, in_list
+from ..primitives.compile import pick, threaded_and_serial
+from ..primitives.distances import DIST_IP, DIST_L2SQ, cpu_distance
+from ..primitives.lists import less
+from ..primitives.random import hash32, mix, progression
+from ._common import NEW, OLD, candidate_range
+from ._lists import distance_rows, in_list, insert
 
 __all__ = ["rp_forest_graph", "forest_leaves", "MAX_DEPTH", "LOCAL_ROWS"]
 
@@ -382,17 +385,16 @@ def fill_random(x, inv, kind, gd, gi, gf, seed):
             v = lo + (start + j * step) % m
             if skip >= 0 and v >= skip:
                 v += 1
-            _insert(gd, gi, gf, s, v, cpu_distance(kind, x, s, x, v, inv, inv))
+            insert(gd, gi, gf, s, v, cpu_distance(kind, x, s, x, v, inv, inv))
 
 
-_KERNELS = {fn.__name__: _compile_both(fn, fast) for fn, fast in
+_KERNELS = {fn.__name__: threaded_and_serial(fn, fastmath=fast) for fn, fast in
             ((level_planes, True), (level_sides, True), (level_partition, False), (level_assign, False),
              (local_subtrees, True), (join_leaves, True), (fill_random, True))}
 
 
 def _kernel(name, rows):
-    par, ser = _KERNELS[name]
-    return par if rows >= SERIAL_BELOW else ser
+    return pick(_KERNELS[name], rows)
 
 
 def forest_leaves(x, kind, n_trees, leaf_size, seed, local_rows=LOCAL_ROWS):

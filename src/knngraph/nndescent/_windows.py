@@ -13,10 +13,10 @@ neighbours", is cheapest as dense linear algebra:
    borders.
 2. **Windows.** The ordering is cut into windows of ``W`` consecutive points (the last one aligned to the
    end); each point's list is the exact k-NN inside its window: a batched GEMM per group of windows and
-   the exact k-NN's selection kernel (:func:`knngraph.bruteforce.cuda.smallest_per_row`).
+   the exact k-NN's selection kernel (:func:`knngraph.primitives.kselect.smallest_per_row`).
 3. **Orderings.** Steps 1-2 ``ORDERINGS`` times with different random centres; the lists are merged
    (top-k distinct ids) and every entry marked NEW. L2 distances are then recomputed exactly by the
-   exact k-NN's refinement (``bruteforce._refine.refine_l2``; the window keys come from the GEMM form
+   exact k-NN's refinement (:func:`knngraph.primitives.rescore.refine_l2`; the window keys come from the GEMM form
    of the distance); cosine and inner product distances are the keys themselves.
 
 Measured on sift-photos 450k, k=64 (numpy prototype, 2,000 sampled nodes): W=1024 and 3 orderings give
@@ -43,10 +43,10 @@ import math
 
 import numpy as np
 
-from .._distances import DIST_COS, DIST_L2SQ
-from ..bruteforce._refine import refine_l2
+from ..partition import centroid_scores, features
+from ..primitives.distances import DIST_COS, DIST_L2SQ
+from ..primitives.rescore import refine_l2
 from ._common import NEW
-from ._partition import centroid_scores, features
 
 __all__ = ["window_graph", "window_bytes_per_node", "WINDOW", "ORDERINGS"]
 

@@ -1,5 +1,6 @@
-"""NN-Descent on the CPU (numba, parallel): the same iteration as the GPU path (GNND, paper 004), with
-the initial graph and the update step that suit a CPU.
+"""NN-Descent on the CPU (numba, parallel): the engine of :mod:`knngraph.nndescent._build` running the
+same iteration as the GPU path (GNND: Wang, Zhao, Zeng, "Fast k-NN Graph Construction by GPU based
+NN-Descent"), with the initial graph and the update step that suit a CPU.
 
 Initial lists: the nearest leaf-mates of each node in a few random projection trees (``_rptree.py``;
 random projection trees as an NN-Descent initialisation, as pynndescent does and as tree-initialised
@@ -42,38 +43,22 @@ Lists are kept sorted by (distance, id); distances are internal values (squared 
 
 from __future__ import annotations
 
-import time
+import dataclasses
 
 import numba
 import numpy as np
 from numba import prange
 
 from .._device import as_numpy
-from .._distances import DIST_COS, DIST_IP, DIST_L2SQ, cpu_distance, cpu_vectors, inverse_norms
-from .._progress import progress
-from ._common import NEW, OLD, candidate_range, less, mix, progression
+from ..primitives.compile import SERIAL_BELOW, pick, threaded_and_serial
+from ..primitives.distances import DIST_COS, cpu_distance, cpu_vectors, inverse_norms
+from ..primitives.lists import less
+from ..primitives.random import mix, progression
+from ._common import NEW, OLD, candidate_range
+from ._lists import distance_rows, in_list, insert, sort_row
 
-__all__ = ["init_graph", "sample_forward", "sample_reverse", "local_join", "apply_updates", "merge_lists",
-           "refine_cpu", "join_capacity", "CpuEngine"]
-
-
-@numba.njit(inline="always")
-def _sort_row(gd, gi, gf, s):
-    """Insertion sort of row ``s`` by (distance, id)."""
-    k = gd.shape[1]
-    for j in range(1, k):
-        d = gd[s, j]
-        v = gi[s, j]
-        f = gf[s, j]
-        t = j
-        while t > 0 and less(d, v, gd[s, t - 1], gi[s, t - 1]):
-            gd[s, t] = gd[s, t - 1]
-            gi[s, t] = gi[s, t - 1]
-            gf[s, t] = gf[s, t - 1]
-            t -= 1
-        gd[s, t] = d
-        gi[s, t] = v
-        gf[s, t] = f
+__all__ = ["Engine", "init_graph", "sample_forward", "sample_reverse", "local_join", "apply_updates",
+           "unpermute_lists", "join_capacity", "kernel"]
 
 
 def init_graph(x, inv, kind, gd, gi, gf, keep, split, seed):
@@ -98,7 +83,7 @@ def init_graph(x, inv, kind, gd, gi, gf, keep, split, seed):
             gf[s, j] = OLD
         for j in range(keep):
             gf[s, j] = OLD
-        _sort_row(gd, gi, gf, s)
+        sort_row(gd, gi, gf, s)
 
 
 def sample_forward(gi, gf, split, new_f, nf, old_f, nof):
@@ -189,90 +174,6 @@ def _gather_samples(s, new_f, nf, new_r, nr, old_f, nof, old_r, nor, ids):
         for j in range(nof[s] + min(nor[s], old_r.shape[1])):
             m = _append_unique(ids, m, old_f[s, j] if j < nof[s] else old_r[s, j - nof[s]])
     return nn, m - nn
-
-
-@numba.njit(inline="always")
-def _finish(kind, acc, binv, i, j):
-    """Internal distance from a tile accumulator: squared L2 as is, -dot, or 1 - cos."""
-    if kind == DIST_L2SQ:
-        return acc
-    if kind == DIST_IP:
-        return -acc
-    return np.float32(1.0) - acc * binv[i] * binv[j]
-
-
-@numba.njit(inline="always")
-def distance_rows(kind, buf, binv, i, i1, j0, j1, dm):
-    """dm[i, j] and dm[i1, j] for j in [j0, j1) (``i1`` may equal ``i``), by tiles of 2 rows x 4 columns
-    that share their loads: about 1.5x the speed of one pair at a time. Rows of ``buf`` are float32."""
-    dim = buf.shape[1]
-    j = j0
-    while j + 4 <= j1:
-        s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = np.float32(0.0)
-        if kind == DIST_L2SQ:
-            for q in range(dim):
-                a0 = buf[i, q]
-                a1 = buf[i1, q]
-                b0 = buf[j, q]
-                b1 = buf[j + 1, q]
-                b2 = buf[j + 2, q]
-                b3 = buf[j + 3, q]
-                e = a0 - b0
-                s00 += e * e
-                e = a0 - b1
-                s01 += e * e
-                e = a0 - b2
-                s02 += e * e
-                e = a0 - b3
-                s03 += e * e
-                e = a1 - b0
-                s10 += e * e
-                e = a1 - b1
-                s11 += e * e
-                e = a1 - b2
-                s12 += e * e
-                e = a1 - b3
-                s13 += e * e
-        else:
-            for q in range(dim):
-                a0 = buf[i, q]
-                a1 = buf[i1, q]
-                b0 = buf[j, q]
-                b1 = buf[j + 1, q]
-                b2 = buf[j + 2, q]
-                b3 = buf[j + 3, q]
-                s00 += a0 * b0
-                s01 += a0 * b1
-                s02 += a0 * b2
-                s03 += a0 * b3
-                s10 += a1 * b0
-                s11 += a1 * b1
-                s12 += a1 * b2
-                s13 += a1 * b3
-        dm[i, j] = _finish(kind, s00, binv, i, j)
-        dm[i, j + 1] = _finish(kind, s01, binv, i, j + 1)
-        dm[i, j + 2] = _finish(kind, s02, binv, i, j + 2)
-        dm[i, j + 3] = _finish(kind, s03, binv, i, j + 3)
-        dm[i1, j] = _finish(kind, s10, binv, i1, j)
-        dm[i1, j + 1] = _finish(kind, s11, binv, i1, j + 1)
-        dm[i1, j + 2] = _finish(kind, s12, binv, i1, j + 2)
-        dm[i1, j + 3] = _finish(kind, s13, binv, i1, j + 3)
-        j += 4
-    while j < j1:
-        dm[i, j] = cpu_distance(kind, buf, i, buf, j, binv, binv)
-        if i1 != i:
-            dm[i1, j] = cpu_distance(kind, buf, i1, buf, j, binv, binv)
-        j += 1
-
-
-@numba.njit(inline="always")
-def in_list(gi, u, v):
-    """Whether ``v`` is in row ``u`` of ``gi``: a scan with no early exit, which vectorises (3x faster
-    than stopping at the first hit)."""
-    f = 0
-    for j in range(gi.shape[1]):
-        f |= gi[u, j] == v
-    return f != 0
 
 
 @numba.njit(inline="always")
@@ -460,24 +361,6 @@ def local_join(x, inv, kind, gd, gi, new_f, nf, new_r, nr, old_f, nof, old_r, no
         upd_n[t] = c
 
 
-@numba.njit(inline="always")
-def _insert(gd, gi, gf, u, v, d):
-    """Insert (d, v) into u's sorted list unless it is not better than the last entry or already there."""
-    k = gd.shape[1]
-    if not less(d, v, gd[u, k - 1], gi[u, k - 1]) or in_list(gi, u, v):
-        return 0
-    j = k - 1
-    while j > 0 and less(d, v, gd[u, j - 1], gi[u, j - 1]):
-        gd[u, j] = gd[u, j - 1]
-        gi[u, j] = gi[u, j - 1]
-        gf[u, j] = gf[u, j - 1]
-        j -= 1
-    gd[u, j] = d
-    gi[u, j] = v
-    gf[u, j] = NEW
-    return 1
-
-
 def apply_updates(gd, gi, gf, n_nodes, cap, upd_u, upd_v, upd_d, upd_n, symmetric, n_workers):
     """Apply a block's updates; worker w owns the lists of the w-th of n_workers id ranges (see module
     doc). (u, v, d) offers v to u when u >= 0 and, if ``symmetric``, u to v when v >= 0 (an end stored
@@ -493,48 +376,10 @@ def apply_updates(gd, gi, gf, n_nodes, cap, upd_u, upd_v, upd_d, upd_n, symmetri
                 u = upd_u[base + e]
                 v = upd_v[base + e]
                 if lo <= u < hi:
-                    counts[w] += _insert(gd, gi, gf, u, v if v >= 0 else -1 - v, upd_d[base + e])
+                    counts[w] += insert(gd, gi, gf, u, v if v >= 0 else -1 - v, upd_d[base + e])
                 if symmetric and lo <= v < hi:
-                    counts[w] += _insert(gd, gi, gf, v, u if u >= 0 else -1 - u, upd_d[base + e])
+                    counts[w] += insert(gd, gi, gf, v, u if u >= 0 else -1 - u, upd_d[base + e])
     return counts.sum()
-
-
-def merge_lists(ad, ai, bd, bi, out_d, out_i):
-    """Per row: the first k (= out width) distinct ids of the (distance, id)-sorted rows a and b, merged;
-    -1 entries are skipped and missing ones padded with (inf, -1). Used to re-add GGM's removed halves
-    (Alg. 3 l.12) and to fold shard-pair results into the global lists (section 5)."""
-    n = ad.shape[0]
-    ka = ad.shape[1]
-    kb = bd.shape[1]
-    k = out_d.shape[1]
-    for r in prange(n):
-        i = 0
-        j = 0
-        c = 0
-        while c < k and (i < ka or j < kb):
-            take_a = j >= kb or (i < ka and less(ad[r, i], ai[r, i], bd[r, j], bi[r, j]))
-            if take_a:
-                d = ad[r, i]
-                v = ai[r, i]
-                i += 1
-            else:
-                d = bd[r, j]
-                v = bi[r, j]
-                j += 1
-            if v < 0:
-                continue
-            dup = False
-            for t in range(c):
-                if out_i[r, t] == v:
-                    dup = True
-                    break
-            if not dup:
-                out_d[r, c] = d
-                out_i[r, c] = v
-                c += 1
-        for t in range(c, k):
-            out_d[r, t] = np.inf
-            out_i[r, t] = -1
 
 
 def unpermute_lists(gd, gi, order, out_d, out_i):
@@ -560,39 +405,20 @@ def unpermute_lists(gd, gi, order, out_d, out_i):
 
 
 # --------------------------------------------------------------------------------------------------
-# Every parallel kernel is compiled twice: with threads, and serial for small inputs. A parallel call
-# costs a thread wake-up (milliseconds on a busy machine), which dominates the many small calls of
-# shard-pair merges.
+# Every parallel kernel is compiled twice, threaded and serial (primitives.compile.threaded_and_serial):
+# a threaded call costs a thread wake-up, which dominates the many small calls of shard-pair merges.
 
-SERIAL_BELOW = 8192
-
-
-def _compile_both(fn, fastmath):
-    import types
-
-    par = numba.njit(parallel=True, fastmath=fastmath, cache=True)(fn)
-    twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__, fn.__closure__)
-    twin.__qualname__ = fn.__qualname__ + "_serial"
-    twin.__doc__ = fn.__doc__
-    ser = numba.njit(parallel=False, fastmath=fastmath, cache=True)(twin)
-    return par, ser
-
-
-_PARALLEL = {}
-for _fn, _fast in ((init_graph, True), (sample_forward, False), (sample_reverse, False), (local_join, True),
-                   (apply_updates, False), (merge_lists, False), (unpermute_lists, False)):
-    _PARALLEL[_fn.__name__] = _compile_both(_fn, _fast)
-
-
-init_graph, sample_forward, sample_reverse, local_join, apply_updates, merge_lists, unpermute_lists = (
-    _PARALLEL[name][0] for name in ("init_graph", "sample_forward", "sample_reverse", "local_join", "apply_updates",
-                                    "merge_lists", "unpermute_lists"))
+_BUILDS = {fn.__name__: threaded_and_serial(fn, fastmath=fast)
+           for fn, fast in ((init_graph, True), (sample_forward, False), (sample_reverse, False), (local_join, True),
+                            (apply_updates, False), (unpermute_lists, False))}
+init_graph, sample_forward, sample_reverse, local_join, apply_updates, unpermute_lists = (
+    _BUILDS[name][0] for name in ("init_graph", "sample_forward", "sample_reverse", "local_join", "apply_updates",
+                                  "unpermute_lists"))
 
 
 def kernel(name: str, rows: int):
     """The compiled kernel ``name``: threaded for at least SERIAL_BELOW rows of work, else serial."""
-    par, ser = _PARALLEL[name]
-    return par if rows >= SERIAL_BELOW else ser
+    return pick(_BUILDS[name], rows)
 
 
 def _block_size(n: int, cap: int, buffer_bytes: int) -> int:
@@ -600,72 +426,31 @@ def _block_size(n: int, cap: int, buffer_bytes: int) -> int:
     return int(max(64, min(n, buffer_bytes // (12 * cap))))
 
 
-def refine_cpu(x, inv, kind, gd, gi, gf, *, p, max_iterations, threshold, seed, selective, split=0,
-               verbose=False, desc="nn-descent (cpu)", stats=None, callback=None, buffer_bytes=48 << 20):
-    """NN-Descent iterations on an initialised graph (gd, gi, gf are updated in place).
+@dataclasses.dataclass
+class _RefineState:
+    """What one refinement allocates once and its iterations reuse (see :meth:`Engine.start_refine`)."""
 
-    Stops after ``max_iterations`` or when an iteration inserts fewer than ``threshold * n * k`` entries.
-    Returns the list of per-iteration insert counts.
-    """
-    n, k = gd.shape
-    new_f = np.full((n, p), -1, np.int32)
-    old_f = np.full((n, p), -1, np.int32)
-    new_r = np.full((n, p), -1, np.int32)
-    old_r = np.full((n, p), -1, np.int32)
-    nf = np.zeros(n, np.int32)
-    nof = np.zeros(n, np.int32)
-    nr = np.zeros(n, np.int32)
-    nor = np.zeros(n, np.int32)
-    cap = join_capacity(p, selective)
-    block = _block_size(n, cap, buffer_bytes)
-    upd_u = np.empty(block * cap, np.int32)
-    upd_v = np.empty(block * cap, np.int32)
-    upd_d = np.empty(block * cap, np.float32)
-    upd_n = np.zeros(block, np.int32)
-    resume = np.zeros(block, np.int64)
-    workers = max(1, numba.get_num_threads())
-    n_workers = workers if n >= SERIAL_BELOW else 1
-    history = []
-    times = []
-    passes = 0
-    paused = 0.0
-    t0 = time.perf_counter()
-    with progress(max_iterations, desc, disable=not verbose, min_steps=1) as bar:
-        for it in range(max_iterations):
-            kernel("sample_forward", n)(gi, gf, split, new_f, nf, old_f, nof)
-            salt = np.int64(it) * 2 + 1
-            kernel("sample_reverse", n)(new_f, nf, new_r, nr, np.int64(seed), salt, n_workers)
-            kernel("sample_reverse", n)(old_f, nof, old_r, nor, np.int64(seed), salt + 1, n_workers)
-            inserted = 0
-            for lo in range(0, n, block):
-                hi = min(n, lo + block)
-                resume[:] = 0
-                # joins that did not fit their update slots go on once the updates so far are applied
-                while (resume[:hi - lo] >= 0).any():
-                    kernel("local_join", n)(x, inv, kind, gd, gi, new_f, nf, new_r, nr, old_f, nof, old_r, nor, split,
-                                            selective, lo, hi, cap, upd_u, upd_v, upd_d, upd_n, resume)
-                    inserted += int(kernel("apply_updates", n)(gd, gi, gf, hi - lo, cap, upd_u, upd_v, upd_d, upd_n,
-                                                               not selective, n_workers))
-                    passes += 1
-            history.append(inserted)
-            times.append(time.perf_counter() - t0 - paused)
-            bar.update(1)
-            if callback is not None:
-                tc = time.perf_counter()
-                callback(it, gd, gi)
-                paused += time.perf_counter() - tc
-            if inserted < threshold * n * k:
-                break
-    if stats is not None:
-        stats["updates_per_iteration"] = history
-        stats["seconds_per_iteration"] = times
-        stats["iterations"] = len(history)
-        stats["join_passes"] = passes
-    return history
+    x: np.ndarray
+    inv: np.ndarray
+    kind: int
+    gd: np.ndarray
+    gi: np.ndarray
+    gf: np.ndarray
+    samples: tuple
+    updates: tuple
+    resume: np.ndarray
+    cap: int
+    block: int
+    seed: int
+    split: int
+    selective: bool
+    n_workers: int
+    passes: int = 0
 
 
-class CpuEngine:
-    """The engine interface ``_build.py`` drives (``cuda.CudaEngine`` has the same methods)."""
+class Engine:
+    """The CPU implementation of the engine interface that ``_build.py`` drives (``cuda.Engine`` has the
+    same methods)."""
 
     is_cuda = False
     simulate = False
@@ -720,15 +505,47 @@ class CpuEngine:
         return out_d, out_i
 
     def merge_lists(self, ad, ai, bd, bi, k):
-        n = ad.shape[0]
-        out_d = np.empty((n, k), np.float32)
-        out_i = np.empty((n, k), np.int32)
-        kernel("merge_lists", n)(np.ascontiguousarray(ad), np.ascontiguousarray(ai), np.ascontiguousarray(bd),
-                                 np.ascontiguousarray(bi), out_d, out_i)
-        return out_d, out_i
+        from ..graphops import cpu as graphops_cpu
 
-    def refine(self, x, inv, kind, gd, gi, gf, *, p, max_iterations, threshold, seed, split=0, selective=False,
-               verbose=False, desc="nn-descent (cpu)", stats=None, callback=None, buffer_bytes=48 << 20):
-        return refine_cpu(x, inv, kind, gd, gi, gf, p=p, max_iterations=max_iterations, threshold=threshold,
-                          seed=seed, selective=selective, split=split, verbose=verbose, desc=desc, stats=stats,
-                          callback=callback, buffer_bytes=buffer_bytes)
+        return graphops_cpu.merge_sorted_lists(ad, ai, bd, bi, k)
+
+    def start_refine(self, x, inv, kind, gd, gi, gf, *, p, seed, split=0, selective=False, buffer_bytes=48 << 20):
+        """Allocate what the iterations on this initialised graph need (once)."""
+        n, k = gd.shape
+        samples = tuple(np.full((n, p), -1, np.int32) for _ in range(4)) + tuple(np.zeros(n, np.int32)
+                                                                              for _ in range(4))
+        cap = join_capacity(p, selective)
+        block = _block_size(n, cap, buffer_bytes)
+        updates = (np.empty(block * cap, np.int32), np.empty(block * cap, np.int32),
+                   np.empty(block * cap, np.float32), np.zeros(block, np.int32))
+        workers = max(1, numba.get_num_threads())
+        return _RefineState(x=x, inv=inv, kind=kind, gd=gd, gi=gi, gf=gf, samples=samples, updates=updates,
+                            resume=np.zeros(block, np.int64), cap=cap, block=block, seed=seed, split=split,
+                            selective=selective, n_workers=workers if n >= SERIAL_BELOW else 1)
+
+    def iterate(self, st: _RefineState, it: int) -> int:
+        """One iteration (sample, local join, update); returns the entries inserted."""
+        x, inv, kind, gd, gi, gf = st.x, st.inv, st.kind, st.gd, st.gi, st.gf
+        new_f, old_f, new_r, old_r, nf, nof, nr, nor = st.samples
+        upd_u, upd_v, upd_d, upd_n = st.updates
+        n = gd.shape[0]
+        kernel("sample_forward", n)(gi, gf, st.split, new_f, nf, old_f, nof)
+        salt = np.int64(it) * 2 + 1
+        kernel("sample_reverse", n)(new_f, nf, new_r, nr, np.int64(st.seed), salt, st.n_workers)
+        kernel("sample_reverse", n)(old_f, nof, old_r, nor, np.int64(st.seed), salt + 1, st.n_workers)
+        inserted = 0
+        resume = st.resume
+        for lo in range(0, n, st.block):
+            hi = min(n, lo + st.block)
+            resume[:] = 0
+            # joins that did not fit their update slots go on once the updates so far are applied
+            while (resume[:hi - lo] >= 0).any():
+                kernel("local_join", n)(x, inv, kind, gd, gi, new_f, nf, new_r, nr, old_f, nof, old_r, nor, st.split,
+                                        st.selective, lo, hi, st.cap, upd_u, upd_v, upd_d, upd_n, resume)
+                inserted += int(kernel("apply_updates", n)(gd, gi, gf, hi - lo, st.cap, upd_u, upd_v, upd_d, upd_n,
+                                                           not st.selective, st.n_workers))
+                st.passes += 1
+        return inserted
+
+    def refine_stats(self, st: _RefineState) -> dict:
+        return {"join_passes": st.passes}

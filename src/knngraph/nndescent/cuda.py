@@ -1,4 +1,6 @@
-"""GNND on the GPU: CuPy arrays, numba-cuda kernels (see ``_kernels.py``), few large launches.
+"""GNND on the GPU: the engine of :mod:`knngraph.nndescent._build` with CuPy arrays and numba-cuda
+kernels (see ``_kernels.py``), few large launches (:mod:`knngraph.nndescent.cpu` has the CPU engine, with
+the same methods).
 
 An iteration is two kernel launches (sample, join with in-place locked inserts; a third, merge, with
 the candidate-slot insert variant) plus CuPy fills and one 8-byte read of the insert counter (the
@@ -7,23 +9,23 @@ convergence test). Arrays are allocated once per build (or per GGM merge).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
 import numpy as np
 
-from .._distances import DIST_COS, DIST_L2SQ, inverse_norms
-from .._progress import progress
+from ..primitives.constants import pow2_at_least
+from ..primitives.distances import DIST_COS, DIST_L2SQ, inverse_norms
 from . import _kernels as K
 
-__all__ = ["CudaEngine", "smallest_per_row_host"]
+__all__ = ["Engine", "packed_words", "JOIN_MAX_REGISTERS"]
 
 #: threads per join block: one 4 x 4 tile each covers the 392 tiles of p=32 in one round
 JOIN_THREADS = 512
 #: registers per thread of the join kernel: 64 lets 2 blocks of 512 threads share an SM (uncapped it
-#: took 94, ``benchmarks/profile_join.py --max-registers 0``, and only 1 fits); on an H200, sift 450k
-#: k=64, 6 iterations: 0.348 s capped vs 0.562 s uncapped (nndescent_gpu_h200.json), despite 32 bytes
-#: of spills
+#: took 94 and only 1 fits); capped it runs much faster despite a few bytes of spills
+#: (``benchmarks/profile_join.py --max-registers``, ``benchmarks/results/nndescent_gpu_h200.json``)
 JOIN_MAX_REGISTERS = 64
 WARP_SIM = 32
 
@@ -55,17 +57,28 @@ def packed_words(x, kind):
     return mode, words, sqn
 
 
-def smallest_per_row_host(tile, k):
-    """NumPy form of :func:`knngraph.bruteforce.cuda.smallest_per_row` (the simulator's engine)."""
-    tile = np.asarray(tile)
-    part = np.argpartition(tile, k - 1, axis=1)[:, :k]
-    vals = np.take_along_axis(tile, part, 1)
-    o = np.lexsort((part, vals), axis=-1)
-    return np.take_along_axis(vals, o, 1).astype(np.float32), np.take_along_axis(part, o, 1).astype(np.int32)
+@dataclasses.dataclass
+class _RefineState:
+    """What one refinement allocates once and its iterations reuse (see :meth:`Engine.start_refine`)."""
+
+    arrays: dict
+    views: tuple
+    join: object
+    merge: object
+    use_slots: bool
+    grid_w: int
+    grid_j: int
+    join_threads: int
+    profile: bool
+    kind: int
+    p: int
+    split: int
+    kernel_seconds: dict
 
 
-class CudaEngine:
-    """The GPU implementation of the engine interface used by ``_build.py`` (see ``cpu.CpuEngine``)."""
+class Engine:
+    """The GPU implementation of the engine interface that ``_build.py`` drives (``cpu.Engine`` has the
+    same methods)."""
 
     is_cuda = True
     join_chunk = K.DC
@@ -143,16 +156,16 @@ class CudaEngine:
 
     def init(self, x, inv, kind, gd, gi, gf, keep, split, seed):
         n, k = gd.shape
-        kern = K.init_kernel(K.pow2_at_least(k))
+        kern = K.init_kernel(pow2_at_least(k, 32))
         kern[self._warp_grid(n), K.WPB * 32](x, inv, kind, gd, gi, gf, keep, split, np.int64(seed))
 
     def smallest_per_row(self, tile, k):
         """(values, columns) of each row's k smallest entries, sorted by (value, column)."""
-        if self.simulate:
-            return smallest_per_row_host(tile, k)
-        from ..bruteforce.cuda import smallest_per_row
+        from ..primitives import kselect
 
-        return smallest_per_row(tile, k)
+        if self.simulate:
+            return kselect.smallest_per_row_host(tile, k)
+        return kselect.smallest_per_row(tile, k)
 
     def init_windows(self, x, inv, kind, gd, gi, gf, seed):
         """Initial lists from cluster windows (``_windows.py``)."""
@@ -161,25 +174,19 @@ class CudaEngine:
         window_graph(self, x, kind, gd, gi, gf, seed)
 
     def merge_lists(self, ad, ai, bd, bi, k):
-        cp = self.cp
-        n = ad.shape[0]
-        out_d = cp.empty((n, k), cp.float32)
-        out_i = cp.empty((n, k), cp.int32)
-        kern = K.merge_lists_kernel(K.pow2_at_least(ad.shape[1] + bd.shape[1]))
-        kern[self._warp_grid(n), K.WPB * 32](cp.ascontiguousarray(ad), cp.ascontiguousarray(ai),
-                                             cp.ascontiguousarray(bd), cp.ascontiguousarray(bi), out_d, out_i)
-        return out_d, out_i
+        from ..graphops import cuda as graphops_cuda
 
-    def refine(self, x, inv, kind, gd, gi, gf, *, p, max_iterations, threshold, seed, split=0, selective=True,
-               verbose=False, desc="nn-descent (cuda)", stats=None, callback=None, profile=False, insert="lock",
-               max_registers=JOIN_MAX_REGISTERS):
-        """GNND iterations on an initialised graph (in place); returns per-iteration insert counts.
+        return graphops_cuda.merge_sorted_lists(ad, ai, bd, bi, k, xp=self.cp, sm_count=self.sm_count)
+
+    def start_refine(self, x, inv, kind, gd, gi, gf, *, p, seed, split=0, selective=True, profile=False,
+                     insert="lock", max_registers=JOIN_MAX_REGISTERS):
+        """Allocate what GNND's iterations on this initialised graph need (once).
 
         ``seed`` is unused on the GPU (the reverse samples come from the atomic race order). ``insert``:
         "lock" inserts selected pairs into the lists under per-list spinlocks during the join; "slots"
         offers them to packed 64-bit atomic candidate slots merged by a third kernel (kept for the
         measurement; it loses offers that collide in a slot and converges more slowly). ``profile``
-        synchronises after every launch and adds per-kernel seconds to ``stats`` (benchmarks only)."""
+        synchronises after every launch and records per-kernel seconds (benchmarks only)."""
         if insert not in ("lock", "slots", "none"):  # "none": the join without inserts (profiling only)
             raise ValueError(f"insert must be 'lock', 'slots' or 'none', got {insert!r}")
         if not selective:
@@ -189,73 +196,55 @@ class CudaEngine:
 
         cp = self.cp
         n, k = gd.shape
-        new_f = cp.empty((n, p), cp.int32)
-        old_f = cp.empty((n, p), cp.int32)
-        new_r = cp.empty((n, p), cp.int32)
-        old_r = cp.empty((n, p), cp.int32)
-        nf = cp.zeros(n, cp.int32)
-        nof = cp.zeros(n, cp.int32)
-        nr = cp.zeros(n, cp.int32)
-        nor = cp.zeros(n, cp.int32)
         use_slots = insert == "slots"
-        cand = cp.full((n if use_slots else 1, K.SLOTS), K.EMPTY, cp.uint64)
-        locks = cp.zeros(1 if use_slots else n, cp.int32)
-        counter = cp.zeros(1, cp.int64)
-        # numba device views, made once: launching with them skips per-launch interface conversions
+        a = {"new_f": cp.empty((n, p), cp.int32), "old_f": cp.empty((n, p), cp.int32),
+             "new_r": cp.empty((n, p), cp.int32), "old_r": cp.empty((n, p), cp.int32),
+             "nf": cp.zeros(n, cp.int32), "nof": cp.zeros(n, cp.int32), "nr": cp.zeros(n, cp.int32),
+             "nor": cp.zeros(n, cp.int32), "counter": cp.zeros(1, cp.int64),
+             "cand": cp.full((n if use_slots else 1, K.SLOTS), K.EMPTY, cp.uint64),
+             "locks": cp.zeros(1 if use_slots else n, cp.int32)}
         packed = packed_words(x, kind)
         xw, sqn = (x, inv) if not packed else packed[1:]
-        nb = [a if self.simulate else cuda.as_cuda_array(a)
-              for a in (x, inv, gd, gi, gf, new_f, nf, old_f, nof, new_r, nr, old_r, nor, cand, locks, counter, xw,
-                        sqn)]
-        (x_, inv_, gd_, gi_, gf_, new_f_, nf_, old_f_, nof_, new_r_, nr_, old_r_, nor_, cand_, locks_, counter_, xw_,
-         sqn_) = nb
+        # numba device views, made once: launching with them skips per-launch interface conversions
+        views = tuple(v if self.simulate else cuda.as_cuda_array(v)
+                      for v in (x, inv, gd, gi, gf, a["new_f"], a["nf"], a["old_f"], a["nof"], a["new_r"], a["nr"],
+                                a["old_r"], a["nor"], a["cand"], a["locks"], a["counter"], xw, sqn))
         join = K.join_kernel(p, insert, max_registers or None, 32 * math.ceil(k / 32), packed[0] if packed else 0,
                              self.join_chunk)
-        merge = K.merge_kernel(32 * math.ceil(k / 32))
-        grid_w = self._warp_grid(n)
-        grid_j = 1 if self.simulate else max(1, min(n, self.sm_count * 32))
-        join_threads = WARP_SIM if self.simulate else JOIN_THREADS
-        history, times = [], []
-        kernel_s = {"sample": 0.0, "join": 0.0, "merge": 0.0}
-        paused = 0.0
+        return _RefineState(arrays=a, views=views, join=join, merge=K.merge_kernel(32 * math.ceil(k / 32)),
+                            use_slots=use_slots, grid_w=self._warp_grid(n),
+                            grid_j=1 if self.simulate else max(1, min(n, self.sm_count * 32)),
+                            join_threads=WARP_SIM if self.simulate else JOIN_THREADS, profile=profile, kind=kind, p=p,
+                            split=split, kernel_seconds={"sample": 0.0, "join": 0.0, "merge": 0.0})
 
-        def tick(name, t):
-            if profile:
-                self.synchronize()
-                now = time.perf_counter()
-                kernel_s[name] += now - t
-                return now
-            return t
-        t0 = time.perf_counter()
-        with progress(max_iterations, desc, disable=not verbose, min_steps=1) as bar:
-            for it in range(max_iterations):
-                nr.fill(0)
-                nor.fill(0)
-                counter.fill(0)
-                tk = tick("sample", time.perf_counter())
-                K.sample_kernel[grid_w, K.WPB * 32](gi_, gf_, p, split, new_f_, nf_, old_f_, nof_, new_r_, nr_,
-                                                   old_r_, nor_)
-                tk = tick("sample", tk)
-                join[grid_j, join_threads](x_, inv_, kind, gd_, gi_, gf_, new_f_, nf_, new_r_, nr_, old_f_, nof_,
-                                           old_r_, nor_, p, split, cand_, locks_, counter_, xw_, sqn_)
-                tk = tick("join", tk)
-                if use_slots:
-                    merge[grid_w, K.WPB * 32](gd_, gi_, gf_, cand_, counter_)
-                    tick("merge", tk)
-                inserted = int(counter[0]) if self.simulate else int(counter.get()[0])
-                history.append(inserted)
-                times.append(time.perf_counter() - t0 - paused)
-                bar.update(1)
-                if callback is not None:
-                    tc = time.perf_counter()
-                    callback(it, gd, gi)
-                    paused += time.perf_counter() - tc
-                if inserted < threshold * n * k:
-                    break
-        if stats is not None:
-            stats["updates_per_iteration"] = history
-            stats["seconds_per_iteration"] = times
-            stats["iterations"] = len(history)
-            if profile:
-                stats["kernel_seconds"] = kernel_s
-        return history
+    def iterate(self, st: _RefineState, it: int) -> int:
+        """One GNND iteration (sample, local join with selective update); returns the entries inserted."""
+        a = st.arrays
+        (x_, inv_, gd_, gi_, gf_, new_f_, nf_, old_f_, nof_, new_r_, nr_, old_r_, nor_, cand_, locks_, counter_, xw_,
+         sqn_) = st.views
+        a["nr"].fill(0)
+        a["nor"].fill(0)
+        a["counter"].fill(0)
+        tk = self._tick(st, "sample", time.perf_counter())
+        K.sample_kernel[st.grid_w, K.WPB * 32](gi_, gf_, st.p, st.split, new_f_, nf_, old_f_, nof_, new_r_, nr_,
+                                              old_r_, nor_)
+        tk = self._tick(st, "sample", tk)
+        st.join[st.grid_j, st.join_threads](x_, inv_, st.kind, gd_, gi_, gf_, new_f_, nf_, new_r_, nr_, old_f_, nof_,
+                                            old_r_, nor_, st.p, st.split, cand_, locks_, counter_, xw_, sqn_)
+        tk = self._tick(st, "join", tk)
+        if st.use_slots:
+            st.merge[st.grid_w, K.WPB * 32](gd_, gi_, gf_, cand_, counter_)
+            self._tick(st, "merge", tk)
+        counter = a["counter"]
+        return int(counter[0]) if self.simulate else int(counter.get()[0])
+
+    def refine_stats(self, st: _RefineState) -> dict:
+        return {"kernel_seconds": dict(st.kernel_seconds)} if st.profile else {}
+
+    def _tick(self, st, name, t):
+        if st.profile:
+            self.synchronize()
+            now = time.perf_counter()
+            st.kernel_seconds[name] += now - t
+            return now
+        return t

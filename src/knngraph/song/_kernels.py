@@ -1,6 +1,6 @@
-"""SONG's GPU kernels (numba-cuda): warp-per-query graph search and warp-per-node graph pruning.
+"""SONG's GPU kernel (numba-cuda): warp-per-query graph search.
 
-Search (paper 003, sections III-VI), one warp per query, the three stages of Fig. 3 per expansion:
+Search (SONG, sections III-VI), one warp per query, the three stages of Fig. 3 per expansion:
 
 1. *candidate locating* (section V): lane 0 pops the nearest unexpanded vertex u from q, applies the stop
    test and updates topk; then the warp reads u's row 32 ids at a time (lane t takes id t: one coalesced
@@ -22,10 +22,6 @@ kernel. A warp takes its next query from a global counter when it finishes one (
 expansions varies a lot between queries), so blocks never wait for their slowest warp.
 
 Stages are separated by ``syncwarp``: the parallel visited probes never overlap lane 0's writes.
-
-Pruning (see prepare.py): one warp per node; lane 0 sorts and merges the short lists; the warp computes
-each distance with ``_distances.warp_distance`` (the butterfly gives every lane the same value, so the
-occlusion decisions are warp-uniform).
 """
 
 from __future__ import annotations
@@ -35,12 +31,27 @@ import functools
 import numpy as np
 from numba import cuda, float32, int32, uint32
 
-from .._distances import DIST_COS, DIST_IP, DIST_L2SQ, warp_distance, warp_partials4, warp_sum
-from . import _structs as st
+from ..primitives import lists, visited
+from ..primitives.compile import cuda_version
+from ..primitives.constants import FULL_MASK, WARP
+from ..primitives.distances import DIST_L2SQ
+from ..primitives.warp import finish_device, warp_partials4, warp_sum
 
-WARP = 32
-FULL_MASK = 0xFFFFFFFF
 INF = float32(np.inf)
+
+# the shared CPU/GPU structures (knngraph.primitives), compiled for the device
+smmh_push = cuda_version(lists.smmh_push)
+smmh_pop_min = cuda_version(lists.smmh_pop_min)
+smmh_pop_max = cuda_version(lists.smmh_pop_max)
+smmh_max_slot = cuda_version(lists.smmh_max_slot)
+maxheap_push = cuda_version(lists.maxheap_push)
+maxheap_replace_top = cuda_version(lists.maxheap_replace_top)
+maxheap_sort = cuda_version(lists.maxheap_sort)
+hash_contains = cuda_version(visited.hash_contains)
+hash_insert = cuda_version(visited.hash_insert)
+hash_delete = cuda_version(visited.hash_delete)
+bloom_contains = cuda_version(visited.bloom_contains)
+bloom_insert = cuda_version(visited.bloom_insert)
 
 MODE_GENERIC = 0     # any dtype, element loads
 MODE_PACKED_U8 = 1   # uint8, dim % 4 == 0: uint32 word loads
@@ -53,15 +64,6 @@ SHARED_BUDGET = 48 * 1024
 
 # --------------------------------------------------------------------------------------------------
 # bulk distance computation (section VI)
-
-
-@cuda.jit(device=True, inline=True)
-def _finish(kind, acc, inv_b, v, qinv):
-    if kind == DIST_L2SQ:
-        return acc
-    if kind == DIST_IP:
-        return -acc
-    return float32(1.0) - acc * inv_b[v] * qinv
 
 
 @cuda.jit(device=True, inline=True)
@@ -111,23 +113,23 @@ def _dist4_packed(kind, words, v0, v1, v2, v3, qv, w, nwords, signed, lane):
 
 
 @cuda.jit(device=True, inline=True)
-def _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, qinv, lane):
+def _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, inv_q, j, lane):
     a0 = warp_sum(a0)
     a1 = warp_sum(a1)
     a2 = warp_sum(a2)
     a3 = warp_sum(a3)
     if lane == 0:
-        cdist[w, t0] = _finish(kind, a0, inv_b, v0, qinv)
+        cdist[w, t0] = finish_device(kind, a0, inv_b, v0, inv_q, j)
         if t0 + 1 < c:
-            cdist[w, t0 + 1] = _finish(kind, a1, inv_b, v1, qinv)
+            cdist[w, t0 + 1] = finish_device(kind, a1, inv_b, v1, inv_q, j)
         if t0 + 2 < c:
-            cdist[w, t0 + 2] = _finish(kind, a2, inv_b, v2, qinv)
+            cdist[w, t0 + 2] = finish_device(kind, a2, inv_b, v2, inv_q, j)
         if t0 + 3 < c:
-            cdist[w, t0 + 3] = _finish(kind, a3, inv_b, v3, qinv)
+            cdist[w, t0 + 3] = finish_device(kind, a3, inv_b, v3, inv_q, j)
 
 
 @cuda.jit(device=True, inline=True)
-def _stage_generic(kind, base, queries, j, qv, w, cand, cdist, c, inv_b, qinv, signed, lane):
+def _stage_generic(kind, base, queries, j, qv, w, cand, cdist, c, inv_b, inv_q, signed, lane):
     dim = base.shape[1]
     for t0 in range(0, c, 4):
         v0 = cand[w, t0]
@@ -135,11 +137,11 @@ def _stage_generic(kind, base, queries, j, qv, w, cand, cdist, c, inv_b, qinv, s
         v2 = cand[w, t0 + 2] if t0 + 2 < c else v0
         v3 = cand[w, t0 + 3] if t0 + 3 < c else v0
         a0, a1, a2, a3 = warp_partials4(kind, base, v0, v1, v2, v3, qv, w, dim, lane)
-        _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, qinv, lane)
+        _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, inv_q, j, lane)
 
 
 @cuda.jit(device=True, inline=True)
-def _stage_packed(kind, words, queries, j, qv, w, cand, cdist, c, inv_b, qinv, signed, lane):
+def _stage_packed(kind, words, queries, j, qv, w, cand, cdist, c, inv_b, inv_q, signed, lane):
     nwords = words.shape[1]
     for t0 in range(0, c, 4):
         v0 = cand[w, t0]
@@ -147,11 +149,11 @@ def _stage_packed(kind, words, queries, j, qv, w, cand, cdist, c, inv_b, qinv, s
         v2 = cand[w, t0 + 2] if t0 + 2 < c else v0
         v3 = cand[w, t0 + 3] if t0 + 3 < c else v0
         a0, a1, a2, a3 = _dist4_packed(kind, words, v0, v1, v2, v3, qv, w, nwords, signed, lane)
-        _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, qinv, lane)
+        _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, inv_q, j, lane)
 
 
 @cuda.jit(device=True, inline=True)
-def _stage_hamming(kind, codes, qcodes, j, qv, w, cand, cdist, c, inv_b, qinv, signed, lane):
+def _stage_hamming(kind, codes, qcodes, j, qv, w, cand, cdist, c, inv_b, inv_q, signed, lane):
     """One lane per candidate: codes are a few words, so no reduction is needed (section VII)."""
     if lane < c:
         cv = cand[w, lane]
@@ -188,8 +190,8 @@ def _load_query_none(queries, j, qv, w, lane):
 @cuda.jit(device=True, inline=True)
 def _visited(use_bloom, ht, bw, voff, hmask, hshift, bbits, bnhash, v):
     if use_bloom:
-        return st.gpu_bloom_contains(bw, voff, bbits, bnhash, v)
-    return st.gpu_hash_contains(ht, voff, hmask, hshift, v)
+        return bloom_contains(bw, voff, bbits, bnhash, v)
+    return hash_contains(ht, voff, hmask, hshift, v)
 
 
 @cuda.jit(device=True, inline=True)
@@ -203,21 +205,21 @@ def _offer(c, cand, cdist, w, n, m, qsize, qk, qi, tk, ti, off, use_bloom, ht, b
             continue  # selected insertion (IV-D)
         ms = off
         if n == qsize:
-            ms = st.gpu_smmh_max_slot(off, n)
+            ms = smmh_max_slot(off, n)
             if not (d < qk[ms] or (d == qk[ms] and v < qi[ms])):
                 continue  # bounded queue (IV-C)
         if _visited(use_bloom, ht, bw, voff, hmask, hshift, bbits, bnhash, v):
             continue  # the same id twice in one chunk
         if n == qsize:
             ev = qi[ms]
-            n = st.gpu_smmh_pop_max(qk, qi, off, n)
+            n = smmh_pop_max(qk, qi, off, n)
             if not use_bloom:
-                st.gpu_hash_delete(ht, voff, hmask, hshift, ev)  # visited deletion (IV-E)
-        n = st.gpu_smmh_push(qk, qi, off, n, d, v)
+                hash_delete(ht, voff, hmask, hshift, ev)  # visited deletion (IV-E)
+        n = smmh_push(qk, qi, off, n, d, v)
         if use_bloom:
-            st.gpu_bloom_insert(bw, voff, bbits, bnhash, v)
+            bloom_insert(bw, voff, bbits, bnhash, v)
         else:
-            st.gpu_hash_insert(ht, voff, hmask, hshift, v)
+            hash_insert(ht, voff, hmask, hshift, v)
     return n
 
 
@@ -287,9 +289,6 @@ def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, 
                     bw[voff + t] = 0
                 else:
                     ht[voff + t] = -1
-            qinv = float32(0.0)
-            if kind == DIST_COS:
-                qinv = inv_q[j]
             cuda.syncwarp(FULL_MASK)
             n = 0  # |q| and |topk|: meaningful in lane 0 only
             m = 0
@@ -316,7 +315,7 @@ def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, 
                 c = cuda.popc(vote)
                 cuda.syncwarp(FULL_MASK)
                 # ---- stage 2: bulk distance computation
-                stage(kind, base, queries, j, qv, w, cand, cdist, c, inv_b, qinv, signed, lane)
+                stage(kind, base, queries, j, qv, w, cand, cdist, c, inv_b, inv_q, signed, lane)
                 cuda.syncwarp(FULL_MASK)
                 # ---- stage 3: data-structure maintenance (lane 0), then the next expansion
                 if lane == 0:
@@ -332,15 +331,15 @@ def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, 
                         if n > 0:
                             dk = qk[off]
                             du = qi[off]
-                            n = st.gpu_smmh_pop_min(qk, qi, off, n)
+                            n = smmh_pop_min(qk, qi, off, n)
                             if m < qsize:
-                                m = st.gpu_maxheap_push(tk, ti, off, m, dk, du)
+                                m = maxheap_push(tk, ti, off, m, dk, du)
                                 nu = du
                             elif dk < tk[off] or (dk == tk[off] and du < ti[off]):
                                 ev = ti[off]
-                                st.gpu_maxheap_replace_top(tk, ti, off, m, dk, du)
+                                maxheap_replace_top(tk, ti, off, m, dk, du)
                                 if not use_bloom:
-                                    st.gpu_hash_delete(ht, voff, hmask, hshift, ev)
+                                    hash_delete(ht, voff, hmask, hshift, ev)
                                 nu = du
                         if nu >= 0:
                             ne_ += 1
@@ -355,7 +354,7 @@ def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, 
                     cuda.syncwarp(FULL_MASK)  # lane 0's maintenance is visible to the next probes
             # results: topk sorted ascending, first k
             if lane == 0:
-                st.gpu_maxheap_sort(tk, ti, off, m)
+                maxheap_sort(tk, ti, off, m)
                 ctl[w] = m
                 out_nd[j] = nd
                 out_ne[j] = ne_
@@ -369,140 +368,6 @@ def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, 
                     out_k[j, t] = INF
                     out_i[j, t] = -1
             cuda.syncwarp(FULL_MASK)
-
-    kernel.warps_per_block = wpb
-    return kernel
-
-
-# --------------------------------------------------------------------------------------------------
-# graph pruning (prepare.py)
-
-
-@functools.lru_cache(maxsize=None)
-def prune_kernel(lcap: int, rcap: int, wpb: int):
-    """Warp-per-node pruning for candidate lists of up to ``lcap`` ids and rows of up to ``rcap``."""
-    LN = max(lcap, 1)
-    RN = max(rcap, 1)
-
-    @cuda.jit
-    def kernel(base, inv, kind, a, primary, primary2, secondary, degree, fill, out_ids, out_d):
-        ids = cuda.shared.array((wpb, LN), dtype=int32)
-        dd = cuda.shared.array((wpb, LN), dtype=float32)
-        keep = cuda.shared.array((wpb, LN), dtype=int32)
-        rid = cuda.shared.array((wpb, RN), dtype=int32)
-        rd = cuda.shared.array((wpb, RN), dtype=float32)
-        cnt = cuda.shared.array(wpb, dtype=int32)
-        w = cuda.threadIdx.x // WARP
-        lane = cuda.threadIdx.x % WARP
-        af = float32(a)
-        u = cuda.blockIdx.x * wpb + w
-        if u >= primary.shape[0]:
-            return  # whole warps leave together
-        # gather the primary lists (ids only), then their distances to u
-        if lane == 0:
-            c = 0
-            for t in range(primary.shape[1]):
-                x = primary[u, t]
-                if x >= 0 and x != u:
-                    ids[w, c] = x
-                    c += 1
-            for t in range(primary2.shape[1]):
-                x = primary2[u, t]
-                if x >= 0 and x != u:
-                    ids[w, c] = x
-                    c += 1
-            cnt[w] = c
-        cuda.syncwarp(FULL_MASK)
-        npr = cnt[w]
-        for t in range(npr):
-            dist = warp_distance(kind, base, u, base, ids[w, t], inv, inv, lane)
-            if lane == 0:
-                dd[w, t] = dist
-        cuda.syncwarp(FULL_MASK)
-        if lane == 0:
-            st.gpu_sort_pairs(dd[w], ids[w], 0, npr)
-            cnt[w] = st.gpu_dedup_sorted(dd[w], ids[w], 0, npr)
-        cuda.syncwarp(FULL_MASK)
-        npr = cnt[w]
-        for t in range(lane, npr, WARP):
-            keep[w, t] = 0
-        cuda.syncwarp(FULL_MASK)
-        # diversity pruning: every lane sees the same distances, so the branches are warp-uniform
-        nk = 0
-        for t in range(npr):
-            if nk == degree:
-                break
-            cc = ids[w, t]
-            dc = dd[w, t]
-            occluded = False
-            for r in range(nk):
-                if af * warp_distance(kind, base, rid[w, r], base, cc, inv, inv, lane) < dc:
-                    occluded = True
-                    break
-            if not occluded:
-                if lane == 0:
-                    rid[w, nk] = cc
-                    rd[w, nk] = dc
-                    keep[w, t] = 1
-                nk += 1
-                cuda.syncwarp(FULL_MASK)
-        cuda.syncwarp(FULL_MASK)
-        if fill:
-            if lane == 0:
-                for t in range(npr):
-                    if nk == degree:
-                        break
-                    if keep[w, t] == 0:
-                        rid[w, nk] = ids[w, t]
-                        rd[w, nk] = dd[w, t]
-                        nk += 1
-                cnt[w] = nk
-            cuda.syncwarp(FULL_MASK)
-            nk = cnt[w]
-            cuda.syncwarp(FULL_MASK)  # every lane has read cnt before lane 0 reuses it
-            if nk < degree:
-                if lane == 0:
-                    c = 0
-                    for t in range(secondary.shape[1]):
-                        x = secondary[u, t]
-                        if x >= 0 and x != u:
-                            ids[w, c] = x
-                            c += 1
-                    cnt[w] = c
-                cuda.syncwarp(FULL_MASK)
-                ns = cnt[w]
-                for t in range(ns):
-                    dist = warp_distance(kind, base, u, base, ids[w, t], inv, inv, lane)
-                    if lane == 0:
-                        dd[w, t] = dist
-                cuda.syncwarp(FULL_MASK)
-                if lane == 0:
-                    st.gpu_sort_pairs(dd[w], ids[w], 0, ns)
-                    for t in range(ns):
-                        if nk == degree:
-                            break
-                        dup = False
-                        for r in range(nk):
-                            if rid[w, r] == ids[w, t]:
-                                dup = True
-                                break
-                        if not dup:
-                            rid[w, nk] = ids[w, t]
-                            rd[w, nk] = dd[w, t]
-                            nk += 1
-                    cnt[w] = nk
-                cuda.syncwarp(FULL_MASK)
-                nk = cnt[w]
-        if lane == 0:
-            st.gpu_sort_pairs(rd[w], rid[w], 0, nk)
-        cuda.syncwarp(FULL_MASK)
-        for t in range(lane, degree, WARP):
-            if t < nk:
-                out_ids[u, t] = rid[w, t]
-                out_d[u, t] = rd[w, t]
-            else:
-                out_ids[u, t] = -1
-                out_d[u, t] = INF
 
     kernel.warps_per_block = wpb
     return kernel

@@ -1,6 +1,6 @@
 """SONG graph search on the CPU (numba, queries in parallel): the GPU kernel's algorithm, step for step.
 
-Per query (paper 003, Algorithm 1 with the optimisations of section IV):
+Per query (SONG, Algorithm 1 with the optimisations of section IV):
 
     visited <- {} ; q <- {} (bounded min-max heap, capacity Q) ; topk <- {} (max-heap, capacity Q)
     offer(entry points)
@@ -34,10 +34,13 @@ import numpy as np
 from numba import prange, types
 from numba.extending import overload
 
-from .._distances import cpu_distance
-from . import _structs as st
+from ..primitives.distances import DIST_COS, cpu_distance, inverse_norms
+from ..primitives.lists import (maxheap_push, maxheap_replace_top, maxheap_sort, smmh_max_slot, smmh_pop_max,
+                                smmh_pop_min, smmh_push, sort_pairs)
+from ..primitives.visited import (bloom_contains, bloom_insert, bloom_shape, hash_capacity, hash_contains,
+                                  hash_delete, hash_insert)
 
-__all__ = ["search_cpu", "rerank_cpu", "DIST_HAMMING", "popcount32"]
+__all__ = ["search", "search_cpu", "rerank_cpu", "DIST_HAMMING", "popcount32"]
 
 #: distance kind for 1-bit codes (uint32 words): the Hamming distance, section VII
 DIST_HAMMING = 3
@@ -54,7 +57,7 @@ def popcount32(x):
 
 
 def _distance(kind, base, i, queries, j, inv_b, inv_q):
-    """Distance between base[i] and queries[j]: the metric's (see ``_distances.cpu_distance``), or the
+    """Distance between base[i] and queries[j]: the metric's (see :func:`knngraph.primitives.distances.cpu_distance`), or the
     Hamming distance when ``base`` holds uint32 codes (section VII); chosen at compile time by dtype."""
     raise NotImplementedError  # pragma: no cover - only the compiled overload runs
 
@@ -77,8 +80,8 @@ def _distance_impl(kind, base, i, queries, j, inv_b, inv_q):
 @numba.njit(cache=True)
 def _is_visited(use_bloom, ht, bw, hmask, hshift, bbits, bnhash, v):
     if use_bloom:
-        return st.cpu_bloom_contains(bw, 0, bbits, bnhash, v)
-    return st.cpu_hash_contains(ht, 0, hmask, hshift, v)
+        return bloom_contains(bw, 0, bbits, bnhash, v)
+    return hash_contains(ht, 0, hmask, hshift, v)
 
 
 @numba.njit(cache=True)
@@ -91,21 +94,21 @@ def _offer(c, cand, cd, n, m, qsize, qk, qi, tk, ti, use_bloom, ht, bw, hmask, h
             continue  # selected insertion
         ms = 0
         if n == qsize:
-            ms = st.cpu_smmh_max_slot(0, n)
+            ms = smmh_max_slot(0, n)
             if not (d < qk[ms] or (d == qk[ms] and v < qi[ms])):
                 continue  # bounded queue
         if _is_visited(use_bloom, ht, bw, hmask, hshift, bbits, bnhash, v):
             continue
         if n == qsize:
             ev = qi[ms]
-            n = st.cpu_smmh_pop_max(qk, qi, 0, n)
+            n = smmh_pop_max(qk, qi, 0, n)
             if not use_bloom:
-                st.cpu_hash_delete(ht, 0, hmask, hshift, ev)
-        n = st.cpu_smmh_push(qk, qi, 0, n, d, v)
+                hash_delete(ht, 0, hmask, hshift, ev)
+        n = smmh_push(qk, qi, 0, n, d, v)
         if use_bloom:
-            st.cpu_bloom_insert(bw, 0, bbits, bnhash, v)
+            bloom_insert(bw, 0, bbits, bnhash, v)
         else:
-            st.cpu_hash_insert(ht, 0, hmask, hshift, v)
+            hash_insert(ht, 0, hmask, hshift, v)
     return n
 
 
@@ -149,16 +152,16 @@ def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, use_blo
             while n > 0:
                 dk = qk[0]
                 du = qi[0]
-                n = st.cpu_smmh_pop_min(qk, qi, 0, n)
+                n = smmh_pop_min(qk, qi, 0, n)
                 if m == qsize:
                     if not (dk < tk[0] or (dk == tk[0] and du < ti[0])):
                         break  # the best unexpanded vertex is worse than all of topk
                     ev = ti[0]
-                    st.cpu_maxheap_replace_top(tk, ti, 0, m, dk, du)
+                    maxheap_replace_top(tk, ti, 0, m, dk, du)
                     if not use_bloom:
-                        st.cpu_hash_delete(ht, 0, hmask, hshift, ev)
+                        hash_delete(ht, 0, hmask, hshift, ev)
                 else:
-                    m = st.cpu_maxheap_push(tk, ti, 0, m, dk, du)
+                    m = maxheap_push(tk, ti, 0, m, dk, du)
                 ne_ += 1
                 for s in range(0, deg, CHUNK):
                     c = 0
@@ -171,7 +174,7 @@ def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, use_blo
                         cd[t] = _distance(kind, base, cand[t], queries, j, inv_b, inv_q)
                     nd += c
                     n = _offer(c, cand, cd, n, m, qsize, qk, qi, tk, ti, use_bloom, ht, bw, hmask, hshift, bbits, bnhash)
-            st.cpu_maxheap_sort(tk, ti, 0, m)
+            maxheap_sort(tk, ti, 0, m)
             for t in range(k):
                 if t < m:
                     out_k[j, t] = tk[t]
@@ -187,7 +190,7 @@ def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, use_blo
 def search_cpu(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_size, visited):
     """Run the search for every query (host arrays, already validated).
 
-    ``base`` is what the CPU kernels can read (see ``_distances.cpu_vectors``) or uint32 codes with
+    ``base`` is what the CPU kernels can read (see :func:`knngraph.primitives.distances.cpu_vectors`) or uint32 codes with
     ``kind=DIST_HAMMING``; ``queries`` float32 (or uint32 codes). Returns internal distances float32,
     ids int32 (both [nq, k], -1/inf where fewer than k were found), distance computations and expanded
     vertices per query.
@@ -197,12 +200,29 @@ def search_cpu(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_s
     out_i = np.empty((nq, k), np.int32)
     out_nd = np.empty(nq, np.int32)
     out_ne = np.empty(nq, np.int32)
-    hslots, hshift = st.hash_capacity(queue_size)
-    bwords, bnhash = st.bloom_shape(queue_size)
+    hslots, hshift = hash_capacity(queue_size)
+    bwords, bnhash = bloom_shape(queue_size)
     use_bloom = visited == "bloom"
     _search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_size, use_bloom,
             hslots, hshift, bwords if use_bloom else 1, bnhash, out_k, out_i, out_nd, out_ne)
     return out_k, out_i, out_nd, out_ne
+
+
+def search(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, visited, *, batch_size=0,
+           max_registers=None, verbose=False):
+    """Search every query: host arrays ``graph_ids``, ``base`` (what the CPU kernels can read, or uint32
+    codes with ``kind=DIST_HAMMING``), ``inv_b`` (inverse norms for cosine, else a 1-element dummy),
+    ``entries``; ``queries`` float (or uint32 codes). Returns internal distances float32, ids int32
+    (both [nq, k], -1 / inf where fewer than k were found), distance computations and expanded vertices
+    per query. ``batch_size`` and ``max_registers`` are GPU settings, accepted for the same signature as
+    :func:`knngraph.song.cuda.search`."""
+    if kind == DIST_HAMMING:
+        q = np.ascontiguousarray(queries)
+        inv_q = np.zeros(1, np.float32)
+    else:
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        inv_q = inverse_norms(q) if kind == DIST_COS else np.zeros(1, np.float32)
+    return search_cpu(graph_ids, base, q, inv_b, inv_q, kind, entries, k, queue_size, visited)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -219,7 +239,7 @@ def _rerank(base, queries, inv_b, inv_q, kind, cand, k, out_k, out_i):
             ids[c] = v
             d[c] = cpu_distance(kind, base, v, queries, j, inv_b, inv_q)
             c += 1
-        st.cpu_sort_pairs(d, ids, 0, c)
+        sort_pairs(d, ids, 0, c)
         for t in range(k):
             if t < c:
                 out_k[j, t] = d[t]

@@ -1,7 +1,8 @@
 """Host side of SONG's GPU path: choose the kernel specialisation, size launches, stream query batches.
 
-Arrays may be CuPy arrays (real GPU) or NumPy arrays (the numba CUDA simulator in tests); ``xp`` names
-which. Everything here is validated already (see ``song/__init__.py``).
+:func:`search` has the signature of :func:`knngraph.song.cpu.search` (the dispatch idiom). Arrays may be
+CuPy arrays (real GPU) or NumPy arrays (the numba CUDA simulator in tests); ``xp`` names which.
+Everything here is validated already (see ``_index.py``).
 """
 
 from __future__ import annotations
@@ -9,20 +10,21 @@ from __future__ import annotations
 import numpy as np
 
 from .._progress import progress
+from ..primitives.constants import pow2_at_least
+from ..primitives.distances import DIST_COS, inverse_norms
+from ..primitives.visited import bloom_shape, hash_capacity
 from . import _kernels as kn
-from . import _structs as st
+from .cpu import DIST_HAMMING
 
-__all__ = ["search_device", "prune_cuda", "queue_capacity", "kernel_for", "distance_mode"]
+__all__ = ["search", "search_device", "queue_capacity", "kernel_for", "distance_mode"]
 
 #: queue_size is rounded up to one of these compile-time capacities (one kernel build per capacity)
 _MIN_QCAP = 32
 
 
 def queue_capacity(queue_size: int) -> int:
-    cap = _MIN_QCAP
-    while cap < queue_size:
-        cap *= 2
-    return cap
+    """The compile-time queue capacity for ``queue_size``: a power of two, at least 32."""
+    return pow2_at_least(queue_size, _MIN_QCAP)
 
 
 def distance_mode(dtype, dim: int, hashed: bool) -> int:
@@ -41,10 +43,10 @@ def kernel_for(queue_size: int, visited: str, dim: int, mode: int, max_warps: in
     qcap = queue_capacity(queue_size)
     use_bloom = visited == "bloom"
     if use_bloom:
-        vsize, bnhash = st.bloom_shape(qcap)
+        vsize, bnhash = bloom_shape(qcap)
         hshift = 0
     else:
-        vsize, hshift = st.hash_capacity(qcap)
+        vsize, hshift = hash_capacity(qcap)
         bnhash = 0
     if mode == kn.MODE_HAMMING:
         dpad = 1
@@ -100,23 +102,19 @@ def search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queu
     return out_k, out_i, out_nd, out_ne
 
 
-def prune_cuda(base, inv, kind, alpha, primary, primary2, secondary, degree, fill, *, xp=None, max_warps=4):
-    """Run the pruning kernel for every node (see prepare.py); returns ids and internal distances."""
+def search(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, visited, *, batch_size=0,
+           max_registers=None, verbose=False, xp=None):
+    """Search every query (see :func:`knngraph.song.cpu.search`): device arrays ``graph_ids``, ``base``
+    (vectors, or uint32 codes with ``kind=DIST_HAMMING``), ``inv_b`` and ``entries``; ``queries`` on the
+    host or the device, streamed in batches. Returns device arrays (internal distances, ids, distance
+    computations and expanded vertices per query)."""
     if xp is None:
         import cupy as xp
-    n = primary.shape[0]
-    lcap = max(primary.shape[1] + primary2.shape[1], secondary.shape[1], 1)
-    per_warp = lcap * 12 + degree * 8 + 4
-    wpb = max(1, min(max_warps, kn.SHARED_BUDGET // per_warp))
-    if per_warp > kn.SHARED_BUDGET:
-        raise ValueError(f"graph degree {primary.shape[1]} is too large for GPU pruning (shared memory); "
-                         "use device='cpu' or a smaller input degree")
-    kern = kn.prune_kernel(lcap, degree, wpb)
-    out_ids = xp.empty((n, degree), xp.int32)
-    out_d = xp.empty((n, degree), xp.float32)
-    blocks = (n + wpb - 1) // wpb
-    from ._prune_cpu import occlusion_factor
-
-    kern[blocks, wpb * kn.WARP](base, inv, kind, occlusion_factor(kind, alpha), primary, primary2, secondary, int(degree),
-                                bool(fill), out_ids, out_d)
-    return out_ids, out_d
+    sm_count = 1 if xp is np else int(xp.cuda.Device().attributes["MultiProcessorCount"])
+    hashed = kind == DIST_HAMMING
+    mode = distance_mode(base.dtype, queries.shape[1], hashed)
+    query_inv_fn = (lambda qb: inverse_norms(qb, xp)) if kind == DIST_COS else None
+    inv_q = xp.zeros(1, xp.float32)
+    return search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_size, visited, mode, xp=xp,
+                         batch_size=batch_size, sm_count=sm_count, verbose=verbose, query_inv_fn=query_inv_fn,
+                         max_registers=max_registers)

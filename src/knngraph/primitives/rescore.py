@@ -7,18 +7,15 @@ per query, small next to the n*d of the scan) and each row is re-sorted by (dist
 Integer data never needs this: its dot products are exact.
 
 On the GPU, with the base on the device, one kernel does both steps (a warp per query computes the k
-distances, then one lane re-sorts the row, which is already nearly in order); otherwise the array
-code below does it with NumPy or CuPy.
+distances, then one lane re-sorts the row, which is already nearly in order; ``_rescore_kernel.py``);
+otherwise the array code below does it with NumPy or CuPy.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from math import sqrt as math_sqrt
 
-from numba import cuda, float32, int32
-
-from .._distances import DIST_L2SQ, warp_distance
+__all__ = ["needs_refine", "refine_l2"]
 
 _CHUNK_ELEMS = 1 << 26  # gathered elements per chunk (256 MiB of float32)
 
@@ -73,50 +70,9 @@ def _stable_argsort_rows(values, xp):
     return (xp.sort(comp, axis=1) & xp.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
-_ID_LAST = 2**31 - 1  # -1 ids (no neighbour) sort after every real id
-
-
-@cuda.jit
-def refine_rows_kernel(queries, base, ids, out_d, out_i, euclidean):
-    """One warp per query row: exact L2 distances of the row's ids, then the row re-sorted by
-    (distance, id) with an insertion sort by lane 0 (the row arrives almost sorted, so it is ~k steps)."""
-    lane = cuda.threadIdx.x % 32
-    row = cuda.blockIdx.x * (cuda.blockDim.x // 32) + cuda.threadIdx.x // 32
-    if row >= ids.shape[0]:
-        return  # whole warps leave together
-    k = ids.shape[1]
-    for j in range(k):
-        idx = ids[row, j]
-        dist = float32(np.inf)
-        if idx >= 0:  # the same for every lane: the warp stays converged for the shuffles
-            dist = warp_distance(DIST_L2SQ, queries, row, base, idx, queries, queries, lane)
-            if euclidean != 0:
-                dist = float32(math_sqrt(dist))
-        if lane == 0:
-            out_d[row, j] = dist
-            out_i[row, j] = idx
-    cuda.syncwarp(0xFFFFFFFF)
-    if lane == 0:
-        for j in range(1, k):
-            dk = out_d[row, j]
-            di = out_i[row, j]
-            dl = di if di >= 0 else int32(_ID_LAST)
-            t = j
-            while t > 0:
-                pk = out_d[row, t - 1]
-                pi = out_i[row, t - 1]
-                pl = pi if pi >= 0 else int32(_ID_LAST)
-                if pk < dk or (pk == dk and pl <= dl):
-                    break
-                out_d[row, t] = pk
-                out_i[row, t] = pi
-                t -= 1
-            out_d[row, t] = dk
-            out_i[row, t] = di
-
-
 def _refine_l2_kernel(queries, base, ids, metric: str, cp):
     from .._cuda_launch import launch
+    from ._rescore_kernel import refine_rows_kernel
 
     nq, k = ids.shape
     out_d = cp.empty((nq, k), dtype=cp.float32)

@@ -1,12 +1,11 @@
-"""Overlapping clusters for out-of-core NN-Descent: which rows are built together when the data does
-not fit the memory budget.
+"""Overlapping k-means clusters: which rows are processed together when data is cut into parts (the
+out-of-core NN-Descent build; sharding of indices).
 
-The GNND paper (section 5) cuts the data into equal shards in storage order and merges every shard pair
-once with GGM. With s shards, a node's true neighbours are spread over all s of them, so each pair merge
-must find a few far-down cross neighbours starting from random ones, and recall falls as shards grow
-(measured on an H200, 10M clustered points, 41 shards of 244k rows: graph recall@10 0.29 after 861
-merges and 388 s). Here the shards follow the data instead, as current GPU graph builders and DiskANN's
-partitioned build do:
+GNND ("Fast k-NN Graph Construction by GPU based NN-Descent", section 5) cuts the data into equal shards
+in storage order and merges every shard pair once. With s shards, a node's true neighbours are spread
+over all s of them, so each pair merge must find a few far-down cross neighbours starting from random
+ones, and recall falls as shards grow (``benchmarks/REPORT.md`` has the out-of-core measurements). Here
+the parts follow the data instead, as current GPU graph builders and DiskANN's partitioned build do:
 
 1. **Centroids.** k-means (Lloyd, a fixed number of rounds) on a seeded sample of the rows, on the host.
 2. **Overlapping assignment.** Every row joins the clusters of its ``overlap`` nearest centroids
@@ -15,8 +14,8 @@ partitioned build do:
    its rows' projection on the line between two sub-centroids (a 2-means of a sample of the cluster),
    so every piece fits and no piece is tiny.
 
-Each piece is then built on its own (GNND), and every row's list is the merge of its lists from the
-``overlap`` pieces that hold it (``_build.clustered_build``). Total work is about ``overlap`` in-memory
+Each piece is then processed on its own (the NN-Descent build: GNND), and every row's list is the merge
+of its lists from the ``overlap`` pieces that hold it (``knngraph.nndescent._build.clustered_build``). Total work is about ``overlap`` in-memory
 builds of the data; nothing is merged pairwise. Vectors are float32 here (cosine: normalised rows; inner
 product: rows are assigned to the centroid of largest dot product).
 """
@@ -27,8 +26,8 @@ import math
 
 import numpy as np
 
-from .._device import is_device_array
-from .._distances import DIST_COS, DIST_IP, inverse_norms
+from ._device import is_device_array
+from .primitives.distances import DIST_COS, DIST_IP, inverse_norms
 
 __all__ = ["features", "centroid_scores", "kmeans", "nearest_centroids", "split_pieces", "plan_clusters"]
 

@@ -1,6 +1,8 @@
-"""Search-graph preparation on the CPU (numba, nodes in parallel); see :mod:`knngraph.song.prepare`.
+"""Graph operations on the CPU (numba, nodes in parallel): the pruning routine of
+:func:`knngraph.graphops.optimize_graph` and the merge of sorted neighbour lists
+(:func:`knngraph.graphops.merge_sorted_lists`). :mod:`knngraph.graphops.cuda` has the same functions.
 
-One routine serves both passes. For node u it takes a primary candidate list P (ids) and a secondary
+Pruning: one routine serves both passes of :func:`~knngraph.graphops.optimize_graph`. For node u it takes a primary candidate list P (ids) and a secondary
 list F, and writes at most R ids:
 
 1. drop -1, u itself and repeated ids from P; compute d(u, c) for each; sort by (d, id);
@@ -17,10 +19,11 @@ import numba
 import numpy as np
 from numba import prange
 
-from .._distances import DIST_IP, DIST_L2SQ, cpu_distance
-from ._structs import cpu_dedup_sorted, cpu_sort_pairs
+from ..primitives.compile import pick, threaded_and_serial
+from ..primitives.distances import cpu_distance
+from ..primitives.lists import dedup_sorted, less, sort_pairs
 
-__all__ = ["prune_cpu", "occlusion_factor"]
+__all__ = ["prune", "merge_sorted_lists"]
 
 
 @numba.njit(cache=True)
@@ -47,8 +50,8 @@ def _prune(base, inv, kind, factor, primary, primary2, secondary, degree, fill, 
         d = np.empty(cap, np.float32)
         np_ = _gather(u, primary[u], base, kind, inv, ids, d, 0)
         np_ = _gather(u, primary2[u], base, kind, inv, ids, d, np_)
-        cpu_sort_pairs(d, ids, 0, np_)
-        np_ = cpu_dedup_sorted(d, ids, 0, np_)
+        sort_pairs(d, ids, 0, np_)
+        np_ = dedup_sorted(d, ids, 0, np_)
         keep = np.zeros(np_, np.bool_)
         nk = 0
         row_ids = out_ids[u]
@@ -78,7 +81,7 @@ def _prune(base, inv, kind, factor, primary, primary2, secondary, degree, fill, 
                     nk += 1
             if nk < degree:
                 ns = _gather(u, secondary[u], base, kind, inv, ids, d, 0)
-                cpu_sort_pairs(d, ids, 0, ns)
+                sort_pairs(d, ids, 0, ns)
                 for t in range(ns):
                     if nk == degree:
                         break
@@ -91,26 +94,68 @@ def _prune(base, inv, kind, factor, primary, primary2, secondary, degree, fill, 
                         row_ids[nk] = ids[t]
                         row_d[nk] = d[t]
                         nk += 1
-        cpu_sort_pairs(row_d, row_ids, 0, nk)
+        sort_pairs(row_d, row_ids, 0, nk)
         for t in range(nk, degree):
             row_ids[t] = -1
             row_d[t] = np.inf
 
 
-def occlusion_factor(kind: int, alpha: float) -> float:
-    """The factor f of the occlusion test f * d(r, c) < d(u, c) on internal distances: alpha^2 for
-    squared L2, alpha for cosine, 1 for inner product."""
-    if kind == DIST_L2SQ:
-        return float(np.float32(alpha * alpha))
-    if kind == DIST_IP:
-        return 1.0
-    return float(np.float32(alpha))
-
-
-def prune_cpu(base, inv, kind, alpha, primary, primary2, secondary, degree, fill):
-    """Run the pruning routine for every node; returns ids int32 and internal distances float32 [n, R]."""
+def prune(base, inv, kind, factor, primary, primary2, secondary, degree, fill):
+    """Run the pruning routine for every node (``factor``: the occlusion factor); returns ids int32 and
+    internal distances float32 [n, R]."""
     n = primary.shape[0]
     out_ids = np.empty((n, degree), np.int32)
     out_d = np.empty((n, degree), np.float32)
-    _prune(base, inv, kind, occlusion_factor(kind, alpha), primary, primary2, secondary, int(degree), bool(fill), out_ids, out_d)
+    _prune(base, inv, kind, factor, primary, primary2, secondary, int(degree), bool(fill), out_ids, out_d)
     return out_ids, out_d
+
+
+def _merge_lists(ad, ai, bd, bi, out_d, out_i):
+    """Per row: the first k (= out width) distinct ids of the (distance, id)-sorted rows a and b, merged;
+    -1 entries are skipped and missing ones padded with (inf, -1)."""
+    n = ad.shape[0]
+    ka = ad.shape[1]
+    kb = bd.shape[1]
+    k = out_d.shape[1]
+    for r in prange(n):
+        i = 0
+        j = 0
+        c = 0
+        while c < k and (i < ka or j < kb):
+            take_a = j >= kb or (i < ka and less(ad[r, i], ai[r, i], bd[r, j], bi[r, j]))
+            if take_a:
+                d = ad[r, i]
+                v = ai[r, i]
+                i += 1
+            else:
+                d = bd[r, j]
+                v = bi[r, j]
+                j += 1
+            if v < 0:
+                continue
+            dup = False
+            for t in range(c):
+                if out_i[r, t] == v:
+                    dup = True
+                    break
+            if not dup:
+                out_d[r, c] = d
+                out_i[r, c] = v
+                c += 1
+        for t in range(c, k):
+            out_d[r, t] = np.inf
+            out_i[r, t] = -1
+
+
+_MERGE = threaded_and_serial(_merge_lists)
+
+
+def merge_sorted_lists(ad, ai, bd, bi, k):
+    """Per row, the first ``k`` distinct ids of the (distance, id)-sorted rows of a and b merged, -1
+    entries skipped, missing ones padded with (inf, -1): host arrays in, host arrays out."""
+    n = ad.shape[0]
+    out_d = np.empty((n, k), np.float32)
+    out_i = np.empty((n, k), np.int32)
+    pick(_MERGE, n)(np.ascontiguousarray(ad), np.ascontiguousarray(ai), np.ascontiguousarray(bd),
+                    np.ascontiguousarray(bi), out_d, out_i)
+    return out_d, out_i

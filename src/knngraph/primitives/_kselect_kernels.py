@@ -1,11 +1,12 @@
-"""Per-row k-selection kernels for exact k-NN on the GPU (numba-cuda).
+"""Per-row k-selection kernels on the GPU (numba-cuda): exact k-NN's selection, reused wherever the k
+smallest entries of each row of a matrix tile are needed (see :mod:`knngraph.primitives.kselect`).
 
 Two strategies, both one warp per task (a task = one query row, or one column split of a row when
 there are too few queries to fill the GPU), both reading rows of a distance tile produced by GEMM or
 rows of explicit (key, id) candidate lists:
 
-``quickselect`` - Komarov et al.'s GPU quick multi-select (paper 002, section "GPU-Based Quick
-    Multi-Select"). Each round partitions the active range of a row around a pivot with one read pass:
+``quickselect`` - the GPU quick multi-select of Komarov, Dashti and D'Souza ("Fast k-NNG Construction
+    with GPU-Based Quick Multi-Select", section "GPU-Based Quick Multi-Select"). Each round partitions the active range of a row around a pivot with one read pass:
     lane i holds element i of a 32-wide segment, ``ballot_sync(x < pivot)`` gives the vote, and
     ``popc(vote & lanemask_lt)`` gives each lane's slot on its side, so the left part is written from
     the range start upwards and the right part from the range end downwards, both coalesced. Keeping
@@ -41,26 +42,24 @@ enters a result; missing results are reported as that filler.
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 from numba import cuda, float32, int32, uint64
 
-WARP = 32
-FULL_MASK = 0xFFFFFFFF
-ID_NONE = 2**31 - 1
+from .constants import FULL_MASK, ID_NONE, WARP, pow2_at_least
+from .compile import cuda_version
+from .random import hash32
+from .warp import bitonic_stages, less_device, warp_bitonic_sort
+
 INF = float32(np.inf)
+_less = less_device
+_hash32 = cuda_version(hash32)  # pivot positions: pseudo-random but reproducible
 
 # sources a selection task can read elements from
 SRC_DOTS = 0    # a GEMM tile of dot products (+ column terms): ids are col_offset + column
 SRC_PAIRS = 1   # explicit (key, id) candidate rows
 SRC_BUF_A = 2   # quickselect ping-pong buffers
 SRC_BUF_B = 3
-
-
-@cuda.jit(device=True, inline=True)
-def _less(ka, ia, kb, ib):
-    return ka < kb or (ka == kb and ia < ib)
 
 
 @cuda.jit(device=True, inline=True)
@@ -113,18 +112,8 @@ def _store_buf(dst, row, j, key, idx, ak, ai, bk, bi):
         bi[row, j] = idx
 
 
-@cuda.jit(device=True, inline=True)
-def _hash32(x):
-    """A small integer mixer (pivot positions are pseudo-random but reproducible)."""
-    x = (x ^ (x >> 16)) * 0x45D9F3B
-    x = x & 0xFFFFFFFF
-    x = (x ^ (x >> 16)) * 0x45D9F3B
-    x = x & 0xFFFFFFFF
-    return x ^ (x >> 16)
-
-
 # ---------------------------------------------------------------------------------------------------
-# quick multi-select (paper 002)
+# quick multi-select (Komarov et al.)
 
 
 @cuda.jit
@@ -255,43 +244,6 @@ def quickselect_kernel(first_src, n_tasks, n_splits, split_len, n_cols, k,
 # warp filter + bitonic merge
 
 
-@cuda.jit(device=True, inline=True)
-def _bitonic_stages(sk, si, base, size, span, lane):
-    """The compare-exchange stages of one bitonic merge of width ``span`` over sk/si[base : base +
-    size] (``size``, ``span`` powers of two): blocks of ``span`` with bit ``span`` of their start clear
-    end ascending, the others descending (so ``span == size`` merges one bitonic run ascending)."""
-    stride = span // 2
-    while stride > 0:
-        for t in range(lane, size // 2, WARP):
-            # pair t of this stage: its low element i has bit ``stride`` clear (stride is a power of two)
-            i = ((t & ~(stride - 1)) << 1) | (t & (stride - 1))
-            j = i + stride
-            ak = sk[base + i]
-            ai = si[base + i]
-            bk = sk[base + j]
-            bi = si[base + j]
-            if (i & span) == 0:
-                swap = _less(bk, bi, ak, ai)
-            else:
-                swap = _less(ak, ai, bk, bi)
-            if swap:
-                sk[base + i] = bk
-                si[base + i] = bi
-                sk[base + j] = ak
-                si[base + j] = ai
-        cuda.syncwarp(FULL_MASK)
-        stride //= 2
-
-
-@cuda.jit(device=True, inline=True)
-def _warp_bitonic_sort(sk, si, base, size, lane):
-    """Sort sk/si[base : base + size] ascending by (key, id); ``size`` a power of two; one warp."""
-    span = 2
-    while span <= size:
-        _bitonic_stages(sk, si, base, size, span, lane)
-        span *= 2
-
-
 # A flush of at most this many candidates inserts them one by one (2 * cap / 32 shared-memory rounds
 # each) instead of sorting the buffer (about log2(cap)^2 / 2 rounds of cap / 32): the usual case once
 # the list is seeded from earlier tiles, where a tile brings only a handful of candidates per row.
@@ -341,7 +293,7 @@ def _flush(sk, si, base, cap, k, count, lane):
         sk[base + cap + t] = INF
         si[base + cap + t] = int32(ID_NONE)
     cuda.syncwarp(FULL_MASK)
-    _warp_bitonic_sort(sk, si, base + cap, cap, lane)
+    warp_bitonic_sort(sk, si, base + cap, cap, lane)
     for t in range(lane, cap, WARP):
         bk = sk[base + 2 * cap - 1 - t]
         bi = si[base + 2 * cap - 1 - t]
@@ -349,7 +301,7 @@ def _flush(sk, si, base, cap, k, count, lane):
             sk[base + t] = bk
             si[base + t] = bi
     cuda.syncwarp(FULL_MASK)
-    _bitonic_stages(sk, si, base, cap, cap, lane)
+    bitonic_stages(sk, si, base, cap, cap, lane)
     return sk[base + k - 1], si[base + k - 1]
 
 
@@ -499,7 +451,4 @@ def warp_filter_kernel(cap: int, source: int = SRC_DOTS, unroll: int = FILTER_UN
 
 def list_capacity(k: int) -> int:
     """Slots of the warp_filter list for ``k``: the next power of two, at least 64."""
-    return max(64, 1 << math.ceil(math.log2(max(k, 1))))
-
-
-MAX_FILTER_K = 1024
+    return pow2_at_least(k, 64)

@@ -1,0 +1,188 @@
+"""Compile every GPU kernel to PTX for sm_90 on a machine without a GPU, to compare code generation.
+
+    python scripts/kernel_ptx.py OUT_DIR          # needs numba-cuda with NVVM (pip install numba-cuda[cu13])
+    KNNGRAPH_SRC=../old/src python scripts/kernel_ptx.py before/      # the same for another checkout
+    diff before/summary.txt OUT_DIR/summary.txt   # same PTX: the change cannot have moved kernel speed
+
+With ``ptxas`` on PATH or from pip's ``nvidia-cuda-nvcc`` package, each line also gives registers, stack
+frame, spill bytes and shared memory (with the register caps the library launches with).
+
+Each kernel is compiled for a few representative argument signatures (the types the library's launches
+pass: C-contiguous arrays, int64 scalars). Symbol names are normalised (numba mangles the module path into
+them), comments are dropped, and ``summary.txt`` lists a hash per kernel, so a refactor that moves code
+between modules but leaves the generated code alone shows no difference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+from pathlib import Path
+
+# KNNGRAPH_SRC: another checkout's src/ (e.g. a worktree of the commit before a change)
+sys.path.insert(0, os.environ.get("KNNGRAPH_SRC") or str(Path(__file__).resolve().parents[1] / "src"))
+
+from numba import cuda, types  # noqa: E402
+
+A = types.Array
+f32, f16, i32, i64, u8, u32, u64 = (types.float32, types.float16, types.int32, types.int64, types.uint8,
+                                    types.uint32, types.uint64)
+
+
+def arr(dtype, ndim=2):
+    return A(dtype, ndim, "C")
+
+
+#: registers per thread the library caps kernels at (ptxas -maxrregcount), by case-name prefix
+REGISTER_CAPS = {"nnd_join": 64, "nnd_init": 64}
+
+
+def kernels():
+    """(name, python function, signature) for every kernel the library launches."""
+    import importlib.util
+
+    if importlib.util.find_spec("knngraph.primitives") is None:
+        return _legacy_kernels()
+    from knngraph.graphops import cuda as go
+    from knngraph.nndescent import _kernels as nk
+    from knngraph.primitives import _kselect_kernels as sk
+    from knngraph.primitives import _rescore_kernel as rf
+    from knngraph.song import _kernels as gk
+
+    return _cases(sk, rf, nk, gk, prune=go.prune_kernel, merge_lists=go.merge_lists_kernel)
+
+
+def _legacy_kernels():
+    """The same table, before the module contract refactor (modules as of a30c331)."""
+    from knngraph.bruteforce import _refine as rf
+    from knngraph.bruteforce import _select_kernels as sk
+    from knngraph.nndescent import _kernels as nk
+    from knngraph.song import _kernels as gk
+
+    return _cases(sk, rf, nk, gk, prune=gk.prune_kernel, merge_lists=nk.merge_lists_kernel)
+
+
+def _cases(sk, rf, nk, gk, *, prune, merge_lists):
+    out = []
+    sel_args = lambda dots: (i64, i64, i64, i64, i64, arr(dots), arr(f32, 1), f32, i64, i64, arr(f32), arr(i32),  # noqa: E731
+                             arr(f32), arr(i32), i64, arr(f32), arr(i32))
+    for dots in (f32, i32):
+        for src in (sk.SRC_DOTS, sk.SRC_PAIRS):
+            out.append((f"warp_filter_cap64_src{src}_{dots}", sk.warp_filter_kernel(64, src).py_func, sel_args(dots)))
+    out.append(("quickselect_f32", sk.quickselect_kernel.py_func,
+                (i64, i64, i64, i64, i64, i64, arr(f32), arr(f32, 1), f32, i64, i64, arr(f32), arr(i32), arr(f32),
+                 arr(i32), arr(f32), arr(i32), arr(f32), arr(i32))))
+    out.append(("refine_rows_f32", rf.refine_rows_kernel.py_func,
+                (arr(f32), arr(f32), arr(i32), arr(f32), arr(i32), i64)))
+    for dt in (u8, f32):
+        out.append((f"nnd_init_{dt}", nk.init_kernel(64).py_func,
+                    (arr(dt), arr(f32, 1), i64, arr(f32), arr(i32), arr(u8), i64, i64, i64)))
+    out.append(("nnd_sample", nk.sample_kernel.py_func,
+                (arr(i32), arr(u8), i64, i64, arr(i32), arr(i32, 1), arr(i32), arr(i32, 1), arr(i32), arr(i32, 1),
+                 arr(i32), arr(i32, 1))))
+    for dt, packed in ((f32, 0), (u8, 1), (f16, 0)):
+        out.append((f"nnd_join_{dt}_packed{packed}", nk.join_kernel(32, "lock", 64, 64, packed, 32).py_func,
+                    (arr(dt), arr(f32, 1), i64, arr(f32), arr(i32), arr(u8), arr(i32), arr(i32, 1), arr(i32),
+                     arr(i32, 1), arr(i32), arr(i32, 1), arr(i32), arr(i32, 1), i64, i64, arr(u64), arr(i32, 1),
+                     arr(i64, 1), arr(i32 if packed else dt), arr(f32, 1))))
+    out.append(("nnd_merge_candidates", nk.merge_kernel(64).py_func,
+                (arr(f32), arr(i32), arr(u8), arr(u64), arr(i64, 1))))
+    out.append(("nnd_merge_lists", merge_lists(128).py_func,
+                (arr(f32), arr(i32), arr(f32), arr(i32), arr(f32), arr(i32))))
+    for qcap, mode, base_t in ((32, gk.MODE_PACKED_U8, arr(u32)), (64, gk.MODE_GENERIC, arr(f32)),
+                               (64, gk.MODE_GENERIC, arr(f16))):
+        dpad = 128 if mode == gk.MODE_PACKED_U8 else 128
+        fn = gk.search_kernel(qcap, False, 4 * qcap, dpad, mode, 4).py_func
+        out.append((f"song_search_q{qcap}_mode{mode}_{base_t.dtype}", fn,
+                    (arr(i32), base_t, arr(f32), arr(f32, 1), arr(f32, 1), i64, arr(i32, 1), i64, i64, i64, i64,
+                     arr(i32, 1), arr(f32), arr(i32), arr(i32, 1), arr(i32, 1))))
+    out.append(("song_prune_u8", prune(192, 32, 4).py_func,
+                (arr(u8), arr(f32, 1), i64, types.float64, arr(i32), arr(i32), arr(i32), i64, types.boolean,
+                 arr(i32), arr(f32))))
+    return out
+
+
+def _pretend_sm90():
+    """Device functions compile for "the current device": with no GPU, say it is an sm_90 one."""
+    import types as pytypes
+
+    from numba.cuda import dispatcher
+
+    fake = pytypes.SimpleNamespace(compute_capability=(9, 0))
+    dispatcher.get_current_device = lambda: fake
+
+
+def _find_ptxas():
+    """pip's ptxas first (the same CUDA release as the NVVM that wrote the PTX), else one on PATH."""
+    import shutil
+
+    try:
+        import nvidia
+
+        for root in nvidia.__path__:
+            for cand in Path(root).glob("**/bin/ptxas"):
+                return str(cand)
+    except ImportError:
+        pass
+    return shutil.which("ptxas")
+
+
+def _resources(ptxas: str, ptx: str, cap) -> str:
+    """ptxas -v's registers, spill bytes and shared memory of the (single) entry, as 'regs=.. spill=..'."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ptx)
+        cmd = [ptxas, "-arch=sm_90", "-v", "-o", str(Path(tmp) / "k.cubin"), str(src)]
+        if cap:
+            cmd.insert(1, f"-maxrregcount={cap}")
+        res = subprocess.run(cmd, capture_output=True, text=True)
+    log = res.stderr
+    regs = re.search(r"Used (\d+) registers", log)
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    smem = re.search(r"(\d+) bytes smem", log)
+    stack = re.search(r"(\d+) bytes stack frame", log)
+    return (f"regs={regs.group(1) if regs else '?'} stack={stack.group(1) if stack else '?'} "
+            f"spill={spill.group(1) + '/' + spill.group(2) if spill else '?'} smem={smem.group(1) if smem else '0'}")
+
+
+def normalise(ptx: str) -> str:
+    lines = []
+    names: dict = {}
+    for line in ptx.splitlines():
+        if line.strip().startswith("//"):
+            continue
+        line = re.sub(r"_Z\w+", lambda m: names.setdefault(m.group(0), f"SYM{len(names)}"), line)
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "ptx")
+    out.mkdir(parents=True, exist_ok=True)
+    _pretend_sm90()
+    try:
+        cases = kernels()
+    except ImportError:
+        cases = _legacy_kernels()
+    summary = []
+    ptxas = _find_ptxas()
+    for name, fn, sig in cases:
+        ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
+        text = normalise(ptx)
+        (out / f"{name}.ptx").write_text(text)
+        line = f"{name} {hashlib.sha256(text.encode()).hexdigest()[:16]} {len(text.splitlines())}"
+        if ptxas:
+            cap = next((v for k, v in REGISTER_CAPS.items() if name.startswith(k)), None)
+            line += " " + _resources(ptxas, ptx, cap)
+        summary.append(line)
+        print(summary[-1], flush=True)
+    (out / "summary.txt").write_text("\n".join(summary) + "\n")
+
+
+if __name__ == "__main__":
+    main()

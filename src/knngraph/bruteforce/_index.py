@@ -1,0 +1,205 @@
+"""The exact index: :class:`Index`, :func:`build`, :func:`search`, :func:`extend`, :func:`save`,
+:func:`load`. Nothing is precomputed for search (the GEMM tiles are formed per call); with
+``graph_degree > 0`` the build also computes the exact k-NN graph of the dataset."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from .._device import (Device, array_kind, default_memory_limit, device_context, implementation, is_device_array,
+                       parse_memory, resolve_device, return_as)
+from .._validate import check_finite, check_k, check_same_dim, check_vectors
+from ..graph import Graph
+from ..index import Index as IndexBase
+from ..index import KNNResult, load_index, runtime_docs, save_index
+from ._params import IndexParams, SearchParams
+
+__all__ = ["Index", "build", "search", "extend", "save", "load"]
+
+
+@dataclasses.dataclass(eq=False)
+class Index(IndexBase):
+    """An exact index: the base vectors (as given, on the host or a GPU), the params and, when
+    ``params.graph_degree > 0``, the exact k-NN graph of the vectors (else None)."""
+
+    dataset: object
+    params: IndexParams
+    graph: Graph | None = None
+
+    algorithm = "exact"
+    _module = "knngraph.bruteforce"
+    _file_kind = "bruteforce-index"
+    _params_class = IndexParams
+
+
+def _budget(memory_limit, dev: Device):
+    limit = parse_memory(memory_limit)
+    if dev.is_cuda:
+        return limit or default_memory_limit(dev)
+    return limit
+
+
+def _exact(dev: Device, base, queries, k, metric, *, graph, select, memory_limit, verbose, stats=None):
+    """(distances, ids) of the exact top-k, on the implementation for ``dev`` (validated arrays)."""
+    with device_context(dev):
+        return implementation(__package__, dev).exact_knn(
+            base, queries, k, metric, graph=graph, memory_limit=_budget(memory_limit, dev), select=select,
+            device_index=dev.index, verbose=verbose, stats=stats)
+
+
+@runtime_docs
+def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, verbose: bool = True) -> Index:
+    """Validate ``dataset`` and wrap it in an :class:`Index`; with ``params.graph_degree > 0`` also
+    compute its exact k-NN graph (``index.graph``: NumPy arrays for host input, CuPy for device input).
+
+    Parameters
+    ----------
+    params : IndexParams
+    dataset : array of shape (n, d)
+        float32, float16, uint8 or int8 (float64 is cast to float32); NumPy (memory maps stream tile by
+        tile), CuPy, PyTorch or DLPack. Device arrays are used in place.
+    {device}
+    {memory_limit}
+    {verbose}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from knngraph import bruteforce
+    >>> x = np.random.default_rng(0).random((100, 8), dtype=np.float32)
+    >>> index = bruteforce.build(bruteforce.IndexParams(metric="euclidean", graph_degree=4), x, device="cpu")
+    >>> index.graph.indices.shape
+    (100, 4)
+    >>> d, i = bruteforce.search(index, x[:3], k=2, device="cpu")
+    >>> i[:, 0].tolist()
+    [0, 1, 2]
+    """
+    if not isinstance(params, IndexParams):
+        raise TypeError(f"params must be a knngraph.bruteforce.IndexParams, got {type(params).__name__}")
+    dev = resolve_device(device, dataset)
+    data = check_vectors(dataset, "dataset", on_gpu=dev.is_cuda and is_device_array(dataset))
+    check_finite(data, "dataset")
+    graph = None
+    if params.graph_degree:
+        k = check_k(params.graph_degree, data.shape[0], graph=True)
+        stats: dict = {}
+        t0 = time.perf_counter()
+        d, i = _exact(dev, data, data, k, params.metric, graph=True, select="auto", memory_limit=memory_limit,
+                      verbose=verbose, stats=stats)
+        if is_device_array(d) and not is_device_array(dataset):  # host input, host graph
+            d, i = d.get(), i.get()
+        info = {"method": "exact", "graph_degree": k, "build_seconds": time.perf_counter() - t0,
+                "device": "cuda" if dev.is_cuda else "cpu", **stats}
+        graph = Graph(i, d, params.metric, info)
+    return Index(data, params, graph)
+
+
+@runtime_docs
+def search(index: Index, queries, k: int, params: SearchParams | None = None, *, device="auto",
+           memory_limit=None, verbose: bool = True) -> KNNResult:
+    """Exact top-``k`` of each query among the index's vectors.
+
+    Parameters
+    ----------
+    index : Index
+    queries : array of shape (n_queries, d)
+        Same forms as the dataset; may live on another device than the index's vectors.
+    k : int
+        Neighbours per query, 1 <= k <= n.
+    params : SearchParams, optional
+    {device}
+    {memory_limit}
+    {verbose}
+
+    Returns
+    -------
+    KNNResult
+        ``(distances, indices)``: float32 and int32 arrays of shape (n_queries, k), nearest first, ties
+        broken by the lower id; in the framework of ``queries`` (NumPy, CuPy or PyTorch).
+    """
+    if not isinstance(index, Index):
+        raise TypeError(f"index must be a knngraph.bruteforce.Index, got {type(index).__name__}")
+    params = SearchParams() if params is None else params
+    if not isinstance(params, SearchParams):
+        raise TypeError(f"params must be a knngraph.bruteforce.SearchParams, got {type(params).__name__}")
+    kind = array_kind(queries)
+    dev = resolve_device(device, index.dataset, queries)
+    # a GPU index searched on the CPU is copied to the host; a host index searched on the GPU streams
+    base = check_vectors(index.dataset, "dataset", on_gpu=dev.is_cuda and is_device_array(index.dataset))
+    q = check_vectors(queries, "queries", on_gpu=dev.is_cuda and is_device_array(queries))
+    check_same_dim(base, q, "the index's vectors")
+    k = check_k(k, base.shape[0])
+    check_finite(q, "queries")
+    d, i = _exact(dev, base, q, k, index.metric, graph=False, select=params.select, memory_limit=memory_limit,
+                  verbose=verbose)
+    return KNNResult(return_as(kind, d), return_as(kind, i))
+
+
+@runtime_docs
+def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbose: bool = True) -> Index:
+    """A new index over the index's vectors followed by ``new_vectors`` (ids ``len(index) + i``); the
+    exact graph, if the index has one, is rebuilt over all vectors. ``index`` is unchanged.
+
+    Parameters
+    ----------
+    index : Index
+    new_vectors : array of shape (m, d)
+        Same dtype as the index's vectors.
+    {device}
+    {memory_limit}
+    {verbose}
+    """
+    if not isinstance(index, Index):
+        raise TypeError(f"index must be a knngraph.bruteforce.Index, got {type(index).__name__}")
+    dev = resolve_device(device, index.dataset, new_vectors)
+    new = check_vectors(new_vectors, "new_vectors", on_gpu=dev.is_cuda and is_device_array(new_vectors))
+    check_same_dim(index.dataset, new, "the index's vectors", "new_vectors")
+    check_finite(new, "new_vectors")
+    if new.dtype != index.dataset.dtype:
+        raise TypeError(f"new_vectors has dtype {new.dtype} but the index holds {index.dataset.dtype}; convert them "
+                        "first")
+    data = _concatenate(index.dataset, new)
+    return build(index.params, data, device=dev, memory_limit=memory_limit, verbose=verbose)
+
+
+def _concatenate(a, b):
+    """Rows of a then b: on the GPU when either is there, else in host memory."""
+    if is_device_array(a) or is_device_array(b):
+        from .._device import as_cupy
+
+        import cupy
+
+        return cupy.concatenate([as_cupy(a), as_cupy(b)])
+    from .._device import as_numpy
+
+    return np.concatenate([as_numpy(a), as_numpy(b)])
+
+
+def save(path, index: Index) -> None:
+    """Write ``index`` (vectors, params, graph if any) to ``path``: versioned, atomic, checksummed;
+    loadable on any device."""
+    if not isinstance(index, Index):
+        raise TypeError(f"index must be a knngraph.bruteforce.Index, got {type(index).__name__}")
+    arrays = {"dataset": index.dataset}
+    meta = {}
+    if index.graph is not None:
+        g = index.graph.to_host()
+        arrays.update(graph_indices=g.indices, graph_distances=g.distances)
+        meta["graph_info"] = g.info
+    save_index(path, index, arrays, meta)
+
+
+def load(path, *, metric: str | None = None) -> Index:
+    """Read an index written by :func:`save` (host arrays); ``metric``, when given, must match the saved
+    one."""
+    arrays, params, meta = load_index(path, Index, metric=metric)
+    if "dataset" not in arrays:
+        raise ValueError(f"{path}: not a complete exact index (no vectors)")
+    graph = None
+    if "graph_indices" in arrays:
+        graph = Graph(arrays["graph_indices"], arrays["graph_distances"], params.metric,
+                      dict(meta.get("graph_info", {})))
+    return Index(arrays["dataset"], params, graph)

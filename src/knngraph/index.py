@@ -1,0 +1,167 @@
+"""The module contract every algorithm folder follows, and the pieces they share.
+
+**The contract** (after cuVS's Python API, ``cuvs.neighbors.cagra``; parameter conventions after
+scikit-learn). Every algorithm folder (``knngraph.bruteforce``, ``knngraph.nndescent``,
+``knngraph.song``, and those to come) re-exports, in ``__all__``:
+
+==============================================  ===========================================================
+``IndexParams``                                 frozen, keyword-only dataclass of build parameters; every
+                                                field is checked on construction (the message names the
+                                                field, the allowed values and the value given); defaults
+                                                in the signature, ``0`` / ``"auto"`` documented sentinels
+``SearchParams``                                the same for search parameters (searchers only)
+``Index``                                       the built object: ``params``, ``dataset``, ``metric``,
+                                                ``shape``, ``search(queries, k, params=None, ...)``; a
+                                                graph builder's index has ``graph`` (a :class:`~knngraph.Graph`)
+``build(params, dataset, *, device, memory_limit, verbose)``   the index of ``dataset``
+``search(index, queries, k, params=None, *, device, verbose, ...)``  ``KNNResult(distances, indices)``
+``extend(index, new_vectors, *, device, memory_limit, verbose)``   a new index with the vectors added
+                                                (where the algorithm can add vectors)
+``from_graph(graph, dataset, params=None, *, device, ...)``  graph searchers: an index over any
+                                                builder's graph, so any builder's graph with any searcher
+                                                is one call
+``save(path, index)`` / ``load(path, *, metric=None)``  versioned, atomic, checksummed files; ``load``
+                                                refuses a ``metric`` other than the saved one
+==============================================  ===========================================================
+
+Vocabulary: ``graph_degree`` is the number of neighbours per node of a graph, everywhere; ``k`` is the
+number of neighbours per query. Run-time concerns are call arguments, never params fields: ``device``
+('auto', 'cpu', 'cuda', 'cuda:N'), ``memory_limit`` (bytes or "8GB"; None: free device memory minus a
+margin, a quarter of RAM on the CPU) and ``verbose`` (a progress bar on a terminal).
+
+Results are ``(distances, indices)``: float32 / int32 arrays of shape (n_queries, k), nearest first,
+ties broken by the lower id, -1 / inf where fewer than k neighbours exist, returned in the framework of
+the queries. Which algorithms exist, and what each can do, is :mod:`knngraph.registry`: the one table
+that ``knngraph.knn_graph``, the CLI, the scikit-learn transformer and the benchmarks read.
+
+CPU and GPU implementations sit behind one dispatch idiom (:func:`knngraph._device.implementation`);
+kernels are built from the shared helpers of :mod:`knngraph.primitives` and graph operations of
+:mod:`knngraph.graphops`; algorithms never import each other or the top-level API.
+
+**References** (cited by short name in the code): Komarov, Dashti, D'Souza, "Fast k-NNG Construction
+with GPU-Based Quick Multi-Select" (exact k-NN); Wang, Zhao, Zeng, "Fast k-NN Graph Construction by GPU
+based NN-Descent" (GNND, GGM); Zhao, Tan, Li, "SONG: Approximate Nearest Neighbor Search on GPU"
+(SONG); Groh, Ruppert, Wieschollek, Lensch, "GGNN: Graph-Based GPU Nearest Neighbor Search" (GGNN);
+Li, Li, Chang et al., "GRNND: A GPU-Parallel Relative NN-Descent Algorithm for Efficient Approximate
+Nearest Neighbor Graph Construction" (GRNND).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import ClassVar, NamedTuple
+
+import numpy as np
+
+from ._device import as_numpy
+from .graph import load_arrays, save_arrays
+
+__all__ = ["KNNResult", "Index", "save_index", "load_index", "RUNTIME_DOCS", "runtime_docs"]
+
+
+class KNNResult(NamedTuple):
+    """``(distances, indices)``: float32 distances and int32 ids, [n_queries, k], nearest first."""
+
+    distances: object
+    indices: object
+
+
+class Index:
+    """Base of every algorithm's ``Index`` (subclasses are dataclasses with ``params`` and ``dataset``).
+
+    Subclasses set ``algorithm`` (the :mod:`knngraph.registry` name), ``_file_kind`` (the index file's
+    kind) and ``_params_class``."""
+
+    algorithm: ClassVar[str] = ""
+    _module: ClassVar[str] = ""
+    _file_kind: ClassVar[str] = ""
+    _params_class: ClassVar[type] = object
+
+    @property
+    def metric(self) -> str:
+        """The metric the index was built with (see :mod:`knngraph.metrics`)."""
+        return self.params.metric
+
+    @property
+    def shape(self) -> tuple:
+        """(number of vectors, dimension)."""
+        return tuple(int(s) for s in self.dataset.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def search(self, queries, k: int, params=None, **kwargs) -> KNNResult:
+        """The top-``k`` of each query: the algorithm's ``search(self, queries, k, params, **kwargs)``."""
+        module = importlib.import_module(self._module)
+        if not hasattr(module, "search"):
+            raise TypeError(f"{self.algorithm} builds graphs and has no search of its own; search its graph with "
+                            "a graph searcher, e.g. knngraph.song.search(knngraph.song.from_graph(index.graph, "
+                            "index.dataset), queries, k)")
+        return module.search(self, queries, k, params, **kwargs)
+
+
+def save_index(path, index: Index, arrays: dict, meta: dict | None = None) -> None:
+    """Write ``arrays`` (name -> array, host copies are made) and the index's params to ``path``
+    (versioned, atomic, checksummed; see :func:`knngraph.graph.save_arrays`)."""
+    params = {f.name: getattr(index.params, f.name) for f in dataclasses.fields(index.params)}
+    header = {"metric": index.metric, "params": _jsonable(params), **(meta or {})}
+    save_arrays(path, index._file_kind, {name: as_numpy(a) for name, a in arrays.items()}, header)
+
+
+def load_index(path, cls: type, *, metric: str | None = None) -> tuple[dict, object, dict]:
+    """(arrays, params, meta) of an index file written by :func:`save_index` for ``cls``; ValueError when
+    the file holds another kind of object, misses parts, or was saved with a metric other than
+    ``metric`` (when given)."""
+    from .metrics import canonical_metric
+
+    arrays, meta = load_arrays(path, cls._file_kind)
+    try:
+        params = cls._params_class(**meta["params"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: not a complete {cls.algorithm} index ({type(exc).__name__}: {exc})") from None
+    if metric is not None and canonical_metric(metric) != params.metric:
+        raise ValueError(f"{path}: index was saved with metric {params.metric!r}, not {metric!r}")
+    return arrays, params, meta
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+#: docstring fragments of the run-time call arguments, shared by every public function
+RUNTIME_DOCS = {
+    "device": """device : {'auto', 'cpu', 'cuda', 'cuda:N'}, default='auto'
+        Where to run: 'auto' uses the GPU when CuPy and numba-cuda can run on one (the GPU holding a
+        device input first), else the CPU.""",
+    "memory_limit": """memory_limit : int or str or None, default=None
+        Most bytes of working memory ("8GB" works): device memory on the GPU. None: free device memory
+        minus a margin (GPU), a quarter of RAM (CPU). Work is cut to fit.""",
+    "verbose": """verbose : bool, default=True
+        A progress bar for long work (only on a terminal).""",
+}
+
+
+def runtime_docs(fn):
+    """Decorator: replace ``{device}``, ``{memory_limit}`` and ``{verbose}`` in ``fn``'s docstring by the
+    shared descriptions (indented like the line they stand on)."""
+    doc = fn.__doc__
+    if doc:
+        lines = []
+        for line in doc.split("\n"):
+            stripped = line.strip()
+            if stripped.startswith("{") and stripped.endswith("}") and stripped[1:-1] in RUNTIME_DOCS:
+                indent = line[:len(line) - len(line.lstrip())]
+                text = RUNTIME_DOCS[stripped[1:-1]]
+                lines += [indent + t.strip() if i == 0 else indent + "    " + t.strip()
+                          for i, t in enumerate(text.split("\n"))]
+            else:
+                lines.append(line)
+        fn.__doc__ = "\n".join(lines)
+    return fn

@@ -1,0 +1,383 @@
+"""The NN-Descent index: :class:`Index`, :func:`build`, :func:`extend`, :func:`merge_graphs`, :func:`save`,
+:func:`load`, and the choice between an in-memory and an out-of-core build."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+
+import numpy as np
+
+from .._device import (Device, as_cupy, as_numpy, default_memory_limit, is_device_array, parse_memory,
+                       resolve_device)
+from .._validate import check_finite, check_k, check_same_dim, check_vectors
+from ..graph import Graph
+from ..index import Index as IndexBase
+from ..index import load_index, runtime_docs, save_index
+from ..primitives.distances import DIST_COS, distance_kind, report_distances
+from . import _build
+from ._common import auto_sample_size
+from ._params import IndexParams
+
+__all__ = ["Index", "build", "extend", "merge_graphs", "save", "load", "AUTO_MAX_SHARDS"]
+
+#: out_of_core='auto' merges shard pairs up to this many shards, then switches to clusters
+AUTO_MAX_SHARDS = 4
+
+
+@dataclasses.dataclass(eq=False)
+class Index(IndexBase):
+    """An NN-Descent graph with the vectors it was built on (ready for :func:`extend`).
+
+    Attributes
+    ----------
+    dataset : array
+        The vectors (as given: NumPy, memory map or CuPy).
+    params : IndexParams
+    graph : Graph
+        The k-NN graph (self excluded), nearest first.
+    """
+
+    dataset: object
+    params: IndexParams
+    graph: Graph
+
+    algorithm = "nndescent"
+    _module = "knngraph.nndescent"
+    _file_kind = "nndescent-index"
+    _params_class = IndexParams
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _config(params: IndexParams, k: int, dev: Device, verbose: bool) -> _build.Config:
+    if params.update == "all" and dev.is_cuda:
+        raise ValueError("update='all' is only implemented on the CPU; the GPU path uses GNND's selective "
+                         "update (update='auto' or 'selective')")
+    if params.init == "rp_forest" and dev.is_cuda:
+        raise ValueError("init='rp_forest' is only implemented on the CPU; the GPU path starts from cluster windows "
+                         "or random lists (init='auto', 'cluster_windows' or 'random')")
+    if params.init == "cluster_windows" and not dev.is_cuda:
+        raise ValueError("init='cluster_windows' is only implemented on the GPU; the CPU path starts from a random "
+                         "projection forest or random lists (init='auto', 'rp_forest' or 'random')")
+    selective = params.update == "selective" or (params.update == "auto" and dev.is_cuda)
+    kind = distance_kind(params.metric)
+    if params.init != "auto":
+        init = params.init
+    else:
+        init = "random" if dev.is_cuda else "rp_forest"
+    p = params.sample_size or auto_sample_size(k, selective)
+    p = max(1, min(p, k))
+    return _build.Config(k=k, p=p, max_iterations=params.max_iterations, threshold=params.termination_threshold,
+                         seed=params.seed, selective=selective, kind=kind, verbose=verbose, init=init)
+
+
+def _budget(memory_limit, dev: Device) -> int:
+    return parse_memory(memory_limit) or default_memory_limit(dev)
+
+
+def _engine_rows_fit(engine, n, d, itemsize, cfg, budget, cosine, on_device) -> bool:
+    # device-resident input is used in place: its vectors need no second copy
+    return n * _build._build_bytes_per_node(engine, n, d, 0 if on_device else itemsize, cfg, cosine) <= budget
+
+
+# Many large shards: the pairwise merges start each cross list from random nodes of the other shard,
+# and in a large shard too few of them find their way to the true neighbours (see the warning in
+# _build_arrays and the out-of-core results of benchmarks/REPORT.md).
+MANY_SHARDS = 8
+LARGE_SHARD_ROWS = 100_000
+
+
+def _build_arrays(data, k, params: IndexParams, dev: Device, verbose: bool, info: dict, *, memory_limit=None,
+                  simulate=False, callback=None, force_shard_rows=None):
+    """(distances, ids) of the k-NN graph of validated ``data`` (internal distances; engine or host arrays)."""
+    cfg = _config(params, k, dev, verbose)
+    engine = _build.make_engine(dev, simulate=simulate)
+    n, d = data.shape
+    cosine = cfg.kind == DIST_COS
+    budget = _budget(memory_limit, Device("cpu") if simulate else dev)
+    info.update(sample_size=cfg.p, update="selective" if cfg.selective else "all", init=cfg.init)
+    with engine:
+        on_device = engine.is_cuda and is_device_array(data)
+        fits = _engine_rows_fit(engine, n, d, data.dtype.itemsize, cfg, budget, cosine, on_device)
+        if fits and force_shard_rows is None:
+            stats: dict = {}
+            gd, gi = _build.build_in_memory(engine, data, cfg, stats=stats, callback=callback)
+            info.update(stats)
+            return gd, gi, engine
+        def pair_rows():
+            return force_shard_rows or _build.plan_shard_rows(engine, n, d, data.dtype.itemsize, cfg, budget,
+                                                              cosine=cosine)
+
+        strategy = params.out_of_core
+        if strategy == "auto":
+            # the pair plan raises MemoryError when not even two small shards fit: then nothing fits
+            strategy = "shard_pairs" if -(-n // min(pair_rows(), (n + 1) // 2)) <= AUTO_MAX_SHARDS else "clusters"
+        if strategy == "clusters":
+            rows = force_shard_rows or _build.plan_piece_rows(engine, n, d, data.dtype.itemsize, cfg, budget,
+                                                              cosine=cosine)
+            rows = min(rows, max(n // 2, 1))
+            stats = {}
+            gd, gi = _build.clustered_build(engine, data, cfg, rows, metric=params.metric,
+                                            overlap=params.cluster_overlap, stats=stats)
+            info.update(stats)
+            return gd, gi, engine
+        rows = pair_rows()
+        if rows >= n:
+            rows = (n + 1) // 2
+        n_shards = -(-n // rows)
+        if n_shards > MANY_SHARDS and rows >= LARGE_SHARD_ROWS and force_shard_rows is None:
+            warnings.warn(
+                f"nn-descent: memory_limit splits the data into {n_shards} shards; every shard pair is merged "
+                f"once, and with more than about {MANY_SHARDS} large shards the merged graph loses much recall "
+                "(see the out-of-core results in benchmarks/REPORT.md). Use out_of_core='clusters' (or 'auto'), "
+                "raise memory_limit so that fewer, larger shards are needed, or check recall on a sample with "
+                "knngraph.evaluate.", RuntimeWarning, stacklevel=3)
+        stats = {"out_of_core": "shard_pairs"}
+        gd, gi = _build.sharded_build(engine, data, cfg, rows, stats=stats)
+        info.update(stats)
+        return gd, gi, engine
+
+
+def _finish_graph(gd, gi, metric, info, want_device: bool, engine) -> Graph:
+    xp = engine.xp if (engine.is_cuda and not engine.simulate and not isinstance(gd, np.ndarray)) else np
+    dist = report_distances(gd, metric, xp)
+    if want_device:
+        return Graph(as_cupy(gi), as_cupy(dist), metric, info)
+    return Graph(as_numpy(gi).astype(np.int32, copy=False), as_numpy(dist), metric, info)
+
+
+def _validated(dataset, name, dev, k=None):
+    data = check_vectors(dataset, name, on_gpu=dev.is_cuda and is_device_array(dataset))
+    check_finite(data, name)
+    if k is not None:
+        check_k(k, data.shape[0], graph=True)
+    return data
+
+
+# --------------------------------------------------------------------------------------------------
+# public API
+
+
+@runtime_docs
+def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, verbose: bool = True,
+          _simulate: bool = False, _callback=None) -> Index:
+    """Build the approximate k-NN graph of ``dataset``.
+
+    Parameters
+    ----------
+    params : IndexParams
+    dataset : array of shape (n, d)
+        float32, float16, uint8 or int8 (float64 is cast); NumPy (memory maps are read shard by shard
+        when they do not fit ``memory_limit``), CuPy, PyTorch or DLPack.
+    {device}
+    {memory_limit}
+        Data that does not fit is built in parts, as ``params.out_of_core`` says.
+    {verbose}
+
+    Returns
+    -------
+    Index
+        ``index.graph`` holds int32 ids and float32 distances (n, graph_degree), nearest first; NumPy for
+        host input, CuPy for device input.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from knngraph import nndescent
+    >>> x = np.random.default_rng(0).random((500, 8), dtype=np.float32)
+    >>> index = nndescent.build(nndescent.IndexParams(graph_degree=10), x, device="cpu", verbose=False)
+    >>> index.graph.indices.shape
+    (500, 10)
+    """
+    if not isinstance(params, IndexParams):
+        raise TypeError(f"params must be a knngraph.nndescent.IndexParams, got {type(params).__name__}")
+    dev = Device("cpu") if _simulate else resolve_device(device, dataset)
+    data = _validated(dataset, "dataset", dev, params.graph_degree)
+    t0 = time.perf_counter()
+    info = {"method": "nndescent", "graph_degree": params.graph_degree, "device": "cuda" if dev.is_cuda else "cpu",
+            "seed": params.seed}
+    gd, gi, engine = _build_arrays(data, params.graph_degree, params, Device("cuda") if _simulate else dev, verbose,
+                                   info, memory_limit=memory_limit, simulate=_simulate, callback=_callback)
+    info["build_seconds"] = time.perf_counter() - t0
+    graph = _finish_graph(gd, gi, params.metric, info, dev.is_cuda and is_device_array(dataset), engine)
+    return Index(data, params, graph)
+
+
+def _check_graph(g, name, base, base_name):
+    if not isinstance(g, Graph):
+        raise TypeError(f"{name} must be a knngraph.Graph, got {type(g).__name__}")
+    if g.n != base.shape[0]:
+        raise ValueError(f"{name} has {g.n} nodes but {base_name} has {base.shape[0]} vectors; they must match")
+
+
+@runtime_docs
+def merge_graphs(g1: Graph, g2: Graph, base1, base2, params: IndexParams | None = None, *, graph_degree=None,
+                 device="auto", verbose: bool = True) -> Graph:
+    """Merge the k-NN graphs of two disjoint sets into the graph of their union (GGM, GNND section 5.1).
+
+    Each list keeps its first half and gets the other half from random nodes of the other set; NN-Descent
+    then refines the lists comparing only pairs from different sets; finally the removed halves are merged
+    back. Nodes of ``base2`` get ids ``len(base1) + i``.
+
+    Parameters
+    ----------
+    g1, g2 : Graph
+        Graphs of ``base1`` and ``base2`` (same metric), e.g. from :func:`build`.
+    base1, base2 : array of shape (n1, d), (n2, d)
+    params : IndexParams, optional
+        Iteration settings (``sample_size``, ``max_iterations``, ``termination_threshold``, ``update``,
+        ``seed``); its ``metric`` and ``graph_degree`` are taken from the graphs.
+    graph_degree : int, optional
+        Degree of the result, at most the smaller degree of g1 and g2 (the default).
+    {device}
+    {verbose}
+
+    Returns
+    -------
+    Graph
+        The graph of ``concatenate([base1, base2])``.
+
+    Examples
+    --------
+    >>> import numpy as np, knngraph
+    >>> x = np.random.default_rng(0).random((400, 4), dtype=np.float32)
+    >>> g1 = knngraph.knn_graph(x[:200], 8, method="exact", device="cpu", verbose=False)
+    >>> g2 = knngraph.knn_graph(x[200:], 8, method="exact", device="cpu", verbose=False)
+    >>> g = knngraph.merge_graphs(g1, g2, x[:200], x[200:], device="cpu", verbose=False)
+    >>> g.indices.shape
+    (400, 8)
+    """
+    if not isinstance(g1, Graph) or not isinstance(g2, Graph):
+        bad = g1 if not isinstance(g1, Graph) else g2
+        raise TypeError(f"g1 and g2 must be knngraph.Graph objects, got {type(bad).__name__}")
+    if g1.metric != g2.metric:
+        raise ValueError(f"g1 and g2 use different metrics ({g1.metric!r} and {g2.metric!r}); they must match")
+    if params is not None and not isinstance(params, IndexParams):
+        raise TypeError(f"params must be a knngraph.nndescent.IndexParams, got {type(params).__name__}")
+    dev = resolve_device(device, base1, base2)
+    b1 = _validated(base1, "base1", dev)
+    b2 = _validated(base2, "base2", dev)
+    check_same_dim(b1, b2, "base1", "base2")
+    _check_graph(g1, "g1", b1, "base1")
+    _check_graph(g2, "g2", b2, "base2")
+    g1.validate_ids()
+    g2.validate_ids()
+    max_k = min(g1.degree, g2.degree)
+    k = max_k if graph_degree is None else graph_degree
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"graph_degree must be an integer, got {type(k).__name__} {k!r}")
+    if not 1 <= k <= max_k:
+        raise ValueError(f"graph_degree must be in [1, {max_k}] (the smaller degree of g1 and g2), got {k}")
+    if k >= b1.shape[0] + b2.shape[0]:
+        raise ValueError(f"graph_degree={k} must be smaller than the number of vectors of the union "
+                         f"({b1.shape[0] + b2.shape[0]})")
+    params = dataclasses.replace(params or IndexParams(), graph_degree=int(k), metric=g1.metric)
+    return _merge(g1, g2, b1, b2, params, dev, verbose, want_device=dev.is_cuda and is_device_array(base1))
+
+
+def _merge(g1, g2, b1, b2, params, dev, verbose, *, want_device, simulate=False):
+    t0 = time.perf_counter()
+    k = params.graph_degree
+    # a merge starts the cross halves from random nodes whatever ``init`` says (GGM, Alg. 3)
+    cfg = _config(dataclasses.replace(params, init="random"), k, Device("cuda") if simulate else dev, verbose)
+    engine = _build.make_engine(dev, simulate=simulate)
+    xp = engine.xp
+    if b1.dtype != b2.dtype:
+        b1 = b1.astype(np.float32)
+        b2 = b2.astype(np.float32)
+    n1 = b1.shape[0]
+    with engine:
+        x_host_or_dev = xp.concatenate([engine.asarray(b1), engine.asarray(b2)])
+        x, inv = engine.prepare(x_host_or_dev, cfg.kind)
+        g1d = _build.to_internal(engine.asarray(g1.distances[:, :k]), params.metric, xp)
+        g2d = _build.to_internal(engine.asarray(g2.distances[:, :k]), params.metric, xp)
+        g1i = xp.ascontiguousarray(engine.asarray(g1.indices[:, :k]))
+        g2i = xp.ascontiguousarray(engine.asarray(g2.indices[:, :k]))
+        # GGM assumes every list is sorted by (distance, id); graphs from other builders may order ties
+        # differently, which only matters for which half is kept
+        stats: dict = {}
+        gd, gi = _build.ggm(engine, x, inv, n1, g1d, g1i, g2d, g2i, cfg, readd=True, stats=stats)
+        info = {"method": "nndescent-merge", "graph_degree": k, "device": "cuda" if dev.is_cuda else "cpu",
+                "sample_size": cfg.p, **stats, "build_seconds": time.perf_counter() - t0}
+        return _finish_graph(gd, gi, params.metric, info, want_device, engine)
+
+
+@runtime_docs
+def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbose: bool = True) -> Index:
+    """Add ``new_vectors`` to ``index`` (GNND section 5.1, incremental construction): build their own
+    graph (exactly when there are at most graph_degree of them), then merge it into the index's graph
+    with GGM. The new vectors get ids ``len(index) + i``. Returns a new :class:`Index`; ``index`` is
+    unchanged.
+
+    Parameters
+    ----------
+    index : Index
+    new_vectors : array of shape (m, d)
+        Same dtype as the index's vectors.
+    {device}
+    {memory_limit}
+    {verbose}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from knngraph import nndescent
+    >>> x = np.random.default_rng(0).random((600, 8), dtype=np.float32)
+    >>> index = nndescent.build(nndescent.IndexParams(graph_degree=10), x[:500], device="cpu", verbose=False)
+    >>> nndescent.extend(index, x[500:], device="cpu", verbose=False).graph.indices.shape
+    (600, 10)
+    """
+    if not isinstance(index, Index):
+        raise TypeError(f"index must be a knngraph.nndescent.Index, got {type(index).__name__}")
+    dev = resolve_device(device, index.dataset, new_vectors)
+    new = _validated(new_vectors, "new_vectors", dev)
+    check_same_dim(index.dataset, new, "index.dataset", "new_vectors")
+    old = index.dataset
+    if new.dtype != old.dtype:
+        raise TypeError(f"new_vectors has dtype {new.dtype} but the index holds {old.dtype}; convert them first")
+    k = index.graph.degree
+    if new.shape[0] <= k:
+        dist, ids = _build.small_exact_lists(new, k, index.metric)
+        g_new = Graph(ids, dist, index.metric, {"method": "exact"})
+    else:
+        params = dataclasses.replace(index.params, graph_degree=k, seed=index.params.seed + 1)
+        g_new = build(params, new, device=dev, memory_limit=memory_limit, verbose=verbose).graph
+    on_dev = dev.is_cuda and is_device_array(old)
+    old_b = old if (on_dev or not is_device_array(old)) else as_numpy(old)
+    new_b = new if (on_dev or not is_device_array(new)) else as_numpy(new)
+    params = dataclasses.replace(index.params, graph_degree=k)
+    merged = _merge(index.graph, g_new, old_b, new_b, params, dev, verbose, want_device=on_dev)
+    if on_dev:
+        import cupy as cp
+
+        data = cp.concatenate([as_cupy(old), as_cupy(new)])
+    else:
+        data = np.concatenate([as_numpy(old), as_numpy(new)])
+    merged.info["method"] = "nndescent"
+    merged.info["added"] = int(new.shape[0])
+    return Index(data, params, merged)
+
+
+def save(path, index: Index) -> None:
+    """Write the index (graph, vectors, params) to ``path`` (versioned, atomic, checksummed)."""
+    if not isinstance(index, Index):
+        raise TypeError(f"index must be a knngraph.nndescent.Index, got {type(index).__name__}")
+    g = index.graph.to_host()
+    info = {k: v for k, v in g.info.items() if isinstance(v, (int, float, str, bool))}
+    save_index(path, index, {"indices": g.indices, "distances": g.distances, "dataset": index.dataset},
+               {"info": info})
+
+
+def load(path, *, metric: str | None = None) -> Index:
+    """Read an index written by :func:`save` (host arrays); ``metric``, when given, must match."""
+    arrays, params, meta = load_index(path, Index, metric=metric)
+    try:
+        graph = Graph(arrays["indices"], arrays["distances"], params.metric, dict(meta.get("info", {})))
+        dataset = arrays["dataset"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: not a complete NN-Descent index ({exc})") from None
+    return Index(dataset, params, graph)

@@ -1,0 +1,77 @@
+"""Parameters of an NN-Descent build: :class:`IndexParams`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .._params import Interval, Metric, Options, Params
+
+__all__ = ["IndexParams", "UPDATE_MODES", "INIT_MODES", "OUT_OF_CORE", "MAX_SAMPLE_SIZE"]
+
+UPDATE_MODES = ("auto", "all", "selective")
+INIT_MODES = ("auto", "random", "rp_forest", "cluster_windows")
+OUT_OF_CORE = ("auto", "clusters", "shard_pairs")
+#: largest sample count p (the GPU join's shared memory is sized for it)
+MAX_SAMPLE_SIZE = 32
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class IndexParams(Params):
+    """Parameters of an NN-Descent graph build.
+
+    Parameters
+    ----------
+    graph_degree : int, default=32
+        Neighbours kept per node (1 <= graph_degree < n).
+    metric : {'sqeuclidean', 'euclidean', 'inner_product', 'cosine'}, default='sqeuclidean'
+        Distance; see :mod:`knngraph.metrics`.
+    sample_size : int, default=0
+        p, the NEW and OLD entries sampled from each list per iteration (GNND section 4.1); reverse
+        samples add up to p more of each. 0 = auto: graph_degree, at most 32 (the GNND authors used 64
+        neighbours and p=32).
+    max_iterations : int, default=20
+        Iteration cap.
+    termination_threshold : float, default=0.001
+        Stop when an iteration changes fewer than this share of the n * graph_degree list entries.
+    update : {'auto', 'all', 'selective'}, default='auto'
+        'selective' inserts only each sample's nearest partners (GNND section 4.3); 'all' inserts every
+        improving pair (classic NN-Descent; CPU only). 'auto': 'selective' on the GPU, 'all' on the CPU,
+        where distance computations dominate and 'all' reaches a given recall sooner.
+    init : {'auto', 'random', 'rp_forest', 'cluster_windows'}, default='auto'
+        Initial lists. 'random': graph_degree random nodes each (GNND Alg. 1). 'rp_forest' (CPU only):
+        every node's nearest leaf-mates in a forest of random projection trees, as pynndescent starts
+        NN-Descent; far fewer iterations follow. The forest has ``max(3, min(12, round(2 log10 n)))``
+        trees with leaves of at most ``max(32, min(256, 5 graph_degree))`` points. 'cluster_windows' (GPU
+        only): the exact k-NN inside windows of ``max(1024, 2 graph_degree)`` consecutive points of three
+        k-means cluster orderings, by batched GEMM; a better start than random lists but no sooner at
+        graph recall 0.99 and above (its lists lack long-range links; ``benchmarks/profile_join.py``).
+        Meant for L2 and cosine. 'auto': 'rp_forest' on the CPU, 'random' on the GPU.
+    seed : int, default=0
+        Seeds the initial graph and (CPU) the reverse sampling. Same seed, same CPU result.
+    out_of_core : {'auto', 'clusters', 'shard_pairs'}, default='auto'
+        How data larger than the build's ``memory_limit`` is built (see the package docs):
+        'shard_pairs' is the paper's all-pairs GGM merge of equal shards; 'clusters' builds overlapping
+        k-means clusters one at a time; 'auto' takes shard pairs when at most 4 shards are needed, else
+        clusters.
+    cluster_overlap : int, default=3
+        With ``out_of_core='clusters'``: how many nearest clusters each row joins (1 to 8). The work is
+        about ``cluster_overlap`` in-memory builds; more overlap keeps more of the neighbours that lie
+        across cluster borders (recall against overlap: ``benchmarks/REPORT.md``).
+    """
+
+    graph_degree: int = 32
+    metric: str = "sqeuclidean"
+    sample_size: int = 0
+    max_iterations: int = 20
+    termination_threshold: float = 0.001
+    update: str = "auto"
+    init: str = "auto"
+    seed: int = 0
+    out_of_core: str = "auto"
+    cluster_overlap: int = 3
+
+    _constraints = {"graph_degree": Interval(1, None), "metric": Metric(), "sample_size": Interval(0, MAX_SAMPLE_SIZE),
+                    "max_iterations": Interval(1, None),
+                    "termination_threshold": Interval(0.0, 1.0, integer=False), "update": Options(UPDATE_MODES),
+                    "init": Options(INIT_MODES), "seed": Interval(0, 2**63 - 1), "out_of_core": Options(OUT_OF_CORE),
+                    "cluster_overlap": Interval(1, 8)}

@@ -1,0 +1,32 @@
+"""Device helpers written once and shared by every algorithm (CPU and GPU).
+
+What lives where:
+
+==================  ==================================================================================
+``constants``       warp width, full lane mask, the "no id" sentinel that sorts last, power-of-two sizes
+``compile``         the one idiom for "written once, compiled for CPU and GPU" (below), and the
+                    threaded / serial twins of parallel CPU kernels
+``distances``       distance kinds, accumulator -> distance (:func:`~.distances.finish_distance`),
+                    single-pair distances on the CPU, inverse norms, reported distances
+``lists``           (distance, id) order, short sorted lists, binary max-heaps and the symmetric
+                    min-max heap (a bounded double-ended priority queue)
+``visited``         visited sets of graph searches: open-addressing hash table with deletion, Bloom filter
+``random``          the integer hash that is the only source of randomness of the kernels, and random
+                    arithmetic progressions (distinct random ids without a duplicate check)
+``warp``            (CUDA) warp reductions, warp distances, warp bitonic sort
+``kselect``         per-row k-selection of matrix tiles on the GPU (quick multi-select, warp filter)
+``rescore``         exact distances of chosen neighbour ids (L2 without cancellation), re-sorted
+==================  ==================================================================================
+
+**Written once, compiled for CPU and GPU.** A helper is a plain Python function decorated with
+:func:`~knngraph.primitives.compile.host_and_device`. That gives a ``numba.njit`` dispatcher, which CPU
+code calls directly and CUDA kernels may call too (numba-cuda compiles a called ``njit`` function for the
+device). Kernels that want the helper forced inline get its CUDA build with
+:func:`~knngraph.primitives.compile.cuda_version` (``cuda.jit(device=True, inline=True)`` of the same
+source), bound once at the top of the kernel module. Nothing here allocates: every structure lives in a
+slice of an array the caller owns (per-thread scratch on the CPU, shared memory on the GPU).
+
+Modules without ``cuda`` / ``warp`` / ``kernels`` in their purpose import only NumPy and numba's CPU
+target, so ``import knngraph`` stays free of numba.cuda and CuPy; the CUDA modules are imported on first
+GPU use.
+"""

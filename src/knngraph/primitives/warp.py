@@ -1,0 +1,132 @@
+"""Warp-level CUDA device helpers shared by the kernels of every algorithm: sums and minima over a warp,
+distances computed by a whole warp, and the warp bitonic sort of (key, id) lists in shared memory.
+
+Imports numba.cuda: imported by kernel modules only (on first GPU use). All 32 lanes of a warp must call
+each of these (they use full-mask shuffles or ``syncwarp``).
+"""
+
+from __future__ import annotations
+
+from numba import cuda, float32
+
+from .compile import cuda_version
+from .constants import FULL_MASK, WARP
+from .distances import DIST_L2SQ, finish_distance
+from .lists import less
+
+__all__ = ["warp_sum", "warp_min", "warp_distance", "warp_partials4", "bitonic_stages", "warp_bitonic_sort",
+           "less_device", "finish_device"]
+
+#: the CUDA builds of the shared CPU/GPU helpers the warp code uses (forced inline)
+less_device = cuda_version(less)
+finish_device = cuda_version(finish_distance)
+
+
+@cuda.jit(device=True, inline=True)
+def warp_sum(acc):
+    """Sum of ``acc`` over the warp by a butterfly of shuffles; every lane gets it."""
+    off = 16
+    while off > 0:
+        acc += cuda.shfl_xor_sync(FULL_MASK, acc, off)
+        off //= 2
+    return acc
+
+
+@cuda.jit(device=True, inline=True)
+def warp_min(bd, bv):
+    """(distance, id) minimum over the warp in (distance, id) order; every lane gets it."""
+    off = 16
+    while off > 0:
+        od = cuda.shfl_xor_sync(FULL_MASK, bd, off)
+        ov = cuda.shfl_xor_sync(FULL_MASK, bv, off)
+        if less_device(od, ov, bd, bv):
+            bd = od
+            bv = ov
+        off //= 2
+    return bd, bv
+
+
+@cuda.jit(device=True, inline=True)
+def warp_distance(kind, x, i, y, j, inv_x, inv_y, lane):
+    """Distance between x[i] and y[j] computed by a whole warp: lane t sums dims t, t+32, ...; the
+    partial sums are combined by :func:`warp_sum`, so every lane returns the result."""
+    d = x.shape[1]
+    acc = float32(0.0)
+    if kind == DIST_L2SQ:
+        for t in range(lane, d, WARP):
+            diff = float32(x[i, t]) - float32(y[j, t])
+            acc += diff * diff
+    else:
+        for t in range(lane, d, WARP):
+            acc += float32(x[i, t]) * float32(y[j, t])
+    return finish_device(kind, warp_sum(acc), inv_x, i, inv_y, j)
+
+
+@cuda.jit(device=True, inline=True)
+def warp_partials4(kind, base, v0, v1, v2, v3, q, qrow, dim, lane):
+    """Per-lane partial sums (lane t: dims t, t + 32, ...) of four rows of ``base`` against q[qrow, :dim]:
+    squared differences (L2) or products. The four rows' loads are in flight together, which is what
+    latency-bound callers need (a graph search's candidates, NN-Descent's random initial lists); finish
+    each with :func:`warp_sum`."""
+    a0 = float32(0.0)
+    a1 = float32(0.0)
+    a2 = float32(0.0)
+    a3 = float32(0.0)
+    for t in range(lane, dim, WARP):
+        qt = float32(q[qrow, t])
+        x0 = float32(base[v0, t])
+        x1 = float32(base[v1, t])
+        x2 = float32(base[v2, t])
+        x3 = float32(base[v3, t])
+        if kind == DIST_L2SQ:
+            x0 -= qt
+            x1 -= qt
+            x2 -= qt
+            x3 -= qt
+            a0 += x0 * x0
+            a1 += x1 * x1
+            a2 += x2 * x2
+            a3 += x3 * x3
+        else:
+            a0 += x0 * qt
+            a1 += x1 * qt
+            a2 += x2 * qt
+            a3 += x3 * qt
+    return a0, a1, a2, a3
+
+
+@cuda.jit(device=True, inline=True)
+def bitonic_stages(keys, ids, base, size, span, lane):
+    """The compare-exchange stages of one bitonic merge of width ``span`` over keys/ids[base : base +
+    size] (``size``, ``span`` powers of two): blocks of ``span`` with bit ``span`` of their start clear
+    end ascending, the others descending (so ``span == size`` merges one bitonic run ascending)."""
+    stride = span // 2
+    while stride > 0:
+        for t in range(lane, size // 2, WARP):
+            # pair t of this stage: its low element i has bit ``stride`` clear (stride is a power of two)
+            i = ((t & ~(stride - 1)) << 1) | (t & (stride - 1))
+            j = i + stride
+            ak = keys[base + i]
+            ai = ids[base + i]
+            bk = keys[base + j]
+            bi = ids[base + j]
+            if (i & span) == 0:
+                swap = less_device(bk, bi, ak, ai)
+            else:
+                swap = less_device(ak, ai, bk, bi)
+            if swap:
+                keys[base + i] = bk
+                ids[base + i] = bi
+                keys[base + j] = ak
+                ids[base + j] = ai
+        cuda.syncwarp(FULL_MASK)
+        stride //= 2
+
+
+@cuda.jit(device=True, inline=True)
+def warp_bitonic_sort(keys, ids, base, size, lane):
+    """Sort keys/ids[base : base + size] ascending by (key, id); ``size`` a power of two; one warp."""
+    span = 2
+    while span <= size:
+        bitonic_stages(keys, ids, base, size, span, lane)
+        span *= 2

@@ -1,0 +1,93 @@
+"""The one table of knngraph's algorithms.
+
+``knngraph.knn_graph(method=...)``, the command line, the scikit-learn transformer, the benchmark runner
+and the search-index builders (e.g. SONG's ``build_algo``) all read it; nothing else lists algorithms.
+Each entry names the algorithm's folder (imported on first use) and what it can do under the module
+contract (:mod:`knngraph.index`):
+
+* ``builds_graphs``: its ``IndexParams`` has ``graph_degree`` and ``build(...).graph`` is the k-NN graph
+  of the dataset (a node is never its own neighbour), so ``knn_graph(method=name)`` works;
+* ``searches``: it has ``SearchParams`` and ``search(index, queries, k, params)``;
+* ``searches_graphs``: it has ``from_graph(graph, dataset)``: it searches any builder's graph.
+
+A new algorithm adds one line to :data:`ALGORITHMS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+__all__ = ["Algorithm", "ALGORITHMS", "get", "graph_builders", "searchers", "graph_searchers", "by_file_kind"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Algorithm:
+    """One algorithm of the library (see the module docs)."""
+
+    name: str
+    module: str
+    summary: str
+    builds_graphs: bool = False
+    searches: bool = False
+    searches_graphs: bool = False
+    file_kind: str = ""
+
+    def load(self):
+        """The algorithm's folder (``IndexParams``, ``build``, ...)."""
+        return importlib.import_module(self.module)
+
+    def build_graph(self, dataset, graph_degree: int, *, metric: str = "sqeuclidean", device="auto",
+                    memory_limit=None, verbose: bool = True, params=None, **param_fields):
+        """The k-NN graph of ``dataset`` with ``graph_degree`` neighbours per node: ``build(IndexParams(
+        graph_degree=..., metric=..., **param_fields), dataset, ...).graph``. ``params``: a ready
+        ``IndexParams`` of this algorithm instead (its ``graph_degree`` and ``metric`` are replaced)."""
+        if not self.builds_graphs:
+            raise ValueError(f"{self.name!r} does not build k-NN graphs; graph builders: "
+                             f"{', '.join(graph_builders())}")
+        mod = self.load()
+        if params is not None:
+            if not isinstance(params, mod.IndexParams):
+                raise TypeError(f"params must be a {self.module}.IndexParams, got {type(params).__name__}")
+            params = dataclasses.replace(params, graph_degree=graph_degree, metric=metric, **param_fields)
+        else:
+            params = mod.IndexParams(graph_degree=graph_degree, metric=metric, **param_fields)
+        return mod.build(params, dataset, device=device, memory_limit=memory_limit, verbose=verbose).graph
+
+
+#: name -> Algorithm, in the order users meet them
+ALGORITHMS = {a.name: a for a in (
+    Algorithm("exact", "knngraph.bruteforce", "exact k-NN: GEMM tiles + GPU k-selection (quick multi-select)",
+              builds_graphs=True, searches=True, file_kind="bruteforce-index"),
+    Algorithm("nndescent", "knngraph.nndescent", "approximate k-NN graphs by NN-Descent (GNND on the GPU)",
+              builds_graphs=True, file_kind="nndescent-index"),
+    Algorithm("song", "knngraph.song", "graph search, one GPU warp per query (SONG), on any graph",
+              searches=True, searches_graphs=True, file_kind="song-index"),
+)}
+
+
+def get(name: str) -> Algorithm:
+    """The algorithm called ``name``; ValueError listing the known ones otherwise."""
+    if not isinstance(name, str) or name not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {name!r}; available: {', '.join(ALGORITHMS)}")
+    return ALGORITHMS[name]
+
+
+def graph_builders() -> tuple:
+    """Names of the algorithms that build k-NN graphs (``knn_graph(method=...)``)."""
+    return tuple(a.name for a in ALGORITHMS.values() if a.builds_graphs)
+
+
+def searchers() -> tuple:
+    """Names of the algorithms that build searchable indexes."""
+    return tuple(a.name for a in ALGORITHMS.values() if a.searches)
+
+
+def graph_searchers() -> tuple:
+    """Names of the searchers that take any builder's graph (``from_graph``)."""
+    return tuple(a.name for a in ALGORITHMS.values() if a.searches_graphs)
+
+
+def by_file_kind(kind: str) -> Algorithm | None:
+    """The algorithm whose index files hold ``kind`` (the header of a saved index), or None."""
+    return next((a for a in ALGORITHMS.values() if a.file_kind == kind), None)

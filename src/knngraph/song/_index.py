@@ -1,0 +1,429 @@
+"""The SONG index: :class:`Index`, :func:`build`, :func:`from_graph`, :func:`search`, :func:`extend`,
+:func:`save`, :func:`load`.
+
+An index holds the vectors, a search graph over them, its entry points and, for hashed indexes, the 1-bit
+codes. Everything a search needs is computed once, in :func:`build` / :func:`from_graph`; device copies
+of the graph, vectors and norms are made on first use on a device and kept (:meth:`Index.release` drops
+them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from .. import registry
+from .._device import (Device, array_kind, as_numpy, device_context, implementation, is_device_array,
+                       resolve_device, return_as)
+from .._validate import check_finite, check_k, check_same_dim, check_vectors
+from ..graph import Graph
+from ..graphops import default_entry_points, optimize_graph, reverse_edges
+from ..graphops.prune import occlusion_factor
+from ..index import Index as IndexBase
+from ..index import KNNResult, load_index, runtime_docs, save_index
+from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms, report_distances
+from ._params import IndexParams, SearchParams
+from .hashing import RandomProjectionHasher
+
+__all__ = ["Index", "build", "from_graph", "search", "extend", "save", "load"]
+
+
+@dataclasses.dataclass(eq=False)
+class Index(IndexBase):
+    """A SONG index: the vectors (as given), the search graph, its entry points and, for hashed indexes,
+    the hasher and the codes. GPU copies are made on first use and kept (:meth:`release` drops them)."""
+
+    dataset: object
+    params: IndexParams
+    graph: Graph
+    entry_points: np.ndarray
+    hasher: RandomProjectionHasher | None = None
+    codes: object = None
+    _cache: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    algorithm = "song"
+    _module = "knngraph.song"
+    _file_kind = "song-index"
+    _params_class = IndexParams
+
+    def release(self) -> None:
+        """Drop the cached device copies."""
+        self._cache.clear()
+
+    def _arrays(self, dev: Device):
+        """(graph ids, vectors or host vectors of a hashed index, inverse norms, entry points, codes) on
+        ``dev``, made once per device."""
+        key = str(dev)
+        if key in self._cache:
+            return self._cache[key]
+        cosine = self.metric == "cosine"
+        if dev.is_cuda:
+            import cupy as cp
+
+            with cp.cuda.Device(dev.index):
+                g_ids = cp.ascontiguousarray(cp.asarray(self.graph.indices))
+                e = cp.asarray(self.entry_points)
+                if self.hasher is not None:
+                    xb = cpu_vectors(as_numpy(self.dataset))  # full vectors stay on the host
+                    inv_b = inverse_norms(xb) if cosine else np.zeros(1, np.float32)
+                    codes = cp.asarray(self.codes)
+                else:
+                    xb = cp.asarray(self.dataset)
+                    inv_b = inverse_norms(xb, cp) if cosine else cp.zeros(1, cp.float32)
+                    codes = None
+        else:
+            g_ids = np.ascontiguousarray(as_numpy(self.graph.indices))
+            e = self.entry_points
+            xb = cpu_vectors(as_numpy(self.dataset))
+            inv_b = inverse_norms(xb) if cosine else np.zeros(1, np.float32)
+            codes = as_numpy(self.codes) if self.codes is not None else None
+        self._cache[key] = (g_ids, xb, inv_b, e, codes)
+        return self._cache[key]
+
+
+# --------------------------------------------------------------------------------------------------
+# checks
+
+
+def _check_graph(graph, n: int):
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a knngraph.Graph, got {type(graph).__name__}")
+    if graph.n != n:
+        raise ValueError(f"graph has {graph.n} rows but dataset has {n} vectors; they must match")
+    ids = graph.indices
+    if is_device_array(ids):
+        import cupy as cp
+
+        g = cp.asarray(ids)
+        if g.size and (int(g.min()) < -1 or int(g.max()) >= n):
+            bad = cp.argmax(((g < -1) | (g >= n)).any(axis=1))
+            raise ValueError(f"graph row {int(bad)} holds neighbour ids outside [-1, {n})")
+    else:
+        graph.validate_ids()
+
+
+def _check_entries(entry_points, n: int) -> np.ndarray:
+    e = as_numpy(entry_points)
+    if e.ndim != 1 or e.shape[0] == 0:
+        raise ValueError(f"entry_points must be a non-empty 1-D array of vertex ids, got shape {e.shape}")
+    if e.dtype.kind not in "iu":
+        raise TypeError(f"entry_points must hold integer ids, got dtype {e.dtype}")
+    if int(e.min()) < 0 or int(e.max()) >= n:
+        raise ValueError(f"entry_points must be ids in [0, {n}), got values from {int(e.min())} to {int(e.max())}")
+    return np.ascontiguousarray(e, dtype=np.int32)
+
+
+def _check_k_queue(k, n, sp: SearchParams) -> int:
+    k = check_k(k, n)
+    if k > sp.queue_size:
+        raise ValueError(f"k={k} is larger than queue_size={sp.queue_size}; the search keeps queue_size results, "
+                         "so raise SearchParams.queue_size to at least k")
+    if sp.rerank and sp.rerank < k:
+        raise ValueError(f"rerank={sp.rerank} must be at least k={k} (or 0 for all of queue_size)")
+    return k
+
+
+# --------------------------------------------------------------------------------------------------
+# build
+
+
+def _hash(params: IndexParams, x):
+    if not params.hash_bits:
+        return None, None
+    hasher = RandomProjectionHasher(params.hash_bits, seed=params.seed).fit(x, params.metric)
+    return hasher, hasher.encode(x)
+
+
+@runtime_docs
+def from_graph(graph: Graph, dataset, params: IndexParams | None = None, *, entry_points=None, device="auto",
+               verbose: bool = True) -> Index:
+    """A SONG index over a ready search graph: any builder's graph, best prepared with
+    :func:`knngraph.optimize_graph` (a raw k-NN graph navigates poorly).
+
+    Parameters
+    ----------
+    graph : Graph
+        A graph over ``dataset`` (ids in [-1, n), -1 = no edge). Its metric is the index's.
+    dataset : array of shape (n, d)
+        The vectors (float32, float16, uint8, int8; NumPy, CuPy, PyTorch, DLPack).
+    params : IndexParams, optional
+        Used for ``hash_bits``, ``n_entry_points`` and ``seed`` (the graph-building fields are ignored);
+        its ``metric`` must be the graph's. Default: ``IndexParams(metric=graph.metric)``.
+    entry_points : 1-D array of int, optional
+        Start vertices shared by all queries; default: the medoid and random vertices
+        (:func:`knngraph.graphops.default_entry_points`).
+    {device}
+    {verbose}
+
+    Examples
+    --------
+    >>> import numpy as np, knngraph
+    >>> from knngraph import song
+    >>> x = np.random.default_rng(0).random((500, 8), dtype=np.float32)
+    >>> g = knngraph.optimize_graph(knngraph.knn_graph(x, 16, device="cpu"), x, graph_degree=8, device="cpu")
+    >>> index = song.from_graph(g, x, device="cpu")
+    >>> d, i = song.search(index, x[:3], k=4, params=song.SearchParams(queue_size=16), device="cpu")
+    >>> i[:, 0].tolist()
+    [0, 1, 2]
+    """
+    if params is None:
+        params = IndexParams(metric=graph.metric if isinstance(graph, Graph) else "sqeuclidean")
+    elif not isinstance(params, IndexParams):
+        raise TypeError(f"params must be a knngraph.song.IndexParams, got {type(params).__name__}")
+    dev = resolve_device(device, dataset)
+    x = check_vectors(dataset, "dataset", on_gpu=dev.is_cuda and is_device_array(dataset))
+    check_finite(x, "dataset")
+    _check_graph(graph, x.shape[0])
+    if graph.metric != params.metric:
+        raise ValueError(f"graph was built with metric {graph.metric!r} but the index uses {params.metric!r}")
+    entries = (_check_entries(entry_points, x.shape[0]) if entry_points is not None
+               else default_entry_points(x, params.metric, params.n_entry_points, params.seed))
+    hasher, codes = _hash(params, x)
+    return Index(x, params, graph, entries, hasher, codes)
+
+
+@runtime_docs
+def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, verbose: bool = True) -> Index:
+    """Build a SONG index: the k-NN graph (``build_algo`` with ``build_params``, degree
+    ``intermediate_graph_degree``), :func:`knngraph.optimize_graph` to ``graph_degree``, the entry points
+    and (``hash_bits > 0``) the 1-bit codes. For a ready graph use :func:`from_graph`.
+
+    Parameters
+    ----------
+    params : IndexParams
+    dataset : array of shape (n, d)
+    {device}
+    {memory_limit}
+    {verbose}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from knngraph import song
+    >>> x = np.random.default_rng(0).random((400, 8), dtype=np.float32)
+    >>> index = song.build(song.IndexParams(graph_degree=8, intermediate_graph_degree=16), x, device="cpu")
+    >>> d, i = song.search(index, x[:2], k=3, params=song.SearchParams(queue_size=16), device="cpu")
+    >>> i[:, 0].tolist()
+    [0, 1]
+    """
+    if not isinstance(params, IndexParams):
+        raise TypeError(f"params must be a knngraph.song.IndexParams, got {type(params).__name__}")
+    dev = resolve_device(device, dataset)
+    x = check_vectors(dataset, "dataset", on_gpu=dev.is_cuda and is_device_array(dataset))
+    check_finite(x, "dataset")
+    n = x.shape[0]
+    if n < 2:
+        raise ValueError("a SONG index needs at least 2 vectors")
+    k0 = min(params.intermediate_graph_degree, n - 1)
+    builder = registry.get(params.build_algo)
+    g0 = builder.build_graph(x, k0, metric=params.metric, device=dev, memory_limit=memory_limit, verbose=verbose,
+                             **(params.build_params or {}))
+    graph = optimize_graph(g0, x, params.graph_degree, alpha=params.alpha, fill=params.fill, device=dev,
+                           verbose=verbose)
+    return from_graph(graph, x, params, device=dev, verbose=verbose)
+
+
+# --------------------------------------------------------------------------------------------------
+# search
+
+
+def _search_arrays(dev: Device, index: Index, queries, k, sp: SearchParams, *, verbose=True, stats=None):
+    """Run SONG on the index's arrays for ``dev`` (hashed: on codes, then an exact re-rank on the host).
+    Returns (reported distances, ids) as NumPy or CuPy arrays."""
+    from .cpu import DIST_HAMMING, rerank_cpu
+
+    g_ids, xb, inv_b, entries, codes = index._arrays(dev)
+    metric = index.metric
+    kind = distance_kind(metric)
+    t0 = time.perf_counter()
+    impl = implementation(__package__, dev)
+    with device_context(dev):
+        if codes is not None:
+            rerank = min(sp.queue_size, sp.rerank or sp.queue_size)
+            qxp = __import__("cupy") if dev.is_cuda else np
+            qcodes = index.hasher.encode(qxp.asarray(queries) if dev.is_cuda else as_numpy(queries))
+            z = qxp.zeros(1, qxp.float32)
+            out_k, out_i, nd, ne = impl.search(g_ids, codes, qcodes, z, DIST_HAMMING, entries, max(k, rerank),
+                                               sp.queue_size, sp.visited, batch_size=sp.batch_size,
+                                               max_registers=sp.max_registers or None, verbose=verbose)
+        else:
+            out_k, out_i, nd, ne = impl.search(g_ids, xb, queries, inv_b, kind, entries, k, sp.queue_size, sp.visited,
+                                               batch_size=sp.batch_size, max_registers=sp.max_registers or None,
+                                               verbose=verbose)
+        if stats is not None:
+            stats["distances_per_query"] = float(nd.mean()) if nd.size else 0.0
+            stats["expansions_per_query"] = float(ne.mean()) if ne.size else 0.0
+        if codes is not None:
+            t1 = time.perf_counter()
+            qf = np.ascontiguousarray(as_numpy(queries), dtype=np.float32)
+            inv_q = inverse_norms(qf) if metric == "cosine" else np.zeros(1, np.float32)
+            out_k, out_i = rerank_cpu(xb, qf, inv_b, inv_q, kind, as_numpy(out_i)[:, :rerank], k)
+            if stats is not None:
+                stats["rerank_seconds"] = time.perf_counter() - t1
+        xp = np if isinstance(out_k, np.ndarray) else __import__("cupy")
+        dist = report_distances(out_k, metric, xp)
+        dist = xp.where(out_i < 0, xp.float32(np.inf), dist)
+    if stats is not None:
+        stats["seconds"] = time.perf_counter() - t0
+    return dist, out_i
+
+
+@runtime_docs
+def search(index: Index, queries, k: int, params: SearchParams | None = None, *, device="auto",
+           verbose: bool = True, stats: dict | None = None) -> KNNResult:
+    """Approximate top-``k`` of each query by SONG graph search (one GPU warp per query).
+
+    Parameters
+    ----------
+    index : Index
+        From :func:`build` or :func:`from_graph`.
+    queries : array of shape (n_queries, d)
+        Any number of queries; GPU launches take ``params.batch_size`` at a time.
+    k : int
+        Neighbours per query, 1 <= k <= queue_size, k <= n.
+    params : SearchParams, optional
+        ``queue_size`` (the speed/recall knob), ``visited``, ``rerank``, ``batch_size``, ``max_registers``.
+    {device}
+    {verbose}
+    stats : dict, optional
+        Filled with ``distances_per_query`` (mean number of distance computations),
+        ``expansions_per_query`` (mean number of vertices whose row was read) and ``seconds``.
+
+    Returns
+    -------
+    KNNResult
+        ``(distances, indices)``, float32 / int32 of shape (n_queries, k), nearest first (ties by lower
+        id), -1 / inf where fewer than k vertices were reached; in the framework of ``queries``.
+    """
+    if not isinstance(index, Index):
+        raise TypeError(f"index must be a knngraph.song.Index (song.build or song.from_graph), got "
+                        f"{type(index).__name__}")
+    sp = SearchParams() if params is None else params
+    if not isinstance(sp, SearchParams):
+        raise TypeError(f"params must be a knngraph.song.SearchParams, got {type(sp).__name__}")
+    qkind = array_kind(queries)
+    dev = resolve_device(device, index.dataset, queries)
+    q = check_vectors(queries, "queries", on_gpu=dev.is_cuda and is_device_array(queries))
+    check_same_dim(index.dataset, q, "the index's vectors")
+    k = _check_k_queue(k, index.shape[0], sp)
+    check_finite(q, "queries")
+    d, i = _search_arrays(dev, index, q, k, sp, verbose=verbose, stats=stats)
+    return KNNResult(return_as(qkind, d), return_as(qkind, i))
+
+
+# --------------------------------------------------------------------------------------------------
+# extend
+
+
+@runtime_docs
+def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbose: bool = True) -> Index:
+    """A new index with ``new_vectors`` added (ids ``len(index) + i``); ``index`` is unchanged.
+
+    Each new vector's candidates are its ``intermediate_graph_degree`` nearest old vertices found by
+    searching the index (queue size twice that) and its nearest new vectors (the builder's k-NN graph of
+    the new vectors); its row is pruned from them with the index's rule and degree, and every old vertex
+    its row points to is offered the new vertex as a reverse edge, re-pruned with its row (rows that get no
+    offer stay as they are). Entry points are kept. Searching the extended index reaches recall close to a
+    rebuild while only the new rows and their neighbours are touched (``tests/song/test_index.py``).
+
+    Parameters
+    ----------
+    index : Index
+    new_vectors : array of shape (m, d)
+        Same dtype as the index's vectors.
+    {device}
+    {memory_limit}
+    {verbose}
+    """
+    if not isinstance(index, Index):
+        raise TypeError(f"index must be a knngraph.song.Index, got {type(index).__name__}")
+    dev = resolve_device(device, index.dataset, new_vectors)
+    new = check_vectors(new_vectors, "new_vectors", on_gpu=dev.is_cuda and is_device_array(new_vectors))
+    check_same_dim(index.dataset, new, "the index's vectors", "new_vectors")
+    check_finite(new, "new_vectors")
+    if new.dtype != index.dataset.dtype:
+        raise TypeError(f"new_vectors has dtype {new.dtype} but the index holds {index.dataset.dtype}; convert them "
+                        "first")
+    p = index.params
+    n, m = index.shape[0], new.shape[0]
+    degree = index.graph.degree
+    # 1. candidates of the new rows: old vertices by search, new ones by the builder
+    k_old = min(p.intermediate_graph_degree, n)
+    sp = SearchParams(queue_size=min(1024, max(2 * k_old, 32)))
+    _, old_ids = search(index, new, k_old, sp, device=dev, verbose=False)
+    old_ids = as_numpy(old_ids)
+    if m > 1:
+        k_new = min(p.intermediate_graph_degree, m - 1)
+        g_new = registry.get(p.build_algo).build_graph(as_numpy(new), k_new, metric=p.metric, device=dev,
+                                                      memory_limit=memory_limit, verbose=False,
+                                                      **(p.build_params or {}))
+        new_ids = np.where(as_numpy(g_new.indices) >= 0, as_numpy(g_new.indices) + n, -1).astype(np.int32)
+    else:
+        new_ids = np.empty((m, 0), np.int32)
+    x_all = np.concatenate([as_numpy(index.dataset), as_numpy(new)])
+    graph = index.graph.to_host()
+    cand = np.full((n + m, old_ids.shape[1] + new_ids.shape[1]), -1, np.int32)
+    cand[:n, :degree] = graph.indices
+    cand[n:] = np.concatenate([old_ids, new_ids], axis=1)
+    # 2. prune every row (old rows come back as they are: a filled row prunes to the same ids) and offer
+    # each new row's kept edges to their targets as reverse edges, pruned with the targets' rows
+    kind = distance_kind(p.metric)
+    impl = implementation("knngraph.graphops", Device("cpu"))
+    xc = cpu_vectors(x_all)
+    inv = inverse_norms(xc) if p.metric == "cosine" else np.zeros(1, np.float32)
+    factor = occlusion_factor(kind, p.alpha)
+    empty = np.empty((n + m, 0), np.int32)
+    rows, rows_d = impl.prune(xc, inv, kind, factor, cand, empty, empty, degree, p.fill)
+    from_new = np.where(np.arange(n + m)[:, None] >= n, rows, -1).astype(np.int32)
+    rev, _ = reverse_edges(from_new, rows_d, degree)
+    rows, rows_d = impl.prune(xc, inv, kind, factor, rows, rev, rows, degree, p.fill)
+    dist = report_distances(rows_d, p.metric, np)
+    dist[rows < 0] = np.inf
+    info = dict(graph.info, added=int(m))
+    g = Graph(rows, dist, p.metric, info)
+    data = x_all
+    if is_device_array(index.dataset):
+        import cupy as cp
+
+        data = cp.asarray(x_all)
+        g = Graph(cp.asarray(rows), cp.asarray(dist), p.metric, info)
+    codes = None
+    if index.hasher is not None:
+        codes = np.concatenate([as_numpy(index.codes), as_numpy(index.hasher.encode(as_numpy(new)))])
+    return Index(data, p, g, index.entry_points.copy(), index.hasher, codes)
+
+
+# --------------------------------------------------------------------------------------------------
+# persistence
+
+
+def save(path, index: Index) -> None:
+    """Write ``index`` (vectors, graph, entry points, hash state) to ``path``: versioned, atomic,
+    checksummed; loadable on any device."""
+    if not isinstance(index, Index):
+        raise TypeError(f"index must be a knngraph.song.Index, got {type(index).__name__}")
+    g = index.graph.to_host()
+    arrays = {"dataset": index.dataset, "graph_indices": g.indices, "graph_distances": g.distances,
+              "entry_points": index.entry_points}
+    if index.hasher is not None:
+        arrays.update(projections=index.hasher.projections_, center=index.hasher.center_, codes=index.codes)
+    save_index(path, index, arrays, {"graph_info": g.info})
+
+
+def load(path, *, metric: str | None = None) -> Index:
+    """Read an index written by :func:`save`; ``metric``, when given, must match the saved one."""
+    arrays, params, meta = load_index(path, Index, metric=metric)
+    try:
+        graph = Graph(arrays["graph_indices"], arrays["graph_distances"], params.metric, meta.get("graph_info", {}))
+        entries = arrays["entry_points"]
+        dataset = arrays["dataset"]
+        hasher = codes = None
+        if params.hash_bits:
+            hasher = RandomProjectionHasher(params.hash_bits, seed=params.seed).set_state(arrays["projections"],
+                                                                                          arrays["center"])
+            codes = arrays["codes"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: not a complete SONG index ({exc})") from None
+    return Index(dataset, params, graph, entries, hasher, codes)
