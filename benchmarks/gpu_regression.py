@@ -29,43 +29,8 @@ from _common import JsonLines, load_sift, timed  # noqa: E402
 def _nndescent_build(xs, k, iterations):
     from knngraph import nndescent
 
-    params = nndescent.IndexParams(**{_degree_name(nndescent.IndexParams): k}, max_iterations=iterations,
-                                   termination_threshold=0.0)
+    params = nndescent.IndexParams(graph_degree=k, max_iterations=iterations, termination_threshold=0.0)
     return nndescent.build(params, xs, device="cuda", verbose=False).graph
-
-
-def _degree_name(cls) -> str:
-    """'graph_degree' since the module contract; 'k' before (this script measures both sides of it)."""
-    import dataclasses
-
-    names = {f.name for f in dataclasses.fields(cls)}
-    return "graph_degree" if "graph_degree" in names else "k"
-
-
-def _optimize(raw, base, degree):
-    import inspect
-
-    import knngraph
-
-    name = "graph_degree" if "graph_degree" in inspect.signature(knngraph.optimize_graph).parameters else "degree"
-    return knngraph.optimize_graph(raw, base, **{name: degree}, device="cuda", verbose=False)
-
-
-def _song_index(base, graph):
-    from knngraph import song
-
-    if hasattr(song, "from_graph"):
-        return song.from_graph(graph, base, device="cuda")
-    return song.build(song.IndexParams(), base, graph=graph, device="cuda")
-
-
-def _song_search(index, queries, k, queue_size):
-    from knngraph import song
-
-    if hasattr(song, "from_graph"):
-        return song.search(index, queries, k, song.SearchParams(queue_size=queue_size), device="cuda",
-                           verbose=False)
-    return index.search(queries, k, queue_size=queue_size, device="cuda", verbose=False)
 
 
 def main():
@@ -73,11 +38,12 @@ def main():
     ap.add_argument("--out", default="out")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--label", default="", help="a name for this run (e.g. the commit)")
+    ap.add_argument("--parts", default="exact,graph,nndescent,song", help="comma-separated parts to run")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
     import cupy as cp
 
     import knngraph
-    from knngraph.evaluate import recall_at_k
 
     log = JsonLines(Path(args.out) / "gpu_regression.jsonl")
     tag = {"label": args.label}
@@ -88,7 +54,7 @@ def main():
     base = rng.standard_normal((n, d), dtype=cp.float32)
     queries = rng.standard_normal((nq, d), dtype=cp.float32)
     tile = 1 << 17
-    for k in (10, 100):
+    for k in ((10, 100) if "exact" in parts else ()):
         t, first, _ = timed(lambda: knngraph.knn(base, queries, k, device="cuda", verbose=False), args.repeats)
         t_gemm, _, _ = timed(lambda: [cp.matmul(queries, base[s:s + tile].T) for s in range(0, n, tile)],
                              args.repeats)
@@ -99,10 +65,23 @@ def main():
     # 2. exact graph, sift-photos 450k
     sift, sq, gt = load_sift(450_000)
     xs = cp.asarray(sift)
-    t, first, raw = timed(lambda: knngraph.knn_graph(xs, 64, device="cuda", verbose=False), args.repeats)
-    log.write(part="exact_graph", n=xs.shape[0], k=64, seconds=t, first_call_s=first, **tag)
+    if "graph" in parts:
+        t, first, raw = timed(lambda: knngraph.knn_graph(xs, 64, device="cuda", verbose=False), args.repeats)
+        log.write(part="exact_graph", n=xs.shape[0], k=64, seconds=t, first_call_s=first, **tag)
 
     # 3. NN-Descent, 6 iterations
+    if "nndescent" in parts:
+        _part_nndescent(args, log, tag, xs)
+    if "song" in parts:
+        _part_song(args, log, tag, xs, sift, sq, gt)
+
+
+def _part_nndescent(args, log, tag, xs):
+    import cupy as cp
+
+    import knngraph
+    from knngraph.evaluate import recall_at_k
+
     t, first, g = timed(lambda: _nndescent_build(xs, 64, 6), max(3, args.repeats // 2))
     sample = np.random.default_rng(0).choice(xs.shape[0], 2000, replace=False)
     true_d, true_i = knngraph.knn(xs, xs[cp.asarray(sample)], 11, device="cuda", verbose=False)
@@ -113,20 +92,33 @@ def main():
     log.write(part="nndescent", n=xs.shape[0], k=64, iterations=6, seconds=t, first_call_s=first,
               graph_recall_at_10=rec, **tag)
 
+
+def _part_song(args, log, tag, xs, sift, sq, gt):
+    import cupy as cp
+
+    import knngraph
+    from knngraph import song
+    from knngraph.evaluate import recall_at_k
+
     # 4. SONG-prepared graph and the searcher's sweep
     t, first, raw96 = timed(lambda: knngraph.knn_graph(xs, 96, device="cuda", verbose=False), 1)
-    t_opt, first_opt, prepared = timed(lambda: _optimize(raw96, xs, 32), 1)
+    t_opt, first_opt, prepared = timed(lambda: knngraph.optimize_graph(raw96, xs, 32, device="cuda", verbose=False),
+                                       1)
     log.write(part="song_graph", exact96_s=t, optimize_s=t_opt, optimize_first_call_s=first_opt, **tag)
-    index = _song_index(xs, knngraph.Graph(cp.asnumpy(prepared.indices), cp.asnumpy(prepared.distances),
-                                           prepared.metric))
+    index = song.from_graph(knngraph.Graph(cp.asnumpy(prepared.indices), cp.asnumpy(prepared.distances),
+                                           prepared.metric), xs, device="cuda")
     sq = np.ascontiguousarray(sq)
     true_d10 = ((sift[gt[:, :10]].astype(np.float32) - sq[:, None, :].astype(np.float32)) ** 2).sum(-1)
     for qs in (16, 24, 32, 48, 64, 96, 128):
-        t, first, (dist, ids) = timed(lambda: _song_search(index, sq, 10, qs), args.repeats)
+        sp = song.SearchParams(queue_size=qs)
+        t, first, (dist, ids) = timed(lambda: song.search(index, sq, 10, sp, device="cuda", verbose=False),
+                                      args.repeats)
         rec = recall_at_k(ids, gt[:, :10], 10, distances=dist, true_distances=true_d10)
         log.write(part="song_sweep", queue_size=qs, seconds=t, qps=sq.shape[0] / t, recall_at_10=rec, **tag)
     for qs, batch in ((32, 1), (32, 10), (32, 100), (32, 1000)):
-        t, _, _ = timed(lambda: _song_search(index, sq[:batch], 10, qs), args.repeats * 4)
+        sp = song.SearchParams(queue_size=qs)
+        t, _, _ = timed(lambda: song.search(index, sq[:batch], 10, sp, device="cuda", verbose=False),
+                        args.repeats * 4)
         log.write(part="song_batch", queue_size=qs, batch=batch, ms_per_call=t * 1e3, **tag)
 
 

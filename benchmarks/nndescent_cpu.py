@@ -66,7 +66,7 @@ def run_knngraph(base, k, init, p, truth):
         measuring[0] += time.perf_counter() - tc
 
     t0 = time.perf_counter()
-    index = nndescent.build(nndescent.IndexParams(k=k, sample_size=p, init=init), base, device="cpu", verbose=False,
+    index = nndescent.build(nndescent.IndexParams(graph_degree=k, sample_size=p, init=init), base, device="cpu", verbose=False,
                             _callback=cb)
     total = time.perf_counter() - t0
     g = index.graph

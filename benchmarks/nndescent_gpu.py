@@ -84,7 +84,7 @@ def _host(a):
 
 
 def _internal_config(k, p, max_iterations, threshold=0.0):
-    from knngraph._distances import DIST_L2SQ
+    from knngraph.primitives.distances import DIST_L2SQ
     from knngraph.nndescent._build import Config
 
     return Config(k=k, p=p, max_iterations=max_iterations, threshold=threshold, seed=0, selective=True,
@@ -96,7 +96,7 @@ def part_sift(args, results):
 
     import knngraph
     from knngraph.nndescent import _build
-    from knngraph.nndescent.cuda import CudaEngine
+    from knngraph.nndescent.cuda import Engine
 
     base, _, _ = load_sift(450_000)
     k = 64
@@ -105,7 +105,7 @@ def part_sift(args, results):
     peak = gpu_peak_tracker()
     samples = [int(v) for v in args.samples.split(",")] if args.samples else ([32] if args.quick else [32, 16])
     caps = [4, 5, 6, 8] if args.quick else [3, 4, 5, 6, 7, 8, 10]
-    engine = CudaEngine(0)
+    engine = Engine(0)
     # warm-up: compile every kernel for uint8 input
     knngraph.knn_graph(base_d[:20_000], k, method="nndescent", device="cuda", verbose=False, max_iterations=2)
     sync()
@@ -119,7 +119,7 @@ def part_sift(args, results):
         curve = []
 
         def cb(it, gd, gi):
-            from knngraph._distances import report_distances
+            from knngraph.primitives.distances import report_distances
 
             curve.append({"iteration": it + 1, "recall@10": truth.recall(gi, report_distances(gd, "sqeuclidean", cp), 10),
                           "recall@64": truth.recall(gi, report_distances(gd, "sqeuclidean", cp), 64)})
@@ -132,8 +132,7 @@ def part_sift(args, results):
         engine.init(x, inv, 0, gd, gi, gf, 0, 0, 0)
         sync()
         init_s = time.perf_counter() - t0
-        engine.refine(x, inv, 0, gd, gi, gf, p=p, max_iterations=max(caps), threshold=0.0, seed=0, stats=stats,
-                      callback=cb)
+        _build.refine(engine, x, inv, gd, gi, gf, _internal_config(k, p, max(caps)), stats=stats, callback=cb)
         for row, sec in zip(curve, stats["seconds_per_iteration"]):
             row["seconds"] = init_s + sec
         run["curve"] = curve
@@ -156,7 +155,7 @@ def part_sift(args, results):
                 gd, gi = _build.build_in_memory(engine, base_d, _internal_config(k, p, 6), extra=extra)
                 sync()
                 times.append(time.perf_counter() - t0)
-            from knngraph._distances import report_distances
+            from knngraph.primitives.distances import report_distances
 
             variants[name] = {"seconds_6_iterations": float(np.median(times)),
                               "recall@10": truth.recall(gi, report_distances(gd, "sqeuclidean", cp), 10),

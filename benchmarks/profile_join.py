@@ -33,13 +33,13 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import cupy as cp
 
-    from knngraph._distances import DIST_L2SQ
+    from knngraph.primitives.distances import DIST_L2SQ
     from knngraph.nndescent import _build
     from knngraph.nndescent import _kernels as K
-    from knngraph.nndescent.cuda import JOIN_MAX_REGISTERS, CudaEngine, packed_words
+    from knngraph.nndescent.cuda import JOIN_MAX_REGISTERS, Engine, packed_words
 
     base = cp.asarray(load_sift(450_000)[0])
-    engine = CudaEngine(0)
+    engine = Engine(0)
     truth = None
     if args.recall:
         from nndescent_gpu import SampleTruth

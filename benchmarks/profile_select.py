@@ -49,7 +49,7 @@ def main():
     from numba import cuda, float32
 
     from knngraph._cuda_launch import launch
-    from knngraph.bruteforce import _select_kernels as sk
+    from knngraph.primitives import _kselect_kernels as sk
 
     log = JsonLines(Path(args.out) / "profile_select.jsonl")
     rows, cols, d = 10_000, 53_687, 128

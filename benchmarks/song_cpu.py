@@ -57,12 +57,12 @@ def main():
     graphs = {}
     for fill in (True, False):
         t = time.perf_counter()
-        graphs[fill] = knngraph.optimize_graph(raw, base, degree=32, fill=fill, device="cpu", verbose=False)
+        graphs[fill] = knngraph.optimize_graph(raw, base, graph_degree=32, fill=fill, device="cpu", verbose=False)
         log.write(part="build", what=f"optimize_graph fill={fill}", seconds=time.perf_counter() - t,
                   edges_per_node=float((graphs[fill].indices >= 0).sum(1).mean()))
     log.write(part="build", what="exact 96-NN graph", seconds=t1 - t0, threads=args.threads)
     raw64 = knngraph.Graph(np.ascontiguousarray(raw.indices[:, :64]), np.ascontiguousarray(raw.distances[:, :64]))
-    before = knngraph.optimize_graph(raw64, base, degree=32, reverse_candidates=0, device="cpu", verbose=False)
+    before = knngraph.optimize_graph(raw64, base, graph_degree=32, reverse_candidates=0, device="cpu", verbose=False)
     unprepared = knngraph.Graph(np.ascontiguousarray(raw.indices[:, :32]), np.ascontiguousarray(raw.distances[:, :32]))
 
     curves = {}
@@ -71,9 +71,10 @@ def main():
         curves[name] = []
         for qs in qsizes:
             st = {}
-            sec, first, (d, i) = timed(lambda: index.search(queries, 10, queue_size=qs, device="cpu", verbose=False),
+            sp = song.SearchParams(queue_size=qs)
+            sec, first, (d, i) = timed(lambda: song.search(index, queries, 10, sp, device="cpu", verbose=False),
                                        args.repeats)
-            index.search(queries[:1000], 10, queue_size=qs, device="cpu", verbose=False, stats=st)
+            song.search(index, queries[:1000], 10, sp, device="cpu", verbose=False, stats=st)
             r = recall_at_k(i, gt, 10, distances=d, true_distances=gt_d)
             log.write(part=name, queue_size=qs, qps=nq / sec, seconds=sec, first_call_s=first, **{"recall@10": r},
                       distances_per_query=st["distances_per_query"], expansions_per_query=st["expansions_per_query"],
@@ -81,12 +82,12 @@ def main():
             curves[name].append((r, nq / sec))
 
     qs_list = [10, 16, 24, 32, 48, 64, 96, 128] if not args.quick else [16, 32, 64, 128]
-    sweep("SONG prepared (fill)", song.build(song.IndexParams(), base, graph=graphs[True], device="cpu"), qs_list)
-    sweep("SONG prepared (no fill)", song.build(song.IndexParams(fill=False), base, graph=graphs[False], device="cpu"),
+    sweep("SONG prepared (fill)", song.from_graph(graphs[True], base, device="cpu"), qs_list)
+    sweep("SONG prepared (no fill)", song.from_graph(graphs[False], base, song.IndexParams(fill=False), device="cpu"),
           [q for q in qs_list if q >= 16] + [192])
-    sweep("SONG k-NN 64, forward only (before)", song.build(song.IndexParams(), base, graph=before, device="cpu"),
+    sweep("SONG k-NN 64, forward only (before)", song.from_graph(before, base, song.IndexParams(), device="cpu"),
           [16, 32, 64, 128] if args.quick else [16, 24, 32, 48, 64, 96, 128])
-    sweep("SONG unprepared k-NN", song.build(song.IndexParams(), base, graph=unprepared, device="cpu"),
+    sweep("SONG unprepared k-NN", song.from_graph(unprepared, base, song.IndexParams(), device="cpu"),
           [16, 32, 64, 128, 256])
 
     try:

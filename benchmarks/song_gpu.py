@@ -95,25 +95,26 @@ def main():
         t0 = time.perf_counter()
         raw = knngraph.knn_graph(base, 96, device="cuda", verbose=False)
         t1 = time.perf_counter()
-        prepared = knngraph.optimize_graph(raw, base, degree=32, device="cuda", verbose=False)
+        prepared = knngraph.optimize_graph(raw, base, graph_degree=32, device="cuda", verbose=False)
         t2 = time.perf_counter()
         # again, now compiled: the preparation's own cost
-        knngraph.optimize_graph(raw, base, degree=32, device="cuda", verbose=False)
+        knngraph.optimize_graph(raw, base, graph_degree=32, device="cuda", verbose=False)
         t3 = time.perf_counter()
         raw.save(raw_path)
         prepared.save(prep_path)
         log.write(part="graph", knn_graph_s=t1 - t0, optimize_first_s=t2 - t1, optimize_s=t3 - t2,
                   diverse_edges_per_node=prepared.info.get("diverse_edges_per_node"))
     unprepared = knngraph.Graph(np.ascontiguousarray(raw.indices[:, :32]), np.ascontiguousarray(raw.distances[:, :32]))
-    index = song.build(song.IndexParams(), base, graph=prepared, device="cuda")
-    index_raw = song.build(song.IndexParams(), base, graph=unprepared, device="cuda")
+    index = song.from_graph(prepared, base, song.IndexParams(), device="cuda")
+    index_raw = song.from_graph(unprepared, base, song.IndexParams(), device="cuda")
     curves = {}
     summary_src = {}
 
     def run(ix, q, name, repeats=args.repeats, **kw):
         st = {}
-        sec, first, (d, i) = timed(lambda: ix.search(q, 10, device="cuda", verbose=False, **kw), repeats)
-        ix.search(q, 10, device="cuda", verbose=False, stats=st, **kw)
+        sp = song.SearchParams(**kw)
+        sec, first, (d, i) = timed(lambda: song.search(ix, q, 10, sp, device="cuda", verbose=False), repeats)
+        song.search(ix, q, 10, sp, device="cuda", verbose=False, stats=st)
         nq = q.shape[0]
         row = {"part": name, "n_queries": nq, **{k: v for k, v in kw.items()}, "seconds": sec,
                "first_call_s": first, "qps": nq / sec}
@@ -153,18 +154,18 @@ def main():
     q99 = next((qs for qs, rc, _ in pts if rc >= 0.99), 128)
 
     # ---- 4. NN-Descent graph, prepared the same way
-    if "nndescent" in knngraph.GRAPH_METHODS and left() > 60:
+    if "nndescent" in knngraph.registry.graph_builders() and left() > 60:
         try:
             t0 = time.perf_counter()
             nnd = knngraph.knn_graph(base, 96, method="nndescent", device="cuda", verbose=False)
             t1 = time.perf_counter()
-            nnd_p = knngraph.optimize_graph(nnd, base, degree=32, device="cuda", verbose=False)
+            nnd_p = knngraph.optimize_graph(nnd, base, graph_degree=32, device="cuda", verbose=False)
             ex = np.asarray(raw.indices[:, :10])
             nn_rec = float(np.mean([len(set(a) & set(b)) / 10.0 for a, b in
                                     zip(np.asarray(nnd.indices[::97, :10]).tolist(), ex[::97].tolist())]))
             log.write(part="nndescent_graph", build_s=t1 - t0, optimize_s=time.perf_counter() - t1,
                       graph_recall_at_10_sampled=nn_rec)
-            ix = song.build(song.IndexParams(build_method="nndescent"), base, graph=nnd_p, device="cuda")
+            ix = song.from_graph(nnd_p, base, song.IndexParams(build_algo="nndescent"), device="cuda")
             sweep("prepared NN-Descent (k 96 + reverse, degree 32)", ix, "sweep_nndescent",
                   [16, 24, 32, 48, 64, 80, 96, 128] if args.quick else [10, 16, 24, 32, 48, 64, 80, 96, 128, 192])
             del ix, nnd, nnd_p
@@ -179,14 +180,14 @@ def main():
     # ---- 6. the earlier preparation (k-NN 64, forward candidates only) and no fill
     if left() > 40:
         raw64 = knngraph.Graph(np.ascontiguousarray(raw.indices[:, :64]), np.ascontiguousarray(raw.distances[:, :64]))
-        old = knngraph.optimize_graph(raw64, base, degree=32, reverse_candidates=0, device="cuda", verbose=False)
-        ix_old = song.build(song.IndexParams(intermediate_graph_degree=64), base, graph=old, device="cuda")
+        old = knngraph.optimize_graph(raw64, base, graph_degree=32, reverse_candidates=0, device="cuda", verbose=False)
+        ix_old = song.from_graph(old, base, song.IndexParams(intermediate_graph_degree=64), device="cuda")
         sweep("prepared exact, k-NN 64 forward only (before)", ix_old, "sweep_prepared_k64_forward",
               [32, 64, 128, 192] if args.quick else [32, 48, 64, 96, 128, 192, 256])
         del ix_old, old
     if left() > 40:
-        nofill = knngraph.optimize_graph(raw, base, degree=32, fill=False, device="cuda", verbose=False)
-        ix_nf = song.build(song.IndexParams(fill=False), base, graph=nofill, device="cuda")
+        nofill = knngraph.optimize_graph(raw, base, graph_degree=32, fill=False, device="cuda", verbose=False)
+        ix_nf = song.from_graph(nofill, base, song.IndexParams(fill=False), device="cuda")
         sweep("prepared exact, no fill", ix_nf, "sweep_prepared_nofill",
               [32, 64, 96, 128] if args.quick else [32, 48, 64, 96, 128, 192])
         del ix_nf, nofill
@@ -207,7 +208,7 @@ def main():
         if left() < 25:
             break
         t0 = time.perf_counter()
-        h = song.build(song.IndexParams(hash_bits=bits), base, graph=prepared, device="cuda")
+        h = song.from_graph(prepared, base, song.IndexParams(hash_bits=bits), device="cuda")
         log.write(part="hash_build", hash_bits=bits, seconds=time.perf_counter() - t0,
                   codes_MB=h.codes.nbytes / 1e6, vectors_MB=base.nbytes / 1e6)
         sweep(f"1-bit hashing {bits} + re-rank", h, f"hashing_{bits}",

@@ -3,9 +3,11 @@
 #
 #   scripts/gpu_check.sh [all|tests|bench] [FILTER]
 #
-#   tests  - pytest -m gpu with KNNGRAPH_GPU_TESTS=1 (FILTER is passed to -k)
-#   bench  - every GPU benchmark in GPU_BENCHMARKS below (FILTER: run only those whose name contains it)
-#   all    - both (default)
+#   tests    - pytest -m gpu with KNNGRAPH_GPU_TESTS=1 (FILTER is passed to -k)
+#   bench    - every GPU benchmark in GPU_BENCHMARKS below (FILTER: run only those whose name contains it)
+#   sanitize - scripts/gpu_sanitize.py under compute-sanitizer memcheck and racecheck; fails on any kernel
+#              error or hazard (scripts/sanitizer_summary.py filters the driver probing of numba's start)
+#   all      - tests and bench (default)
 #
 # Results (logs, JSON, PNG) go to $OUT (the lent machine's return folder) or ./out. Real data comes from
 # .data/ (make it with scripts/prepare_device_data.py and carry it) or from ../shared/datasets.
@@ -68,5 +70,15 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
     eval "$cmd" 2>&1 | tee "$OUT/bench_$name.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
+fi
+if [ "$what" = sanitize ]; then
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer --tool $tool"
+    compute-sanitizer --tool "$tool" --print-limit 50 python3 scripts/gpu_sanitize.py > "$OUT/sanitize_$tool.log" 2>&1
+    tail -3 "$OUT/sanitize_$tool.log"
+  done
+  python3 scripts/sanitizer_summary.py "$OUT/sanitize_memcheck.log" "$OUT/sanitize_racecheck.log" \
+    | tee "$OUT/sanitize_summary.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 exit $status

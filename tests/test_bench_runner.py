@@ -78,7 +78,7 @@ def test_missing_baseline_is_skipped_with_a_note(tmp_path, monkeypatch):
 def test_song_and_batches_on_the_sample(tmp_path):
     runner = Runner(tmp_path / "s.jsonl", threads=2)
     lines = runner.run(RunSpec("sample:n=4000,nq=100", "search", "knngraph-song", repeats=1, build_repeats=1,
-                               build={"graph": ["exact"], "graph_k": [16], "degree": [8]},
+                               build={"graph": ["exact"], "graph_k": [16], "graph_degree": [8]},
                                search={"queue_size": [8, 64]}, batch_sizes=[None, 30]))
     assert [ln["status"] for ln in lines] == ["ok"] * 4
     by = {(ln["search_params"]["queue_size"], ln["batch_size"]): ln for ln in lines}

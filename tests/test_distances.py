@@ -5,7 +5,8 @@ import pytest
 from numba import cuda
 
 from knngraph import metrics
-from knngraph._distances import cpu_distance, cpu_vectors, distance_kind, inverse_norms, report_distances, warp_distance
+from knngraph.primitives.distances import cpu_distance, cpu_vectors, distance_kind, inverse_norms, report_distances
+from knngraph.primitives.warp import warp_distance
 
 DTYPES = [np.float32, np.float16, np.uint8, np.int8]
 

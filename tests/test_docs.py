@@ -9,7 +9,7 @@ import pytest
 
 import knngraph
 
-MODULES = ["knngraph._api", "knngraph.evaluate", "knngraph.bruteforce", "knngraph.metrics", "knngraph.io",
+MODULES = ["knngraph._api", "knngraph.evaluate", "knngraph.bruteforce._index", "knngraph.metrics", "knngraph.io",
            "knngraph.graph"]
 
 

@@ -106,7 +106,7 @@ def test_bad_select_option(base):
 
 
 def test_unknown_graph_method(base):
-    with pytest.raises(ValueError, match="unknown graph method 'magic'; available: .*exact"):
+    with pytest.raises(ValueError, match="unknown algorithm 'magic'; available: .*exact"):
         knngraph.knn_graph(base, 3, method="magic")
 
 

@@ -116,15 +116,49 @@ class Method:
 # knngraph
 
 
-class KnngraphExact(Method):
-    """knngraph's exact k-NN (GEMM + selection) and exact k-NN graph."""
+class KnngraphGraphBuilder(Method):
+    """A graph builder of knngraph's registry (``knngraph-<name>``): its k-NN graph through
+    ``knngraph.knn_graph(method=<name>)``, the build parameters being fields of the algorithm's
+    ``IndexParams``. ``memory_limit`` is the build's call argument; ``"quarter"`` means a quarter of the
+    base's size in bytes (the out-of-core setting)."""
 
-    name = "knngraph-exact"
     library = "knngraph"
     module = "knngraph"
-    tasks = ("search", "graph")
+    tasks = ("graph",)
     devices = ("cpu", "cuda")
     compiles = True
+    INFO_KEYS = ("iterations", "sample_size", "update", "out_of_core", "shards", "merges", "shard_rows", "clusters",
+                 "pieces", "overlap", "piece_rows_max", "max_piece_rows", "rows_built", "partition_seconds")
+
+    def __init__(self, algorithm):
+        self.algorithm = algorithm
+        self.name = f"knngraph-{algorithm.name}"
+        self.__doc__ = f"knngraph's {algorithm.summary} (k-NN graphs)."
+
+    def graph(self, ctx, base, metric, k, memory_limit=None, **params):
+        import dataclasses
+
+        import knngraph
+
+        if memory_limit == "quarter":
+            memory_limit = int(base.nbytes) // 4
+        fields = {f.name for f in dataclasses.fields(self.algorithm.load().IndexParams)}
+        if "seed" in fields:
+            params.setdefault("seed", ctx.seed)
+        g = knngraph.knn_graph(base, k, method=self.algorithm.name, metric=metric, device=ctx.device,
+                               memory_limit=memory_limit, verbose=False, **params)
+        info = {key: g.info[key] for key in self.INFO_KEYS if key in g.info}
+        if g.info.get("merge_iterations"):
+            info["mean_merge_iterations"] = float(np.mean(g.info["merge_iterations"]))
+        if memory_limit is not None:
+            info["memory_limit_bytes"] = memory_limit
+        return g.indices, info
+
+
+class KnngraphExact(KnngraphGraphBuilder):
+    """knngraph's exact k-NN (GEMM + selection) and exact k-NN graph."""
+
+    tasks = ("search", "graph")
     has_index = False
 
     def search(self, ctx, index, queries, k, **params):
@@ -133,69 +167,59 @@ class KnngraphExact(Method):
         return knngraph.knn(index["base"], queries, k, metric=index["metric"], device=ctx.device, verbose=False,
                             **params).indices
 
-    def graph(self, ctx, base, metric, k, **params):
-        import knngraph
 
-        g = knngraph.knn_graph(base, k, method="exact", metric=metric, device=ctx.device, verbose=False, **params)
-        return g.indices, {}
+class KnngraphGraphSearcher(Method):
+    """A graph searcher of knngraph's registry (``knngraph-<name>``) over a k-NN graph (``graph``: a graph
+    builder's name, ``graph_k`` neighbours) prepared by :func:`knngraph.optimize_graph` to out-degree
+    ``graph_degree`` and handed to the searcher's ``from_graph``; the build time covers all three steps.
+    Search parameters are fields of the searcher's ``SearchParams``."""
 
-
-class KnngraphNNDescent(Method):
-    """knngraph's NN-Descent (GNND on the GPU). ``memory_limit="quarter"`` means a quarter of the base's
-    size in bytes (the out-of-core setting of issue 3)."""
-
-    name = "knngraph-nndescent"
-    library = "knngraph"
-    module = "knngraph"
-    tasks = ("graph",)
-    devices = ("cpu", "cuda")
-    compiles = True
-    graph_sweep = {"sample_size": [0]}
-
-    def graph(self, ctx, base, metric, k, **params):
-        import knngraph
-
-        if params.get("memory_limit") == "quarter":
-            params["memory_limit"] = int(base.nbytes) // 4
-        g = knngraph.knn_graph(base, k, method="nndescent", metric=metric, device=ctx.device, verbose=False,
-                               seed=ctx.seed, **params)
-        info = {key: g.info[key] for key in ("iterations", "sample_size", "update", "out_of_core", "shards", "merges",
-                                             "shard_rows", "clusters", "pieces", "overlap", "piece_rows_max",
-                                             "max_piece_rows", "rows_built", "partition_seconds") if key in g.info}
-        if g.info.get("merge_iterations"):
-            info["mean_merge_iterations"] = float(np.mean(g.info["merge_iterations"]))
-        if "memory_limit" in params:
-            info["memory_limit_bytes"] = params["memory_limit"]
-        return g.indices, info
-
-
-class KnngraphSong(Method):
-    """SONG search over a k-NN graph (``graph``: 'nndescent' or 'exact', ``graph_k`` neighbours) prepared
-    by :func:`knngraph.optimize_graph` to out-degree ``degree``. The build time covers all three steps."""
-
-    name = "knngraph-song"
     library = "knngraph"
     module = "knngraph"
     tasks = ("search",)
     devices = ("cpu", "cuda")
     compiles = True
-    build_sweep = {"graph": ["nndescent"], "graph_k": [64], "degree": [32]}
+    build_sweep = {"graph": ["nndescent"], "graph_k": [64], "graph_degree": [32]}
     search_sweep = {"queue_size": [16, 32, 64, 128]}
 
-    def build(self, ctx, base, metric, graph="nndescent", graph_k=64, degree=32):
-        import knngraph
-        from knngraph import song
+    def __init__(self, algorithm):
+        self.algorithm = algorithm
+        self.name = f"knngraph-{algorithm.name}"
+        self.__doc__ = f"knngraph's {algorithm.summary}."
 
-        kw = {"seed": ctx.seed} if graph == "nndescent" else {}
+    def build(self, ctx, base, metric, graph="nndescent", graph_k=64, graph_degree=32):
+        import dataclasses
+
+        import knngraph
+
+        builder = knngraph.registry.get(graph)
+        kw = {"seed": ctx.seed} if "seed" in {f.name for f in dataclasses.fields(builder.load().IndexParams)} else {}
         g = knngraph.knn_graph(base, min(graph_k, base.shape[0] - 1), method=graph, metric=metric, device=ctx.device,
                                verbose=False, **kw)
-        g = knngraph.optimize_graph(g, base, degree=degree, device=ctx.device, verbose=False)
-        return song.build(song.IndexParams(metric=metric, graph_degree=degree, seed=ctx.seed), base, graph=g,
-                          device=ctx.device, verbose=False)
+        g = knngraph.optimize_graph(g, base, graph_degree, device=ctx.device, verbose=False)
+        mod = self.algorithm.load()
+        return mod.from_graph(g, base, mod.IndexParams(metric=metric, graph_degree=graph_degree, seed=ctx.seed),
+                              device=ctx.device, verbose=False)
 
     def search(self, ctx, index, queries, k, queue_size=64, **params):
-        return index.search(queries, k, queue_size=max(queue_size, k), device=ctx.device, verbose=False,
-                            **params).indices
+        mod = self.algorithm.load()
+        sp = mod.SearchParams(queue_size=max(queue_size, k), **params)
+        return mod.search(index, queries, k, sp, device=ctx.device, verbose=False).indices
+
+
+def knngraph_methods() -> list:
+    """One method per algorithm of knngraph's registry: graph builders and graph searchers."""
+    from knngraph import registry
+
+    out = []
+    for algorithm in registry.ALGORITHMS.values():
+        if algorithm.name == "exact":
+            out.append(KnngraphExact(algorithm))
+        elif algorithm.searches_graphs:
+            out.append(KnngraphGraphSearcher(algorithm))
+        elif algorithm.builds_graphs:
+            out.append(KnngraphGraphBuilder(algorithm))
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -442,7 +466,7 @@ class TorchExact(Method):
         return ids.int(), {}
 
 
-METHODS: dict[str, Method] = {m.name: m for m in (KnngraphExact(), KnngraphNNDescent(), KnngraphSong(), Pynndescent(),
+METHODS: dict[str, Method] = {m.name: m for m in (*knngraph_methods(), Pynndescent(),
                                                   Hnswlib(), FaissFlat(), FaissHNSW(), FaissIVF(), TorchExact())}
 
 

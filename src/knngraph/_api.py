@@ -6,7 +6,8 @@ They dispatch through :mod:`knngraph.registry` and hold nothing algorithm-specif
 from __future__ import annotations
 
 from . import registry
-from ._validate import check_int
+from ._device import is_device_array, resolve_device
+from ._validate import check_finite, check_int, check_same_dim, check_vectors
 from .graph import Graph
 from .index import KNNResult, runtime_docs
 
@@ -50,8 +51,11 @@ def knn(base, queries, k: int, *, metric: str = "sqeuclidean", device="auto", se
     >>> i.tolist(), [round(float(v), 2) for v in d[0]]
     ([[1, 0]], [0.02, 0.82])
     """
+    dev = resolve_device(device, base, queries)
+    b = _checked(base, "base", dev)
+    check_same_dim(b, _checked(queries, "queries", dev, finite=False))
     exact = registry.get("exact").load()
-    index = exact.build(exact.IndexParams(metric=metric), base, device=device, verbose=verbose)
+    index = exact.build(exact.IndexParams(metric=metric), b, device=dev, verbose=verbose, _checked=True)
     return exact.search(index, queries, k, exact.SearchParams(select=select), device=device,
                         memory_limit=memory_limit, verbose=verbose)
 
@@ -93,9 +97,19 @@ def knn_graph(base, k: int, *, method: str = "exact", metric: str = "sqeuclidean
     [1, 0, 1, 2]
     """
     k = check_int(k, "k", low=1)
+    dev = resolve_device(device, base)
+    base = _checked(base, "base", dev)
     algorithm = registry.get(method)
     if not algorithm.builds_graphs:
         raise ValueError(f"method {method!r} does not build k-NN graphs; available: "
                          f"{', '.join(registry.graph_builders())}")
-    return algorithm.build_graph(base, k, metric=metric, device=device, memory_limit=memory_limit, verbose=verbose,
+    return algorithm.build_graph(base, k, metric=metric, device=dev, memory_limit=memory_limit, verbose=verbose,
                                  params=params, **method_params)
+
+
+def _checked(x, name: str, dev, *, finite: bool = True):
+    """``x`` validated under the caller's argument name (the algorithms would call it 'dataset')."""
+    arr = check_vectors(x, name, on_gpu=dev.is_cuda and is_device_array(x))
+    if finite:
+        check_finite(arr, name)
+    return arr

@@ -1,7 +1,7 @@
 """Launch numba-cuda kernels through CuPy, for a fraction of numba's launch cost.
 
 A numba launch with a dozen CuPy array arguments costs about 0.3 ms on the host (argument typing and
-``__cuda_array_interface__`` conversion per array), more than many of our kernels run. DESIGN.md's
+``__cuda_array_interface__`` conversion per array), more than many of our kernels run. The
 remedy: compile the numba kernel to PTX once per argument signature, load it with CuPy, and launch it
 as a raw kernel. A numba kernel receives each array as its flattened data model
 ``(meminfo, parent, nitems, itemsize, data, shape..., strides...)`` and each scalar by value, so that is

@@ -93,7 +93,10 @@ class Metric:
     """A metric name (aliases accepted, stored canonical)."""
 
     def check(self, owner: str, field: str, value):
-        return canonical_metric(value)
+        try:
+            return canonical_metric(value)
+        except ValueError as exc:
+            raise ValueError(f"The {field!r} parameter of {owner}: {exc}") from None
 
 
 class MemoryLimit:

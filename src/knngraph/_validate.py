@@ -1,6 +1,6 @@
 """Input checks shared by every public entry point.
 
-Rules (DESIGN.md "Conventions"): ``TypeError`` for unsupported types and dtypes, ``ValueError`` for bad
+Rules: ``TypeError`` for unsupported types and dtypes, ``ValueError`` for bad
 shapes and values, each message naming the argument, what was expected and what was given.
 """
 
@@ -106,6 +106,20 @@ def check_same_dim(base, queries, base_name="base", query_name="queries") -> Non
     if base.shape[1] != queries.shape[1]:
         raise ValueError(f"{query_name} has {queries.shape[1]} dimensions but {base_name} has {base.shape[1]}; "
                          "they must match")
+
+
+def check_new_vectors(dataset, new_vectors, device):
+    """(device, validated new vectors) for adding ``new_vectors`` to an index over ``dataset`` (the
+    ``extend`` of every algorithm): same dimension, same dtype, finite."""
+    from ._device import resolve_device
+
+    dev = resolve_device(device, dataset, new_vectors)
+    new = check_vectors(new_vectors, "new_vectors", on_gpu=dev.is_cuda and is_device_array(new_vectors))
+    check_same_dim(dataset, new, "the index's vectors", "new_vectors")
+    check_finite(new, "new_vectors")
+    if new.dtype != dataset.dtype:
+        raise TypeError(f"new_vectors has dtype {new.dtype} but the index holds {dataset.dtype}; convert them first")
+    return dev, new
 
 
 def check_int(value, name: str, *, low: int | None = None, high: int | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Recall measures, exactly as DESIGN.md defines them.
+"""Recall measures, as the library defines them everywhere.
 
 * ``recall@k`` (C@k, k-recall@k): |returned top-k ∩ true top-k| / k, averaged over queries.
 * ``R@k`` (GGNN, Eq. 5): share of queries whose true nearest neighbour is among the returned top k.

@@ -57,22 +57,34 @@ def save_arrays(path, kind: str, arrays: dict, meta: dict) -> None:
         raise
 
 
-def load_arrays(path, kind: str) -> tuple[dict, dict]:
-    """Read a file written by :func:`save_arrays`; ValueError naming the file when it is not valid."""
-    import io as _io
-
+def _open(path, what: str, *, arrays: bool) -> tuple[dict, dict]:
+    """(header, raw .npy members) of a knngraph file; FileNotFoundError / ValueError naming the file."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
     try:
         with zipfile.ZipFile(path, "r") as zf:
             header = json.loads(zf.read("meta.json"))
-            names = [n[:-4] for n in zf.namelist() if n.endswith(".npy")]
-            blobs = {n: zf.read(n + ".npy") for n in names}
+            blobs = {n[:-4]: zf.read(n) for n in zf.namelist() if n.endswith(".npy")} if arrays else {}
     except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, EOFError, OSError) as exc:
-        raise ValueError(f"{path}: not a knngraph {kind} file or it is truncated/corrupt ({exc})") from None
-    if header.get("format") != "knngraph":
+        raise ValueError(f"{path}: not a knngraph {what}file or it is truncated/corrupt ({exc})") from None
+    if not isinstance(header, dict) or header.get("format") != "knngraph":
         raise ValueError(f"{path}: not a knngraph file")
+    return header, blobs
+
+
+def read_header(path) -> dict:
+    """The header of a knngraph file (``format``, ``version``, ``kind``, ...) without reading its arrays;
+    ValueError naming the file when it is not one."""
+    return _open(path, "", arrays=False)[0]
+
+
+def load_arrays(path, kind: str) -> tuple[dict, dict]:
+    """Read a file written by :func:`save_arrays`; ValueError naming the file when it is not valid."""
+    import io as _io
+
+    header, blobs = _open(path, kind + " ", arrays=True)
+    path = os.fspath(path)
     if header.get("kind") != kind:
         raise ValueError(f"{path}: holds a knngraph {header.get('kind')!r}, expected a {kind!r}")
     if int(header.get("version", -1)) > FORMAT_VERSION:
@@ -86,22 +98,6 @@ def load_arrays(path, kind: str) -> tuple[dict, dict]:
         raise ValueError(f"{path}: checksum mismatch, the file is corrupt")
     arrays = {n: np.load(_io.BytesIO(b), allow_pickle=False) for n, b in blobs.items()}
     return arrays, header.get("meta", {})
-
-
-def read_header(path) -> dict:
-    """The header of a knngraph file (``format``, ``version``, ``kind``, ...) without reading its arrays;
-    ValueError naming the file when it is not one."""
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        with zipfile.ZipFile(path, "r") as zf:
-            header = json.loads(zf.read("meta.json"))
-    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, EOFError, OSError) as exc:
-        raise ValueError(f"{path}: not a knngraph file or it is truncated/corrupt ({exc})") from None
-    if not isinstance(header, dict) or header.get("format") != "knngraph":
-        raise ValueError(f"{path}: not a knngraph file")
-    return header
 
 
 @dataclass

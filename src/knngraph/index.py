@@ -52,10 +52,9 @@ import dataclasses
 import importlib
 from typing import ClassVar, NamedTuple
 
-import numpy as np
 
 from ._device import as_numpy
-from .graph import load_arrays, save_arrays
+from .graph import _jsonable, load_arrays, save_arrays
 
 __all__ = ["KNNResult", "Index", "save_index", "load_index", "RUNTIME_DOCS", "runtime_docs"]
 
@@ -123,16 +122,6 @@ def load_index(path, cls: type, *, metric: str | None = None) -> tuple[dict, obj
     if metric is not None and canonical_metric(metric) != params.metric:
         raise ValueError(f"{path}: index was saved with metric {params.metric!r}, not {metric!r}")
     return arrays, params, meta
-
-
-def _jsonable(obj):
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
 
 
 #: docstring fragments of the run-time call arguments, shared by every public function

@@ -12,7 +12,8 @@ cosine          1 - <q, x> / (||q|| ||x||)                 -<q/||q||, x/||x||>; 
                                                            cosine distance 1 to everything
 ============== ========================================== ==========================================
 
-The key column is Komarov et al.'s observation (paper 002, section "Distance Calculation"): for a fixed
+The key column is the observation of Komarov, Dashti, D'Souza ("Fast k-NNG Construction with GPU-Based
+Quick Multi-Select", section "Distance Calculation"): for a fixed
 query the ||q||^2 term is common to every candidate, so ranking needs only ||x||^2 - 2<q, x>, which
 costs one GEMM plus one vector of base norms.
 """

@@ -121,7 +121,7 @@ def test_graph_save_load_roundtrip(tmp_path, rng):
     g2 = knngraph.Graph.load(tmp_path / "g.knng")
     np.testing.assert_array_equal(g2.indices, g.indices)
     np.testing.assert_array_equal(g2.distances, g.distances)
-    assert g2.metric == "cosine" and g2.info["k"] == 5
+    assert g2.metric == "cosine" and g2.info["graph_degree"] == 5
 
 
 @pytest.mark.parametrize("metric", ["sqeuclidean", "euclidean"])

@@ -84,11 +84,17 @@ def test_large_k_falls_back_to_quickselect(sample):
 @pytest.mark.parametrize("select", SELECTS)
 def test_graph_matches_cpu_graph(sample, select):
     base = sample.base[:5000]
+    from knngraph.bruteforce.cuda import exact_knn
+
     g_cpu = knngraph.knn_graph(base, 16, device="cpu")
-    g = knngraph.knn_graph(base, 16, device="cuda", select=select)
+    # the exact graph builder has no select option any more: run the GPU exact k-NN in graph mode with it
+    d, i = exact_knn(base, base, 16, "sqeuclidean", graph=True, memory_limit=1 << 30, select=select, verbose=False)
+    np.testing.assert_array_equal(i, g_cpu.indices)
+    np.testing.assert_array_equal(d, g_cpu.distances)
+    assert not (i == np.arange(len(base))[:, None]).any()
+    g = knngraph.knn_graph(base, 16, device="cuda")
     np.testing.assert_array_equal(g.indices, g_cpu.indices)
     np.testing.assert_array_equal(g.distances, g_cpu.distances)
-    assert not (g.indices == np.arange(len(base))[:, None]).any()
 
 
 def test_device_arrays_in_and_out(sample):
@@ -165,7 +171,7 @@ def test_numba_launch_path_matches_raw_launch(sample, monkeypatch):
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.float16])
 def test_tensor_core_gemm_equals_fp32_gemm(metric, dtype, rng):
     """The int8 / fp16 tensor-core GEMM paths give the fp32 path's answers (int8: bit for bit)."""
-    from knngraph.bruteforce.cuda import knn_cuda
+    from knngraph.bruteforce.cuda import exact_knn
 
     if np.dtype(dtype).kind == "f":
         base = rng.standard_normal((4000, 64)).astype(dtype)
@@ -175,10 +181,10 @@ def test_tensor_core_gemm_equals_fp32_gemm(metric, dtype, rng):
         base = rng.integers(info.min, info.max, (4000, 64), endpoint=True).astype(dtype)
         q = rng.integers(info.min, info.max, (300, 64), endpoint=True).astype(dtype)
     stats = {}
-    d_tc, i_tc = knn_cuda(base, q, 20, metric, memory_limit=1 << 30, stats=stats, verbose=False)
+    d_tc, i_tc = exact_knn(base, q, 20, metric, memory_limit=1 << 30, stats=stats, verbose=False)
     assert stats["gemm"] == ("fp16" if dtype == np.float16 else "int8")
     assert isinstance(d_tc, np.ndarray)  # host queries: results come back to the host block by block
-    d32, i32 = knn_cuda(base, q, 20, metric, memory_limit=1 << 30, tensor_cores=False, verbose=False)
+    d32, i32 = exact_knn(base, q, 20, metric, memory_limit=1 << 30, tensor_cores=False, verbose=False)
     if dtype == np.float16:
         np.testing.assert_allclose(d_tc, d32, rtol=1e-5, atol=1e-3)
         assert recall_at_k(i_tc, i32, 20, distances=d_tc, true_distances=d32) == 1.0

@@ -8,7 +8,8 @@ pytestmark = pytest.mark.sim
 
 @pytest.mark.parametrize("euclidean", [0, 1])
 def test_refine_kernel_matches_numpy(euclidean, rng):
-    from knngraph.bruteforce._refine import refine_l2, refine_rows_kernel
+    from knngraph.primitives._rescore_kernel import refine_rows_kernel
+    from knngraph.primitives.rescore import refine_l2
 
     base = rng.integers(0, 4, size=(40, 37)).astype(np.float32)  # small integers: many equal distances
     base[7] = base[3]  # a duplicate pair: equal distance, the lower id must come first

@@ -37,7 +37,7 @@ def _tile(rng, rows, cols, ties):
 
 def _run(kernel_name, dots, norms, key_kind, col_offset, self_offset, k, n_splits=1):
     """Run a kernel; key_kind 0 = ||x||^2 - 2 dot (colterm = norms, alpha = -2), 1 = -dot."""
-    from knngraph.bruteforce import _select_kernels as sk
+    from knngraph.primitives import _kselect_kernels as sk
 
     colterm = norms if key_kind == 0 else np.zeros_like(norms)
     alpha = np.float32(-2.0 if key_kind == 0 else -1.0)
@@ -105,7 +105,7 @@ def test_select_column_splits(kernel_name, rng):
 
 def test_warp_filter_merges_with_running_best(rng):
     """The running best list seeds the kernel (use_init) and the result folds both together."""
-    from knngraph.bruteforce import _select_kernels as sk
+    from knngraph.primitives import _kselect_kernels as sk
 
     dots, norms = _tile(rng, 2, 100, True)
     k = 6
@@ -126,7 +126,7 @@ def test_warp_filter_merges_with_running_best(rng):
 @pytest.mark.parametrize("kernel_name", ["quickselect", "warp_filter"])
 def test_select_from_candidate_pairs_with_fillers(kernel_name, rng):
     """Merge mode: rows of explicit (key, id) pairs, including repeated fillers."""
-    from knngraph.bruteforce import _select_kernels as sk
+    from knngraph.primitives import _kselect_kernels as sk
 
     rows, m, k = 2, 70, 9
     ck = rng.integers(0, 5, size=(rows, m)).astype(np.float32)
@@ -168,7 +168,7 @@ def test_select_int32_dot_tiles(kernel_name, rng):
 def test_warp_filter_streaming_steps(unroll, ties, rng):
     """Rows long enough for whole unrolled steps (the fast filter path) plus a ragged tail, in graph
     mode (each row's own id lies inside a step), with many ties at the threshold."""
-    from knngraph.bruteforce import _select_kernels as sk
+    from knngraph.primitives import _kselect_kernels as sk
 
     rows, cols = 3, 600
     dots, norms = _tile(rng, rows, cols, ties)

@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("name", ["knngraph.nndescent"])
+@pytest.mark.parametrize("name", ["knngraph.nndescent._index"])
 def test_doctests(name):
     mod = importlib.import_module(name)
     result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS, verbose=False)

@@ -58,8 +58,8 @@ def test_gpu_merge_halves_450k(sift450k, direct):
 
 
 def test_gpu_add_keeps_recall_450k(sift450k, direct):
-    index = nndescent.build(nndescent.IndexParams(k=K), sift450k[:400_000], device="cuda", verbose=False)
-    bigger = index.add(sift450k[400_000:], device="cuda", verbose=False)
+    index = nndescent.build(nndescent.IndexParams(graph_degree=K), sift450k[:400_000], device="cuda", verbose=False)
+    bigger = nndescent.extend(index, sift450k[400_000:], device="cuda", verbose=False)
     assert bigger.graph.n == 450_000
     assert _recall(bigger.graph, sift450k) >= _recall(direct, sift450k) - 0.02
 

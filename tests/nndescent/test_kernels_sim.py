@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 from numba import cuda
 
+from knngraph.graphops import cpu as graphops_cpu
+from knngraph.graphops import cuda as graphops_cuda
 from knngraph.nndescent import _kernels as K
 from knngraph.nndescent import cpu
 from knngraph.nndescent.cuda import packed_words
+from knngraph.primitives.constants import pow2_at_least
 
 pytestmark = pytest.mark.sim
 
@@ -34,13 +37,13 @@ def _data(rng, n, d, dtype=np.uint8, full=False):
 
 
 def _inv(x, kind):
-    from knngraph._distances import inverse_norms
+    from knngraph.primitives.distances import inverse_norms
 
     return inverse_norms(x) if kind == COS else np.zeros(1, np.float32)
 
 
 def _cpu_inv(x, kind):
-    from knngraph._distances import inverse_norms
+    from knngraph.primitives.distances import inverse_norms
 
     return inverse_norms(x) if kind == COS else np.empty(0, np.float32)
 
@@ -127,7 +130,7 @@ def test_init_kernel_matches_cpu(rng, kind):
     gd = np.empty((n, k), np.float32)
     gi = np.empty((n, k), np.int32)
     gf = np.empty((n, k), np.uint8)
-    K.init_kernel(K.pow2_at_least(k))[2, K.WPB * 32](x, _inv(x, kind), kind, gd, gi, gf, 0, 0, np.int64(seed))
+    K.init_kernel(pow2_at_least(k, 32))[2, K.WPB * 32](x, _inv(x, kind), kind, gd, gi, gf, 0, 0, np.int64(seed))
     np.testing.assert_array_equal(gi, ci)
     np.testing.assert_allclose(gd, cd, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(gf, cf)
@@ -146,7 +149,7 @@ def test_init_kernel_merge_mode_matches_cpu(rng):
     gi = np.empty((n, k), np.int32)
     gf = np.empty((n, k), np.uint8)
     gd[:, :keep], gi[:, :keep] = kept_d, kept_i
-    K.init_kernel(K.pow2_at_least(k))[2, K.WPB * 32](x, _inv(x, L2), L2, gd, gi, gf, keep, n1, np.int64(9))
+    K.init_kernel(pow2_at_least(k, 32))[2, K.WPB * 32](x, _inv(x, L2), L2, gd, gi, gf, keep, n1, np.int64(9))
     np.testing.assert_array_equal(gi, ci)
     np.testing.assert_array_equal(gf, cf)
     other = (gi >= n1) != (np.arange(n)[:, None] >= n1)
@@ -348,12 +351,11 @@ def test_merge_lists_kernel_matches_cpu(rng):
             o = np.lexsort((a_i[r], a_d[r]))
             a_d[r], a_i[r] = a_d[r][o], a_i[r][o]
     ai[1, -2:], ad[1, -2:] = -1, np.inf
-    ref_d = np.zeros((n, k), np.float32)
-    ref_i = np.zeros((n, k), np.int32)
-    cpu.kernel("merge_lists", n)(ad, ai, bd, bi, ref_d, ref_i)
+    ref_d, ref_i = graphops_cpu.merge_sorted_lists(ad, ai, bd, bi, k)
     out_d = np.zeros((n, k), np.float32)
     out_i = np.zeros((n, k), np.int32)
-    K.merge_lists_kernel(K.pow2_at_least(ka + kb))[1, K.WPB * 32](ad, ai, bd, bi, out_d, out_i)
+    graphops_cuda.merge_lists_kernel(pow2_at_least(ka + kb, 32))[1, graphops_cuda.WPB * 32](ad, ai, bd, bi, out_d,
+                                                                                             out_i)
     np.testing.assert_array_equal(out_i, ref_i)
     np.testing.assert_array_equal(out_d, ref_d)
     for r in range(n):

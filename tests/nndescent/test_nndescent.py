@@ -6,6 +6,7 @@ import pytest
 
 import knngraph
 from knngraph import nndescent
+from knngraph.nndescent import _index as nd_index
 
 K = 32
 
@@ -60,13 +61,13 @@ def test_merge_halves(sift, exact, direct):
 
 
 def test_add_keeps_recall(sift, exact, direct):
-    index = nndescent.build(nndescent.IndexParams(k=K, seed=4), sift[:16000], device="cpu", verbose=False)
-    bigger = index.add(sift[16000:], device="cpu", verbose=False)
+    index = nndescent.build(nndescent.IndexParams(graph_degree=K, seed=4), sift[:16000], device="cpu", verbose=False)
+    bigger = nndescent.extend(index, sift[16000:], device="cpu", verbose=False)
     assert bigger.graph.n == 20000 and bigger.dataset.shape == sift.shape
     assert index.graph.n == 16000  # the original is unchanged
     assert _recall(bigger.graph, exact) >= _recall(direct, exact) - 0.02
     # a handful of vectors (fewer than k) takes the exact path for their own graph
-    small = bigger.add(sift[:5] // 2 + 1, device="cpu", verbose=False)
+    small = nndescent.extend(bigger, sift[:5] // 2 + 1, device="cpu", verbose=False)
     assert small.graph.n == 20005 and (small.graph.indices[-5:] >= 0).all()
 
 
@@ -139,9 +140,9 @@ def test_out_of_core_auto_takes_shard_pairs_when_few_shards(sift, monkeypatch):
     """'auto' merges shard pairs up to AUTO_MAX_SHARDS shards (raised here so that a small budget
     qualifies), clusters beyond."""
     x = sift[:1500].astype(np.float32)
-    monkeypatch.setattr(nndescent, "AUTO_MAX_SHARDS", 100)
+    monkeypatch.setattr(nd_index, "AUTO_MAX_SHARDS", 100)
     assert _ooc(x, 10, memory_limit=x.nbytes // 2).info["out_of_core"] == "shard_pairs"
-    monkeypatch.setattr(nndescent, "AUTO_MAX_SHARDS", 2)
+    monkeypatch.setattr(nd_index, "AUTO_MAX_SHARDS", 2)
     assert _ooc(x, 10, memory_limit=x.nbytes // 2).info["out_of_core"] == "clusters"
 
 
@@ -226,7 +227,7 @@ def test_merge_graph_of_other_builder_and_k(sift, exact):
     assert g.degree == 12
     ex = knngraph.knn_graph(x, 12, method="exact", device="cpu", verbose=False)
     assert knngraph.graph_recall(g, 10, true_graph=ex) >= 0.95
-    g8 = knngraph.merge_graphs(g1, g2, x[:h], x[h:], k=8, device="cpu", verbose=False)
+    g8 = knngraph.merge_graphs(g1, g2, x[:h], x[h:], graph_degree=8, device="cpu", verbose=False)
     assert g8.degree == 8
 
 
@@ -245,7 +246,7 @@ def test_euclidean_graphs_merge_in_their_own_units(sift):
 
 def test_save_load_round_trip(tmp_path):
     x = np.random.default_rng(1).random((300, 6), dtype=np.float32)
-    index = nndescent.build(nndescent.IndexParams(k=8, metric="cosine"), x, device="cpu", verbose=False)
+    index = nndescent.build(nndescent.IndexParams(graph_degree=8, metric="cosine"), x, device="cpu", verbose=False)
     path = tmp_path / "g.knng"
     nndescent.save(path, index)
     back = nndescent.load(path)
@@ -254,7 +255,7 @@ def test_save_load_round_trip(tmp_path):
     assert back.params == index.params and back.metric == "cosine"
     with pytest.raises(ValueError, match="metric"):
         nndescent.load(path, metric="sqeuclidean")
-    more = back.add(x[:20] + 0.5, device="cpu", verbose=False)
+    more = nndescent.extend(back, x[:20] + 0.5, device="cpu", verbose=False)
     assert more.graph.n == 320
 
 
@@ -269,8 +270,9 @@ def test_params_validation():
         nndescent.IndexParams(max_iterations=0)
     with pytest.raises(ValueError, match="'termination_threshold'"):
         nndescent.IndexParams(termination_threshold=2.0)
-    with pytest.raises(ValueError, match="memory_limit"):
-        nndescent.IndexParams(memory_limit="lots")
+    with pytest.raises(ValueError, match="memory_limit"):  # a build argument now, no longer a params field
+        nndescent.build(nndescent.IndexParams(graph_degree=3), np.zeros((10, 2), np.float32), device="cpu",
+                        memory_limit="lots")
     with pytest.raises(ValueError, match="out_of_core"):
         nndescent.IndexParams(out_of_core="disk")
     with pytest.raises(ValueError, match="cluster_overlap"):
@@ -284,7 +286,7 @@ def test_bad_input():
     build = knngraph.knn_graph
     with pytest.raises(ValueError, match="smaller than the number of vectors"):
         build(x, 50, method="nndescent", device="cpu")
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(ValueError, match=r"k must be in the range \[1, inf\], got 0"):
         build(x, 0, method="nndescent", device="cpu")
     with pytest.raises(TypeError, match="integer"):
         build(x, 2.5, method="nndescent", device="cpu")
@@ -298,7 +300,7 @@ def test_bad_input():
         build(x[0], 2, method="nndescent", device="cpu")
     with pytest.raises(ValueError, match="empty"):
         build(x[:0], 2, method="nndescent", device="cpu")
-    with pytest.raises(ValueError, match="unknown graph method"):
+    with pytest.raises(ValueError, match="unknown algorithm 'nn-descent'; available: "):
         build(x, 5, method="nn-descent", device="cpu")
 
 
@@ -318,8 +320,8 @@ def test_merge_bad_input():
     gc = knngraph.knn_graph(b, 6, method="exact", metric="cosine", device="cpu", verbose=False)
     with pytest.raises(ValueError, match="different metrics"):
         merge(ga, gc, a, b, device="cpu")
-    with pytest.raises(ValueError, match=r"k must be in \[1, 6\]"):
-        merge(ga, gb, a, b, k=7, device="cpu")
+    with pytest.raises(ValueError, match=r"graph_degree must be in \[1, 6\]"):
+        merge(ga, gb, a, b, graph_degree=7, device="cpu")
     broken = knngraph.Graph(gb.indices + 100, gb.distances, gb.metric)
     with pytest.raises(ValueError, match="outside"):
         merge(ga, broken, a, b, device="cpu")
@@ -327,11 +329,11 @@ def test_merge_bad_input():
 
 def test_extend_bad_input():
     x = np.random.default_rng(0).random((40, 4), dtype=np.float32)
-    index = nndescent.build(nndescent.IndexParams(k=5), x, device="cpu", verbose=False)
+    index = nndescent.build(nndescent.IndexParams(graph_degree=5), x, device="cpu", verbose=False)
     with pytest.raises(ValueError, match="dimensions"):
-        index.add(np.zeros((3, 5), np.float32), device="cpu")
+        nndescent.extend(index, np.zeros((3, 5), np.float32), device="cpu")
     with pytest.raises(TypeError, match="dtype"):
-        index.add(np.zeros((3, 4), np.uint8), device="cpu")
+        nndescent.extend(index, np.zeros((3, 4), np.uint8), device="cpu")
     with pytest.raises(TypeError, match="Index"):
         nndescent.extend(index.graph, x, device="cpu")
 
@@ -339,7 +341,7 @@ def test_extend_bad_input():
 def test_gpu_requires_selective_update():
     params = nndescent.IndexParams(update="all")
     from knngraph._device import Device
-    from knngraph.nndescent import _config
+    from knngraph.nndescent._index import _config
 
     with pytest.raises(ValueError, match="only implemented on the CPU"):
         _config(params, 8, Device("cuda"), False)
@@ -351,7 +353,7 @@ def test_whole_gpu_path_in_simulator():
     rng = np.random.default_rng(2)
     x = rng.random((20, 4), dtype=np.float32)
     ex = knngraph.knn_graph(x, 4, method="exact", device="cpu", verbose=False)
-    index = nndescent.build(nndescent.IndexParams(k=4, sample_size=2, max_iterations=2), x, verbose=False,
+    index = nndescent.build(nndescent.IndexParams(graph_degree=4, sample_size=2, max_iterations=2), x, verbose=False,
                             _simulate=True)
     g = index.graph
     assert g.info["update"] == "selective" and 1 <= g.info["iterations"] <= 2
@@ -369,7 +371,7 @@ def test_cluster_windows_start_through_gpu_engine_in_simulator(metric):
     start is the exact graph (L2: refined distances; cosine: from the keys) and stays so."""
     x = np.random.default_rng(3).random((40, 4), dtype=np.float32)
     ex = knngraph.knn_graph(x, 4, method="exact", metric=metric, device="cpu", verbose=False)
-    index = nndescent.build(nndescent.IndexParams(k=4, sample_size=2, max_iterations=1, metric=metric,
+    index = nndescent.build(nndescent.IndexParams(graph_degree=4, sample_size=2, max_iterations=1, metric=metric,
                                                   init="cluster_windows"), x, verbose=False, _simulate=True)
     g = index.graph
     assert g.info["init"] == "cluster_windows"
@@ -384,15 +386,15 @@ def test_clustered_out_of_core_through_gpu_engine_in_simulator(monkeypatch):
     CPU engine."""
     from knngraph._device import Device
     from knngraph.nndescent import _build
-    from knngraph.nndescent.cuda import CudaEngine
+    from knngraph.nndescent import cuda as nd_cuda
 
     rng = np.random.default_rng(3)
     x = (rng.normal(size=(6, 5)) * 4)[rng.integers(0, 6, 90)] + rng.normal(size=(90, 5))
     x = x.astype(np.float32)
     monkeypatch.setattr(_build, "SMALL_PIECE_PER_K", 100)
-    cfg = nndescent._config(nndescent.IndexParams(k=4), 4, Device("cpu"), False)
+    cfg = nd_index._config(nndescent.IndexParams(graph_degree=4), 4, Device("cpu"), False)
     out = {}
-    for name, engine in (("cpu", _build.make_engine(Device("cpu"))), ("sim", CudaEngine(simulate=True))):
+    for name, engine in (("cpu", _build.make_engine(Device("cpu"))), ("sim", nd_cuda.Engine(simulate=True))):
         st = {}
         with engine:
             out[name] = _build.clustered_build(engine, x, cfg, 30, metric="sqeuclidean", stats=st)
@@ -407,9 +409,7 @@ def test_clustered_out_of_core_through_gpu_engine_in_simulator(monkeypatch):
 def test_many_shards_warn_about_recall(sift, monkeypatch):
     """A memory_limit that forces many large shards says that recall suffers and what to do (the
     thresholds are lowered here so that a small input crosses them)."""
-    from knngraph import nndescent
-
-    monkeypatch.setattr(nndescent, "LARGE_SHARD_ROWS", 1)
+    monkeypatch.setattr(nd_index, "LARGE_SHARD_ROWS", 1)
     x = sift[:1200].astype(np.float32)
     with pytest.warns(RuntimeWarning, match="Use out_of_core='clusters'"):
         g = _ooc(x, 8, memory_limit="90KB", out_of_core="shard_pairs")

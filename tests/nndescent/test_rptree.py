@@ -9,9 +9,10 @@ import pytest
 import knngraph
 from knngraph import nndescent
 from knngraph._device import Device
-from knngraph._distances import distance_kind, report_distances
-from knngraph.nndescent import _config, _rptree
-from knngraph.nndescent.cpu import SERIAL_BELOW, CpuEngine
+from knngraph.nndescent import _rptree
+from knngraph.nndescent._index import _config
+from knngraph.nndescent.cpu import SERIAL_BELOW, Engine
+from knngraph.primitives.distances import distance_kind, report_distances
 
 K = 16
 
@@ -25,7 +26,7 @@ def sift():
 
 def _forest_graph(x, k, metric="sqeuclidean", n_trees=6, leaf_size=64, seed=0):
     """The forest's initial lists alone (ids of x), as build_in_memory starts them."""
-    eng = CpuEngine()
+    eng = Engine()
     kind = distance_kind(metric)
     xc, inv = eng.prepare(x, kind)
     gd, gi, gf = eng.new_graph(x.shape[0], k)
@@ -73,7 +74,7 @@ def test_forest_leaves_partition_the_points(sift):
 def test_same_seed_same_graph_on_any_thread_count(sift):
     """Forest + iterations, threaded kernels (n >= SERIAL_BELOW): 1 thread and all threads agree."""
     x = sift[:SERIAL_BELOW + 1000]
-    params = nndescent.IndexParams(k=10, seed=3, init="rp_forest")
+    params = nndescent.IndexParams(graph_degree=10, seed=3, init="rp_forest")
     a = nndescent.build(params, x, device="cpu", verbose=False).graph
     old = numba.get_num_threads()
     try:
@@ -83,7 +84,8 @@ def test_same_seed_same_graph_on_any_thread_count(sift):
         numba.set_num_threads(old)
     np.testing.assert_array_equal(a.indices, b.indices)
     np.testing.assert_array_equal(a.distances, b.distances)
-    c = nndescent.build(nndescent.IndexParams(k=10, seed=4, init="rp_forest"), x, device="cpu", verbose=False).graph
+    c = nndescent.build(nndescent.IndexParams(graph_degree=10, seed=4, init="rp_forest"), x, device="cpu",
+                        verbose=False).graph
     assert not np.array_equal(_forest_graph(x, 10, seed=3).indices, _forest_graph(x, 10, seed=4).indices)
     assert a.info["init"] == "rp_forest" and c.info["init"] == "rp_forest"
 

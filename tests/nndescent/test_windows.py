@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import knngraph
-from knngraph._distances import DIST_COS, DIST_L2SQ
 from knngraph.nndescent import _windows
-from knngraph.nndescent.cpu import CpuEngine
-from knngraph.nndescent.cuda import smallest_per_row_host
+from knngraph.nndescent.cpu import Engine
+from knngraph.primitives.distances import DIST_COS, DIST_L2SQ
+from knngraph.primitives.kselect import smallest_per_row_host
 
 K = 16
 
@@ -26,7 +26,7 @@ class HostEngine:
         return smallest_per_row_host(tile, k)
 
     def merge_lists(self, ad, ai, bd, bi, k):
-        return CpuEngine().merge_lists(ad, ai, bd, bi, k)
+        return Engine().merge_lists(ad, ai, bd, bi, k)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import knngraph
 def sift_graphs(sample):
     """(exact k-NN graph of degree 64, the same prepared to degree 32), built once on the CPU."""
     raw = knngraph.knn_graph(sample.base, 64, device="cpu", verbose=False)
-    prepared = knngraph.optimize_graph(raw, sample.base, degree=32, device="cpu", verbose=False)
+    prepared = knngraph.optimize_graph(raw, sample.base, graph_degree=32, device="cpu", verbose=False)
     return raw, prepared
 
 

@@ -32,7 +32,7 @@ def test_prepare_then_search_with_graph(tmp_path, capsys, sample):
     io.write(queries, sample.queries[:50])
     g = knngraph.knn_graph(sample.base[:3000], 32, device="cpu", verbose=False)
     g.save(tmp_path / "g.knng")
-    assert main(["prepare", str(tmp_path / "g.knng"), str(base), "--degree", "16", "--out",
+    assert main(["prepare", str(tmp_path / "g.knng"), str(base), "--graph-degree", "16", "--out",
                  str(tmp_path / "p.knng"), "--device", "cpu", "--quiet"]) == 0
     assert "degree 16" in capsys.readouterr().out
     assert main(["search", str(base), str(queries), "-k", "5", "--graph", str(tmp_path / "p.knng"), "--out",

@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 
 import knngraph
-from knngraph._distances import cpu_vectors, distance_kind, inverse_norms
+from knngraph.graphops import cpu as graphops_cpu
+from knngraph.graphops import cuda as graphops_cuda
+from knngraph.graphops import occlusion_factor
+from knngraph.primitives.distances import cpu_vectors, distance_kind, inverse_norms
 from knngraph.song import _kernels as kn
-from knngraph.song._prune_cpu import prune_cpu
 from knngraph.song.cpu import DIST_HAMMING, search_cpu
-from knngraph.song.cuda import distance_mode, prune_cuda, search_device
+from knngraph.song.cuda import distance_mode, search_device
 
 pytestmark = pytest.mark.sim
 
@@ -80,13 +82,14 @@ def test_prune_kernel_matches_cpu(rng):
     kind = distance_kind("sqeuclidean")
     inv = np.zeros(1, np.float32)
     empty = np.empty((9, 0), np.int32)
-    cf, cd = prune_cpu(x, inv, kind, 1.1, g.indices, empty, empty, 3, False)
-    gf, gd = prune_cuda(x, inv, kind, 1.1, g.indices, empty, empty, 3, False, xp=np, max_warps=2)
+    factor = occlusion_factor(kind, 1.1)  # alpha 1.1
+    cf, cd = graphops_cpu.prune(x, inv, kind, factor, g.indices, empty, empty, 3, False)
+    gf, gd = graphops_cuda.prune(x, inv, kind, factor, g.indices, empty, empty, 3, False, xp=np, max_warps=2)
     np.testing.assert_array_equal(gf, cf)
     np.testing.assert_array_equal(gd, cd)
     rev = np.roll(cf, 1, axis=0)
-    cf2, cd2 = prune_cpu(x, inv, kind, 1.1, cf, rev, g.indices, 3, True)
-    gf2, gd2 = prune_cuda(x, inv, kind, 1.1, cf, rev, g.indices, 3, True, xp=np, max_warps=2)
+    cf2, cd2 = graphops_cpu.prune(x, inv, kind, factor, cf, rev, g.indices, 3, True)
+    gf2, gd2 = graphops_cuda.prune(x, inv, kind, factor, cf, rev, g.indices, 3, True, xp=np, max_warps=2)
     np.testing.assert_array_equal(gf2, cf2)
     np.testing.assert_array_equal(gd2, cd2)
     assert (cf2 >= 0).all()  # filled to the degree from the secondary rows

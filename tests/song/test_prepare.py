@@ -32,9 +32,9 @@ def test_pruning_rule_on_a_line():
     # points on a line: from 0 the RNG rule keeps 1 and drops 2, 3 (reached through 1)
     x = np.array([[0], [1], [2], [3], [10]], dtype=np.float32)
     g = knngraph.knn_graph(x, 4, device="cpu", verbose=False)
-    pruned = knngraph.optimize_graph(g, x, degree=1, device="cpu")
+    pruned = knngraph.optimize_graph(g, x, graph_degree=1, device="cpu")
     assert pruned.indices[:, 0].tolist() == [1, 0, 1, 2, 3]
-    full = knngraph.optimize_graph(g, x, degree=4, device="cpu")
+    full = knngraph.optimize_graph(g, x, graph_degree=4, device="cpu")
     assert full.indices[0].tolist() == [1, 2, 3, 4]  # filled back up to the degree, nearest first
     np.testing.assert_array_equal(full.distances[0], [1, 4, 9, 100])
 
@@ -44,7 +44,7 @@ def test_metrics_and_missing_ids(rng):
     for metric in metrics.METRICS:
         g = knngraph.knn_graph(x, 12, metric=metric, device="cpu", verbose=False)
         g.indices[::7, -3:] = -1
-        p = knngraph.optimize_graph(g, x, degree=8, alpha=1.2, device="cpu")
+        p = knngraph.optimize_graph(g, x, graph_degree=8, alpha=1.2, device="cpu")
         assert p.metric == metric and p.indices.shape == (200, 8)
         assert ((p.indices >= -1) & (p.indices < 200)).all()
         ok = p.indices >= 0
@@ -59,8 +59,8 @@ def test_bad_input(sample, sift_graphs):
         knngraph.optimize_graph(raw, sample.base[:100], device="cpu")
     with pytest.raises(ValueError, match="alpha must be a number >= 1"):
         knngraph.optimize_graph(raw, sample.base, alpha=0.5, device="cpu")
-    with pytest.raises(ValueError, match="degree must be in the range"):
-        knngraph.optimize_graph(raw, sample.base, degree=0, device="cpu")
+    with pytest.raises(ValueError, match="graph_degree must be in the range"):
+        knngraph.optimize_graph(raw, sample.base, graph_degree=0, device="cpu")
     with pytest.raises(TypeError, match="knngraph.Graph"):
         knngraph.optimize_graph(raw.indices, sample.base, device="cpu")
     bad = knngraph.knn_graph(sample.base[:50], 8, device="cpu", verbose=False)
@@ -74,31 +74,33 @@ def test_without_fill_rows_keep_only_diverse_edges(sample, sift_graphs):
     from knngraph.evaluate import recall_at_k
 
     raw, filled = sift_graphs
-    g = knngraph.optimize_graph(raw, sample.base, degree=32, fill=False, device="cpu")
+    g = knngraph.optimize_graph(raw, sample.base, graph_degree=32, fill=False, device="cpu")
     valid = g.indices >= 0
     assert 5 < valid.sum(1).mean() < 24  # diverse + reverse edges only
     assert (valid[:, :-1] >= valid[:, 1:]).all()  # -1 padding at the end of each row
     assert np.isinf(g.distances[~valid]).all()
-    d, i = song.search(g, sample.base, sample.queries[:300], 10, queue_size=48, device="cpu", verbose=False)
+    d, i = song.search(song.from_graph(g, sample.base, device="cpu"), sample.queries[:300], 10,
+                       song.SearchParams(queue_size=48), device="cpu", verbose=False)
     assert recall_at_k(i, sample.gt_indices[:300], 10, distances=d, true_distances=sample.gt_distances[:300]) >= 0.95
     with pytest.raises(TypeError, match="fill must be True or False"):
         knngraph.optimize_graph(raw, sample.base, fill="no", device="cpu")
 
 
 def test_reverse_knn_candidates_raise_recall(sample, sift_graphs):
-    # step 1 prunes each row together with its reverse k-NN edges (prepare.py); without them (the
+    # step 1 prunes each row together with its reverse k-NN edges (graphops/prune.py); without them (the
     # forward row alone) the same search work finds less: measured 0.966 vs 0.941 at queue_size 16
     from knngraph import song
     from knngraph.evaluate import recall_at_k
 
     raw, with_rev = sift_graphs
     assert with_rev.info["reverse_candidates"] == raw.degree == 64
-    fwd_only = knngraph.optimize_graph(raw, sample.base, degree=32, reverse_candidates=0, device="cpu")
+    fwd_only = knngraph.optimize_graph(raw, sample.base, graph_degree=32, reverse_candidates=0, device="cpu")
     assert fwd_only.info["reverse_candidates"] == 0 and (fwd_only.indices >= 0).all()
 
     def rec(g):
         st = {}
-        d, i = song.search(g, sample.base, sample.queries, 10, queue_size=16, device="cpu", verbose=False, stats=st)
+        d, i = song.search(song.from_graph(g, sample.base, device="cpu"), sample.queries, 10,
+                           song.SearchParams(queue_size=16), device="cpu", verbose=False, stats=st)
         return recall_at_k(i, sample.gt_indices, 10, distances=d, true_distances=sample.gt_distances), st
 
     (r_rev, st_rev), (r_fwd, st_fwd) = rec(with_rev), rec(fwd_only)

@@ -40,7 +40,7 @@ def prepared_sift450k(base):
     if path.exists():
         return knngraph.Graph.load(path)
     raw = knngraph.knn_graph(base, 96, device="cuda", verbose=False)
-    g = knngraph.optimize_graph(raw, base, degree=32, device="cuda", verbose=False)
+    g = knngraph.optimize_graph(raw, base, graph_degree=32, device="cuda", verbose=False)
     CACHE.mkdir(parents=True, exist_ok=True)
     g.save(path)
     raw.save(CACHE / "sift450k-exact96.knng")
@@ -55,26 +55,27 @@ def _true_dist(base, queries, ids):
 def test_sift450k_recall_and_same_ids_as_cpu():
     base, queries, gt = _sift450k()
     g = prepared_sift450k(base)
-    index = song.build(song.IndexParams(), base, graph=g, device="cuda")
+    index = song.from_graph(g, base, song.IndexParams(), device="cuda")
     stats = {}
-    d, i = index.search(queries, 10, queue_size=64, device="cuda", verbose=False, stats=stats)
+    d, i = index.search(queries, 10, song.SearchParams(queue_size=64), device="cuda", verbose=False, stats=stats)
     assert isinstance(i, np.ndarray) and i.shape == (10000, 10) and i.dtype == np.int32
     gt_d = _true_dist(base, queries, gt[:, :10])
     r = recall_at_k(i, gt, 10, distances=d, true_distances=gt_d)
     assert r >= 0.98, r  # 0.9875 on the CPU path (2,000 queries)
-    d2, i2 = index.search(queries, 10, queue_size=128, device="cuda", verbose=False)
+    d2, i2 = index.search(queries, 10, song.SearchParams(queue_size=128), device="cuda", verbose=False)
     assert recall_at_k(i2, gt, 10, distances=d2, true_distances=gt_d) >= 0.99  # CPU path: 0.995-0.997
     np.testing.assert_array_equal(d[:100], _true_dist(base, queries[:100], i[:100]))
     cpu_stats = {}
-    dc, ic = index.search(queries[:300], 10, queue_size=64, device="cpu", verbose=False, stats=cpu_stats)
+    dc, ic = index.search(queries[:300], 10, song.SearchParams(queue_size=64), device="cpu", verbose=False,
+                          stats=cpu_stats)
     np.testing.assert_array_equal(i[:300], ic)
     np.testing.assert_array_equal(d[:300], dc)
 
 
 def test_prepare_on_gpu_matches_cpu(sample):
     raw = knngraph.knn_graph(sample.base, 64, device="cpu", verbose=False)
-    gg = knngraph.optimize_graph(raw, sample.base, degree=32, device="cuda")
-    gc = knngraph.optimize_graph(raw, sample.base, degree=32, device="cpu")
+    gg = knngraph.optimize_graph(raw, sample.base, graph_degree=32, device="cuda")
+    gc = knngraph.optimize_graph(raw, sample.base, graph_degree=32, device="cpu")
     np.testing.assert_array_equal(gg.indices, gc.indices)
     np.testing.assert_array_equal(gg.distances, gc.distances)
 
@@ -85,9 +86,10 @@ def test_dtypes_and_metrics_match_cpu(dtype, metric, rng):
     base = random_vectors(rng, 3000, 40, dtype)
     queries = random_vectors(rng, 200, 40, dtype)
     g = knngraph.optimize_graph(knngraph.knn_graph(base, 24, metric=metric, device="cpu", verbose=False), base,
-                                degree=16, device="cpu")
-    dg, ig = song.search(g, base, queries, 10, queue_size=32, device="cuda", verbose=False)
-    dc, ic = song.search(g, base, queries, 10, queue_size=32, device="cpu", verbose=False)
+                                graph_degree=16, device="cpu")
+    sp = song.SearchParams(queue_size=32)
+    dg, ig = song.search(song.from_graph(g, base, device="cuda"), queries, 10, sp, device="cuda", verbose=False)
+    dc, ic = song.search(song.from_graph(g, base, device="cpu"), queries, 10, sp, device="cpu", verbose=False)
     if np.dtype(dtype).kind in "iu" and metric in ("sqeuclidean", "inner_product"):
         np.testing.assert_array_equal(ig, ic)  # exact integer arithmetic on both paths
         np.testing.assert_array_equal(dg, dc)
@@ -100,23 +102,26 @@ def test_bloom_hashing_batches_and_device_arrays(sample, rng):
     import cupy as cp
 
     raw = knngraph.knn_graph(sample.base, 64, device="cuda", verbose=False)
-    g = knngraph.optimize_graph(raw, sample.base, degree=32, device="cuda")
-    index = song.build(song.IndexParams(), sample.base, graph=g.to_host(), device="cuda")
+    g = knngraph.optimize_graph(raw, sample.base, graph_degree=32, device="cuda")
+    index = song.from_graph(g.to_host(), sample.base, song.IndexParams(), device="cuda")
     for visited in ("hash", "bloom"):
-        dg, ig = index.search(sample.queries, 10, queue_size=32, visited=visited, device="cuda", verbose=False)
-        dc, ic = index.search(sample.queries, 10, queue_size=32, visited=visited, device="cpu", verbose=False)
+        sp = song.SearchParams(queue_size=32, visited=visited)
+        dg, ig = index.search(sample.queries, 10, sp, device="cuda", verbose=False)
+        dc, ic = index.search(sample.queries, 10, sp, device="cpu", verbose=False)
         np.testing.assert_array_equal(ig, ic)
-    db, ib = index.search(sample.queries, 10, queue_size=32, batch_size=173, device="cuda", verbose=False)
-    da, ia = index.search(sample.queries, 10, queue_size=32, device="cuda", verbose=False)
+    db, ib = index.search(sample.queries, 10, song.SearchParams(queue_size=32, batch_size=173), device="cuda",
+                          verbose=False)
+    da, ia = index.search(sample.queries, 10, song.SearchParams(queue_size=32), device="cuda", verbose=False)
     np.testing.assert_array_equal(ib, ia)
     # device inputs: used in place, results come back as CuPy
     dq = cp.asarray(sample.queries)
-    d2, i2 = song.search(g, cp.asarray(sample.base), dq, 10, queue_size=32, device="cuda", verbose=False)
+    d2, i2 = song.search(song.from_graph(g, cp.asarray(sample.base), device="cuda"), dq, 10,
+                         song.SearchParams(queue_size=32), device="cuda", verbose=False)
     assert isinstance(i2, cp.ndarray)
     assert recall_at_k(i2.get(), sample.gt_indices, 10, distances=d2.get(), true_distances=sample.gt_distances) >= 0.95
     # hashed index: Hamming search on the GPU, exact re-rank on the host; same ids as the CPU path
-    h = song.build(song.IndexParams(hash_bits=256), sample.base, graph=g.to_host(), device="cuda")
-    dh, ih = h.search(sample.queries, 10, queue_size=64, device="cuda", verbose=False)
-    dhc, ihc = h.search(sample.queries, 10, queue_size=64, device="cpu", verbose=False)
+    h = song.from_graph(g.to_host(), sample.base, song.IndexParams(hash_bits=256), device="cuda")
+    dh, ih = h.search(sample.queries, 10, song.SearchParams(queue_size=64), device="cuda", verbose=False)
+    dhc, ihc = h.search(sample.queries, 10, song.SearchParams(queue_size=64), device="cpu", verbose=False)
     np.testing.assert_array_equal(ih, ihc)
     assert recall_at_k(ih, sample.gt_indices, 10, distances=dh, true_distances=sample.gt_distances) >= 0.75

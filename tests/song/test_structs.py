@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from knngraph.song import _structs as st
+from knngraph.primitives import lists, visited
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -20,24 +20,24 @@ def test_smmh_matches_sorted_list(seed):
         if op <= 1 and n < cap:
             key = np.float32(rng.integers(0, 20))  # many ties: order is (key, id)
             idx = int(rng.integers(0, 1000))
-            n = st.cpu_smmh_push(hk, hi, off, n, key, idx)
+            n = lists.smmh_push(hk, hi, off, n, key, idx)
             model.append((float(key), idx))
         elif op == 2 and n > 0:
             got = (float(hk[off]), int(hi[off]))
-            n = st.cpu_smmh_pop_min(hk, hi, off, n)
+            n = lists.smmh_pop_min(hk, hi, off, n)
             model.sort()
             assert got == model.pop(0)
         elif op == 3 and n > 0:
-            slot = st.cpu_smmh_max_slot(off, n)
+            slot = lists.smmh_max_slot(off, n)
             got = (float(hk[slot]), int(hi[slot]))
-            n = st.cpu_smmh_pop_max(hk, hi, off, n)
+            n = lists.smmh_pop_max(hk, hi, off, n)
             model.sort()
             assert got == model.pop()
         assert n == len(model)
         if n:
             model.sort()
             assert (float(hk[off]), int(hi[off])) == model[0]
-            slot = st.cpu_smmh_max_slot(off, n)
+            slot = lists.smmh_max_slot(off, n)
             assert (float(hk[slot]), int(hi[slot])) == model[-1]
     assert np.isnan(hk[:off]).all() and np.isnan(hk[off + cap:]).all()  # nothing written outside
 
@@ -53,23 +53,23 @@ def test_maxheap_push_replace_sort(rng):
         key = np.float32(rng.integers(0, 30))
         idx = int(rng.integers(0, 100))
         if m < cap:
-            m = st.cpu_maxheap_push(tk, ti, off, m, key, idx)
+            m = lists.maxheap_push(tk, ti, off, m, key, idx)
             model.append((float(key), idx))
         elif (float(key), idx) < (float(tk[off]), int(ti[off])):
             model.sort()
             model.pop()
             model.append((float(key), idx))
-            st.cpu_maxheap_replace_top(tk, ti, off, m, key, idx)
+            lists.maxheap_replace_top(tk, ti, off, m, key, idx)
         model.sort()
         assert (float(tk[off]), int(ti[off])) == model[-1]
-    st.cpu_maxheap_sort(tk, ti, off, m)
+    lists.maxheap_sort(tk, ti, off, m)
     assert list(zip(tk[off:off + m].tolist(), ti[off:off + m].tolist())) == sorted(model)
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_hash_table_matches_set(seed):
     rng = np.random.default_rng(seed)
-    slots, shift = st.hash_capacity(16)
+    slots, shift = visited.hash_capacity(16)
     assert slots == 64 and shift == 26
     off = 3
     ht = np.full(off + slots + 2, -1, np.int32)
@@ -79,23 +79,23 @@ def test_hash_table_matches_set(seed):
         v = int(rng.integers(0, 80))  # small id range: long probe runs, wrap-around, many deletes
         op = rng.integers(0, 3)
         if op == 0 and len(model) < slots // 2:
-            st.cpu_hash_insert(ht, off, slots - 1, shift, v)
+            visited.hash_insert(ht, off, slots - 1, shift, v)
             model.add(v)
         elif op == 1:
-            st.cpu_hash_delete(ht, off, slots - 1, shift, v)
+            visited.hash_delete(ht, off, slots - 1, shift, v)
             model.discard(v)
         for w in range(80):
-            assert st.cpu_hash_contains(ht, off, slots - 1, shift, w) == (w in model)
+            assert visited.hash_contains(ht, off, slots - 1, shift, w) == (w in model)
     assert (ht[:off] == 12345).all()
 
 
 def test_bloom_has_no_false_negatives_and_few_false_positives(rng):
-    words, nhash = st.bloom_shape(64)
+    words, nhash = visited.bloom_shape(64)
     bw = np.zeros(words, np.uint32)
     ins = rng.choice(10**6, size=13 * 64, replace=False).astype(np.int64)
     for v in ins:
-        st.cpu_bloom_insert(bw, 0, words * 32 - 1, nhash, v)
-    assert all(st.cpu_bloom_contains(bw, 0, words * 32 - 1, nhash, v) for v in ins)
+        visited.bloom_insert(bw, 0, words * 32 - 1, nhash, v)
+    assert all(visited.bloom_contains(bw, 0, words * 32 - 1, nhash, v) for v in ins)
     others = np.setdiff1d(np.arange(10**6, 10**6 + 5000), ins)
-    fp = np.mean([st.cpu_bloom_contains(bw, 0, words * 32 - 1, nhash, v) for v in others])
+    fp = np.mean([visited.bloom_contains(bw, 0, words * 32 - 1, nhash, v) for v in others])
     assert fp < 0.03

@@ -11,7 +11,7 @@ import numpy as np
 
 from .._device import (Device, array_kind, default_memory_limit, device_context, implementation, is_device_array,
                        parse_memory, resolve_device, return_as)
-from .._validate import check_finite, check_k, check_same_dim, check_vectors
+from .._validate import check_finite, check_k, check_new_vectors, check_same_dim, check_vectors
 from ..graph import Graph
 from ..index import Index as IndexBase
 from ..index import KNNResult, load_index, runtime_docs, save_index
@@ -51,7 +51,8 @@ def _exact(dev: Device, base, queries, k, metric, *, graph, select, memory_limit
 
 
 @runtime_docs
-def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, verbose: bool = True) -> Index:
+def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, verbose: bool = True,
+          _checked: bool = False) -> Index:
     """Validate ``dataset`` and wrap it in an :class:`Index`; with ``params.graph_degree > 0`` also
     compute its exact k-NN graph (``index.graph``: NumPy arrays for host input, CuPy for device input).
 
@@ -81,7 +82,8 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
         raise TypeError(f"params must be a knngraph.bruteforce.IndexParams, got {type(params).__name__}")
     dev = resolve_device(device, dataset)
     data = check_vectors(dataset, "dataset", on_gpu=dev.is_cuda and is_device_array(dataset))
-    check_finite(data, "dataset")
+    if not _checked:  # knngraph.knn has checked it under the name the caller knows
+        check_finite(data, "dataset")
     graph = None
     if params.graph_degree:
         k = check_k(params.graph_degree, data.shape[0], graph=True)
@@ -154,13 +156,7 @@ def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbo
     """
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.bruteforce.Index, got {type(index).__name__}")
-    dev = resolve_device(device, index.dataset, new_vectors)
-    new = check_vectors(new_vectors, "new_vectors", on_gpu=dev.is_cuda and is_device_array(new_vectors))
-    check_same_dim(index.dataset, new, "the index's vectors", "new_vectors")
-    check_finite(new, "new_vectors")
-    if new.dtype != index.dataset.dtype:
-        raise TypeError(f"new_vectors has dtype {new.dtype} but the index holds {index.dataset.dtype}; convert them "
-                        "first")
+    dev, new = check_new_vectors(index.dataset, new_vectors, device)
     data = _concatenate(index.dataset, new)
     return build(index.params, data, device=dev, memory_limit=memory_limit, verbose=verbose)
 

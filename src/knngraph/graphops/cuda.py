@@ -197,10 +197,12 @@ def prune(base, inv, kind, factor, primary, primary2, secondary, degree, fill, *
 def merge_lists_kernel(c2: int):
     """Top-k distinct ids of two sorted rows a [n, ka], b [n, kb] (ka + kb <= c2, a power of two)."""
 
+    slots = WPB * c2  # shared array sizes must be plain compile-time constants
+
     @cuda.jit
     def merge_two_lists(ad, ai, bd, bi, out_d, out_i):
-        sd = cuda.shared.array(WPB * c2, float32)
-        si = cuda.shared.array(WPB * c2, int32)
+        sd = cuda.shared.array(slots, float32)
+        si = cuda.shared.array(slots, int32)
         w = cuda.threadIdx.x // WARP
         lane = cuda.threadIdx.x % WARP
         n = ad.shape[0]

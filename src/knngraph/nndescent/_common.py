@@ -24,7 +24,7 @@ OLD = 0
 def candidate_range(s, n, split):
     """Where node ``s`` draws random neighbours from: ids ``lo + x`` for x in [0, m), shifted past ``skip``
     (``s`` itself) when ``skip >= 0``. A build (split == 0) draws from every other node; a merge
-    (GGM, paper section 5.1) draws from the other subset: [split, n) for s < split, else [0, split)."""
+    (GGM, GNND section 5.1) draws from the other subset: [split, n) for s < split, else [0, split)."""
     if split > 0:
         if s < split:
             return split, n - split, -1
@@ -36,19 +36,17 @@ def auto_sample_size(k: int, selective: bool) -> int:
     """Default sample count p: k, at most 32 (the GNND authors used k=64, p=32). Selective update (GPU)
     inserts only each sample's nearest partners and needs many samples; on the CPU, starting from a
     random projection forest, p = k rather than k/2 costs one more iteration's worth of distance
-    computations but raises the recall where the iterations stop (sift-photos 100k, k=32, 2 threads:
-    graph recall@10 0.9976 in 3.9 s with p=32, 0.9938 in 3.1 s with p=16;
-    benchmarks/results/nndescent_cpu_2cores.json)."""
+    computations but raises the recall where the iterations stop (the p sweep of
+    ``benchmarks/nndescent_cpu.py``, ``benchmarks/results/nndescent_cpu_2cores.json``)."""
     return int(min(32, k))
 
 
 def forest_params(n: int, k: int) -> tuple[int, int]:
     """(n_trees, leaf_size) of the random projection forest that initialises a CPU build of n points:
     max(3, min(12, round(2 log10 n))) trees with leaves of at most max(32, min(256, 5k)) points (10 and
-    160 for 100k points and k=32, the sizes pynndescent picks). In single-thread sweeps on sift-photos
-    100k, k=32 (6 trees of 96 points to 12 of 160) the total build times were within the run-to-run noise
-    of each other: a larger forest costs about what it saves in iterations. 10 trees of 160 start the
-    iterations at graph recall@10 0.75 and end at 0.9976 (6 of 96: 0.59 and 0.9972)."""
+    160 for 100k points and k=32, the sizes pynndescent picks). Across forest sizes the total build time
+    barely moves: a larger forest costs about what it saves in iterations (``benchmarks/nndescent_cpu.py``
+    sweeps the initial graph)."""
     n_trees = max(3, min(12, int(round(2.0 * math.log10(max(n, 10))))))
     leaf_size = max(32, min(256, 5 * k))
     return n_trees, leaf_size

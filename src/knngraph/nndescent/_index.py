@@ -11,7 +11,7 @@ import numpy as np
 
 from .._device import (Device, as_cupy, as_numpy, default_memory_limit, is_device_array, parse_memory,
                        resolve_device)
-from .._validate import check_finite, check_k, check_same_dim, check_vectors
+from .._validate import check_finite, check_k, check_new_vectors, check_same_dim, check_vectors
 from ..graph import Graph
 from ..index import Index as IndexBase
 from ..index import load_index, runtime_docs, save_index
@@ -333,12 +333,8 @@ def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbo
     """
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.nndescent.Index, got {type(index).__name__}")
-    dev = resolve_device(device, index.dataset, new_vectors)
-    new = _validated(new_vectors, "new_vectors", dev)
-    check_same_dim(index.dataset, new, "index.dataset", "new_vectors")
+    dev, new = check_new_vectors(index.dataset, new_vectors, device)
     old = index.dataset
-    if new.dtype != old.dtype:
-        raise TypeError(f"new_vectors has dtype {new.dtype} but the index holds {old.dtype}; convert them first")
     k = index.graph.degree
     if new.shape[0] <= k:
         dist, ids = _build.small_exact_lists(new, k, index.metric)

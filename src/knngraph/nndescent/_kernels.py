@@ -66,7 +66,7 @@ from ._common import NEW, OLD, candidate_range
 SLOTS = 32
 #: dimensions (float path) or 4-byte words (dp4a path) staged in shared memory at a time by the join
 #: kernel. At p = 32 its static shared memory is 52 KB with 32 (33 KB distance matrix, 16.5 KB staging;
-#: measured on H100/H200, sm_90) and 44 KB with 16, which ``CudaEngine`` uses on older GPUs, whose
+#: runs on sm_90) and 44 KB with 16, which ``cuda.Engine`` uses on older GPUs, whose
 #: static shared memory may be limited to 48 KB
 DC = 32
 #: warps per block of the warp-per-node kernels
@@ -293,10 +293,12 @@ def init_kernel(kc: int):
     except TypeError:  # the simulator's jit takes no register cap
         pass
 
+    slots = WPB * kc  # shared array sizes must be plain compile-time constants
+
     @jit
     def init_lists(x, inv, kind, gd, gi, gf, keep, split, seed):
-        sd = cuda.shared.array(WPB * kc, float32)
-        si = cuda.shared.array(WPB * kc, int32)
+        sd = cuda.shared.array(slots, float32)
+        si = cuda.shared.array(slots, int32)
         w = cuda.threadIdx.x // WARP
         lane = cuda.threadIdx.x % WARP
         n = gd.shape[0]
@@ -472,10 +474,10 @@ def _tile_position(t, n_t1, ob, nb, tri4):
     (1)-(2), precomputed in ``tri4``), then the NEW-OLD tiles row by row."""
     if t < n_t1:
         ij = int32(tri4[t])
-        return ij >> 8, ij & 255
+        return int32(ij >> 8), int32(ij & 255)
     t2 = t - n_t1
     ti = t2 // ob
-    return ti, nb + t2 - ti * ob
+    return int32(ti), int32(nb + t2 - ti * ob)
 
 
 @cuda.jit(device=True, inline=True)

@@ -29,13 +29,13 @@ join of NN-Descent with the leaf as the sample. The leaves of one tree are disjo
 parallel without locks, the trees one after the other. Lists that end with fewer than k entries (tiny
 inputs) are filled with random nodes. Inner product keeps only the nearest half of each list and fills the
 other half with random nodes: its nearest neighbours are often points of large norm in other directions,
-which the leaves (groups of directions) miss and random entries lead to (on clustered uint8 data, graph
-recall@10 0.66 with whole forest lists, 0.90 with half, 0.90 from random lists). All entries are NEW.
+which the leaves (groups of directions) miss and random entries lead to (on clustered data half-forest
+lists recalled as well as random ones and far better than whole forest lists). All entries are NEW.
 
 **Order.** The points are renumbered in the order of the first tree's leaves, and the graph comes back
 in those ids together with the reordered vectors (:func:`rp_forest_graph`): near points get near ids, so
-the NN-Descent iterations that follow find the vectors and lists they read together in cache (on
-sift-photos 100k this halves the time spent gathering sample vectors).
+the NN-Descent iterations that follow find the vectors and lists they read together in cache (much less
+time spent gathering sample vectors).
 
 **Determinism.** Every random choice is a hash (:func:`knngraph.primitives.random.mix`) of the seed, the tree, the node's
 depth and position; the phase of a node depends on its size only; the joins follow a fixed order. The

@@ -1,8 +1,7 @@
 """Cluster windows: the initial graph of NN-Descent on the GPU.
 
 NN-Descent from random lists (GNND Alg. 1 l.1-5) spends its first iterations replacing random entries
-by plausible ones: on sift-photos 450k (k=64) three of the six GPU iterations go to reaching graph
-recall@10 0.83. The CPU path starts instead from a random projection forest (``_rptree.py``), whose
+by plausible ones. The CPU path starts instead from a random projection forest (``_rptree.py``), whose
 recursive splits suit a CPU thread per node. On the GPU the same idea, "points of one cell are probably
 neighbours", is cheapest as dense linear algebra:
 
@@ -19,19 +18,11 @@ neighbours", is cheapest as dense linear algebra:
    exact k-NN's refinement (:func:`knngraph.primitives.rescore.refine_l2`; the window keys come from the GEMM form
    of the distance); cosine and inner product distances are the keys themselves.
 
-Measured on sift-photos 450k, k=64 (numpy prototype, 2,000 sampled nodes): W=1024 and 3 orderings give
-graph recall@10 0.78 / recall@64 0.69 for about 540 GFLOP of GEMM; random centres without the Lloyd
-steps, the chain and the directed sort give 0.67 / 0.58; random projection hashing orders 0.46 / 0.35.
-
-Measured on an H200 (sift-photos 450k, k=64, p=32; ``benchmarks/profile_join.py``,
-``benchmarks/results/profile_join_h200.jsonl``): 0.14 s for the initial graph (orderings 0.05 s,
-windows 0.07 s, merges 0.02 s, exact distances 0.01 s with a kernel of its own, since replaced by the
-exact k-NN's refinement and not re-measured), graph recall@10 0.86 after one iteration,
-0.984 after three (0.28 s), 0.992 after four (0.32 s; from random lists 0.993 after five, 0.31 s),
-0.996 after seven (0.41 s; from random lists after six, 0.35 s). The windows hold few long-range links,
-and the last thousandths come slowly (replacing a quarter or half of each list by random nodes made the
-iterations dearer and was no faster overall). So it is an option (``init='cluster_windows'``), not the
-GPU default.
+The lists start far better than random ones, but the windows hold few long-range links and the last
+thousandths of recall come slowly (replacing part of each list by random nodes made the iterations
+dearer and was no faster overall), so high recall is reached no sooner than from random lists: an option
+(``init='cluster_windows'``), not the GPU default. ``benchmarks/profile_join.py`` measures it against
+random lists (``benchmarks/results/profile_join_h200.jsonl``).
 
 Inner product is served poorly: its nearest neighbours are points of large norm in other directions,
 which cells of near points miss (the same holds for the forest).

@@ -203,7 +203,7 @@ def _partners(r, nn, m, split, na, oa):
 
 
 #: a node's local join with at most this many NEW samples reads the vectors in place (see local_join;
-#: with 2 it was slower on sift-photos 100k: two rows already pay for gathering the samples)
+#: with 2 it was slower: two rows already pay for gathering the samples)
 FEW_NEW = 1
 
 

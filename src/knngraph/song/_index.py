@@ -17,7 +17,7 @@ import numpy as np
 from .. import registry
 from .._device import (Device, array_kind, as_numpy, device_context, implementation, is_device_array,
                        resolve_device, return_as)
-from .._validate import check_finite, check_k, check_same_dim, check_vectors
+from .._validate import check_finite, check_k, check_new_vectors, check_same_dim, check_vectors
 from ..graph import Graph
 from ..graphops import default_entry_points, optimize_graph, reverse_edges
 from ..graphops.prune import occlusion_factor
@@ -324,8 +324,8 @@ def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbo
     Each new vector's candidates are its ``intermediate_graph_degree`` nearest old vertices found by
     searching the index (queue size twice that) and its nearest new vectors (the builder's k-NN graph of
     the new vectors); its row is pruned from them with the index's rule and degree, and every old vertex
-    its row points to is offered the new vertex as a reverse edge, re-pruned with its row (rows that get no
-    offer stay as they are). Entry points are kept. Searching the extended index reaches recall close to a
+    its row points to is offered the new vertex as a reverse edge, re-pruned with its row (an old row that
+    takes no new vertex comes back as it was). Entry points are kept. Searching the extended index reaches recall close to a
     rebuild while only the new rows and their neighbours are touched (``tests/song/test_index.py``).
 
     Parameters
@@ -339,13 +339,7 @@ def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbo
     """
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.song.Index, got {type(index).__name__}")
-    dev = resolve_device(device, index.dataset, new_vectors)
-    new = check_vectors(new_vectors, "new_vectors", on_gpu=dev.is_cuda and is_device_array(new_vectors))
-    check_same_dim(index.dataset, new, "the index's vectors", "new_vectors")
-    check_finite(new, "new_vectors")
-    if new.dtype != index.dataset.dtype:
-        raise TypeError(f"new_vectors has dtype {new.dtype} but the index holds {index.dataset.dtype}; convert them "
-                        "first")
+    dev, new = check_new_vectors(index.dataset, new_vectors, device)
     p = index.params
     n, m = index.shape[0], new.shape[0]
     degree = index.graph.degree

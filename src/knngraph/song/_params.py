@@ -28,7 +28,7 @@ class IndexParams(Params):
         (``benchmarks/song_gpu.py``).
     build_algo : str, default='exact'
         k-NN graph builder, a graph builder of :mod:`knngraph.registry` ('exact', 'nndescent').
-    build_params : dict, optional
+    build_params : dict or None, default=None
         Fields of the builder's ``IndexParams`` (e.g. ``{"max_iterations": 6}`` for 'nndescent').
     alpha : float, default=1.0
         Pruning relaxation of :func:`knngraph.optimize_graph`.

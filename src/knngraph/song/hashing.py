@@ -1,4 +1,4 @@
-"""1-bit random-projection codes for data larger than GPU memory (paper 003, section VII).
+"""1-bit random-projection codes for data larger than GPU memory (SONG, section VII).
 
 Draw h random vectors r with iid N(0, 1) entries; a vector x gets the h bits sgn(<x - c, r>), stored as
 h/32 uint32 words (bit j of the code is bit j % 32 of word j // 32). For two vectors the probability

@@ -1,0 +1,273 @@
+"""The module contract (knngraph.index), checked over the registry: every algorithm folder has the same
+outward shape, every builder takes every vector dtype and metric, every searcher searches every builder's
+graph, results have one form, files round-trip. CPU only (the GPU tests run the same calls on a GPU)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import knngraph
+from knngraph import registry
+from knngraph.metrics import METRICS, pairwise_distances
+
+DTYPES = ("float32", "float16", "uint8", "int8")
+BUILDERS = registry.graph_builders()
+SEARCHERS = registry.searchers()
+GRAPH_SEARCHERS = registry.graph_searchers()
+
+
+def _data(dtype, n=240, d=8, seed=0):
+    rng = np.random.default_rng(seed)
+    if dtype == "uint8":
+        return rng.integers(0, 256, (n, d)).astype(np.uint8)
+    if dtype == "int8":
+        return rng.integers(-128, 128, (n, d)).astype(np.int8)
+    return (rng.standard_normal((n, d)) * 3).astype(dtype)
+
+
+def _check_result_form(d, i, n_rows, k, n):
+    assert d.dtype == np.float32 and i.dtype == np.int32
+    assert d.shape == i.shape == (n_rows, k)
+    assert ((i >= -1) & (i < n)).all()
+    assert np.array_equal(i < 0, np.isinf(d))          # -1 ids exactly where distances are inf
+    assert (np.diff(np.where(np.isinf(d), np.float32(3e38), d), axis=1) >= 0).all()  # nearest first
+    valid = i >= 0                                       # -1 only after the real neighbours
+    assert (valid[:, :-1] | ~valid[:, 1:]).all()
+
+
+# ---------------------------------------------------------------------------------------------- shape
+
+
+@pytest.mark.parametrize("name", list(registry.ALGORITHMS))
+def test_every_algorithm_has_the_contract_names(name):
+    algorithm = registry.get(name)
+    mod = algorithm.load()
+    needed = {"IndexParams", "Index", "build", "save", "load", "extend"}
+    if algorithm.searches:
+        needed |= {"SearchParams", "search"}
+    if algorithm.searches_graphs:
+        needed |= {"from_graph"}
+    assert needed <= set(mod.__all__), needed - set(mod.__all__)
+    assert issubclass(mod.Index, knngraph.index.Index)
+    assert mod.Index.algorithm == name and mod.Index._file_kind == algorithm.file_kind
+    for cls in (mod.IndexParams, getattr(mod, "SearchParams", None)):
+        if cls is None:
+            continue
+        params = cls()
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            params.__setattr__(dataclasses.fields(cls)[0].name, None)
+        with pytest.raises(TypeError):
+            cls(*[getattr(params, f.name) for f in dataclasses.fields(cls)][:1])  # keyword-only
+        names = {f.name for f in dataclasses.fields(cls)}
+        assert not names & {"device", "memory_limit", "verbose"}, "run-time concerns are call arguments"
+        assert "k" not in names, "the graph degree is graph_degree; k is neighbours per query"
+    if algorithm.builds_graphs:
+        assert "graph_degree" in {f.name for f in dataclasses.fields(mod.IndexParams)}
+
+
+@pytest.mark.parametrize("name", list(registry.ALGORITHMS))
+def test_bad_params_name_the_field(name):
+    mod = registry.get(name).load()
+    with pytest.raises(ValueError, match="'metric' parameter of IndexParams"):
+        mod.IndexParams(metric="manhattan")
+    field = next(f for f in dataclasses.fields(mod.IndexParams) if isinstance(f.default, int)
+                 and not isinstance(f.default, bool))
+    with pytest.raises(ValueError, match=f"'{field.name}' parameter of IndexParams"):
+        mod.IndexParams(**{field.name: -5})
+
+
+def test_registry_names_and_errors():
+    assert set(BUILDERS) >= {"exact", "nndescent"} and "song" in GRAPH_SEARCHERS
+    with pytest.raises(ValueError, match="unknown algorithm 'magic'; available: exact"):
+        registry.get("magic")
+    with pytest.raises(ValueError, match="does not build k-NN graphs"):
+        knngraph.knn_graph(np.zeros((10, 2), np.float32), 2, method="song")
+    assert registry.by_file_kind("song-index").name == "song" and registry.by_file_kind("graph") is None
+
+
+# ------------------------------------------------------------------------------------------- builders
+
+
+@pytest.mark.parametrize("metric", METRICS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method", BUILDERS)
+def test_builders_take_every_dtype_and_metric(method, dtype, metric):
+    x = _data(dtype)
+    k = 6
+    g = knngraph.knn_graph(x, k, method=method, metric=metric, device="cpu", verbose=False)
+    assert g.metric == metric and g.n == x.shape[0] and g.degree == k
+    _check_result_form(g.distances, g.indices, x.shape[0], k, x.shape[0])
+    assert not (g.indices == np.arange(x.shape[0])[:, None]).any(), "a node is never its own neighbour"
+    # the distances are the metric's (float64 reference, float32 tolerance)
+    ref = pairwise_distances(x.astype(np.float64), x.astype(np.float64), metric)
+    want = np.take_along_axis(ref, g.indices.astype(np.int64), 1)
+    np.testing.assert_allclose(g.distances, want, rtol=2e-3, atol=2e-3 * (1 + np.abs(ref).max()))
+    # and the lists are (close to) the true ones: exact for 'exact'; NN-Descent on 240 points near exact
+    # (inner product is no metric: neighbourhoods are not transitive and NN-Descent finds fewer)
+    np.fill_diagonal(ref, np.inf)
+    truth = np.sort(ref, axis=1)[:, k - 1]
+    hit = g.distances <= truth[:, None] * (1 + 1e-3) + 1e-3 * (1 + np.abs(truth[:, None]))
+    floor = 1.0 if method == "exact" else (0.85 if metric == "inner_product" else 0.95)
+    assert hit.mean() >= floor, hit.mean()
+
+
+@pytest.mark.parametrize("method", BUILDERS)
+def test_builders_same_seed_same_graph_on_cpu(method):
+    x = _data("float32", n=400, seed=3)
+    a = knngraph.knn_graph(x, 8, method=method, device="cpu", verbose=False)
+    b = knngraph.knn_graph(x, 8, method=method, device="cpu", verbose=False)
+    assert np.array_equal(a.indices, b.indices) and np.array_equal(a.distances, b.distances)
+
+
+@pytest.mark.parametrize("method", BUILDERS)
+def test_builder_index_round_trips_and_refuses_another_metric(method, tmp_path):
+    mod = registry.get(method).load()
+    x = _data("uint8", n=150)
+    index = mod.build(mod.IndexParams(graph_degree=5, metric="cosine"), x, device="cpu", verbose=False)
+    path = tmp_path / f"{method}.index"
+    mod.save(path, index)
+    back = mod.load(path)
+    assert back.metric == "cosine" and back.params == index.params
+    assert np.array_equal(back.graph.indices, index.graph.indices)
+    assert np.array_equal(np.asarray(back.dataset), x)
+    with pytest.raises(ValueError, match="saved with metric 'cosine', not 'sqeuclidean'"):
+        mod.load(path, metric="sqeuclidean")
+    other = next(a for a in registry.ALGORITHMS.values() if a.name != method)
+    with pytest.raises(ValueError, match=f"holds a knngraph '{index._file_kind}'"):
+        other.load().load(path)
+
+
+@pytest.mark.parametrize("method", BUILDERS)
+def test_builder_extend_adds_rows(method):
+    mod = registry.get(method).load()
+    x = _data("float32", n=300, seed=5)
+    index = mod.build(mod.IndexParams(graph_degree=6), x[:250], device="cpu", verbose=False)
+    bigger = mod.extend(index, x[250:], device="cpu", verbose=False)
+    assert bigger.shape == (300, 8) and index.shape == (250, 8)
+    _check_result_form(bigger.graph.distances, bigger.graph.indices, 300, 6, 300)
+    ref = pairwise_distances(x, x)
+    np.fill_diagonal(ref, np.inf)
+    truth = np.sort(ref, axis=1)[:, 5]
+    assert (bigger.graph.distances <= truth[:, None] * (1 + 1e-4) + 1e-5).mean() >= 0.95
+
+
+# ------------------------------------------------------------------------------------------ searchers
+
+
+def _search_index(name, x, metric):
+    mod = registry.get(name).load()
+    if name == "exact":
+        return mod, mod.build(mod.IndexParams(metric=metric), x, device="cpu")
+    params = mod.IndexParams(metric=metric, graph_degree=12, intermediate_graph_degree=24)
+    return mod, mod.build(params, x, device="cpu", verbose=False)
+
+
+@pytest.mark.parametrize("metric", METRICS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", SEARCHERS)
+def test_searchers_take_every_dtype_and_metric(name, dtype, metric):
+    x = _data(dtype)
+    q = _data(dtype, n=20, seed=9)
+    mod, index = _search_index(name, x, metric)
+    d, i = mod.search(index, q, 5, device="cpu")
+    _check_result_form(d, i, 20, 5, x.shape[0])
+    ref = pairwise_distances(q.astype(np.float64), x.astype(np.float64), metric)
+    truth = np.sort(ref, axis=1)[:, 4]
+    hit = d <= truth[:, None] * (1 + 1e-3) + 1e-3 * (1 + np.abs(truth[:, None]))
+    assert hit.mean() >= (1.0 if name == "exact" else 0.9), hit.mean()
+    r = index.search(q, 5)  # the Index method is the module function
+    assert np.array_equal(np.asarray(r.indices), i)
+
+
+@pytest.mark.parametrize("name", SEARCHERS)
+def test_searcher_round_trips_and_gives_the_same_results(name, tmp_path):
+    x = _data("float16", n=200)
+    q = _data("float16", n=10, seed=4)
+    mod, index = _search_index(name, x, "euclidean")
+    path = tmp_path / f"{name}.index"
+    mod.save(path, index)
+    back = mod.load(path, metric="euclidean")
+    a = mod.search(index, q, 4, device="cpu")
+    b = mod.search(back, q, 4, device="cpu")
+    assert np.array_equal(a.indices, b.indices) and np.array_equal(a.distances, b.distances)
+    with pytest.raises(ValueError, match="saved with metric 'euclidean'"):
+        mod.load(path, metric="cosine")
+
+
+@pytest.mark.parametrize("builder", BUILDERS)
+@pytest.mark.parametrize("searcher", GRAPH_SEARCHERS)
+def test_every_graph_searcher_takes_every_builders_graph(searcher, builder):
+    x = _data("float32", n=400, seed=11)
+    q = _data("float32", n=30, seed=12)
+    g = knngraph.knn_graph(x, 24, method=builder, device="cpu", verbose=False)
+    g = knngraph.optimize_graph(g, x, 12, device="cpu", verbose=False)
+    mod = registry.get(searcher).load()
+    index = mod.from_graph(g, x, device="cpu")
+    d, i = mod.search(index, q, 5, device="cpu")
+    _check_result_form(d, i, 30, 5, 400)
+    truth = np.sort(pairwise_distances(q, x), axis=1)[:, 4]
+    assert (d <= truth[:, None] * (1 + 1e-4) + 1e-5).mean() >= 0.9
+
+
+@pytest.mark.parametrize("searcher", GRAPH_SEARCHERS)
+def test_graph_searcher_pads_with_minus_one_and_inf(searcher):
+    """A graph with no edges, one entry point: one vertex is reachable, the rest of each row is padding."""
+    x = _data("float32", n=50)
+    empty = knngraph.Graph(np.full((50, 4), -1, np.int32), np.full((50, 4), np.inf, np.float32))
+    mod = registry.get(searcher).load()
+    index = mod.from_graph(empty, x, entry_points=np.array([7]), device="cpu")
+    d, i = mod.search(index, x[:3], 3, device="cpu")
+    _check_result_form(d, i, 3, 3, 50)
+    assert (i[:, 0] == 7).all() and (i[:, 1:] == -1).all()
+
+
+@pytest.mark.parametrize("searcher", GRAPH_SEARCHERS)
+def test_graph_searcher_same_seed_same_result(searcher):
+    x = _data("float32", n=300, seed=2)
+    mod = registry.get(searcher).load()
+    params = mod.IndexParams(graph_degree=8, intermediate_graph_degree=16, seed=4)
+    r1 = mod.search(mod.build(params, x, device="cpu", verbose=False), x[:20], 5, device="cpu")
+    r2 = mod.search(mod.build(params, x, device="cpu", verbose=False), x[:20], 5, device="cpu")
+    assert np.array_equal(r1.indices, r2.indices)
+
+
+def test_builders_have_no_search_and_say_what_to_use():
+    mod = registry.get("nndescent").load()
+    index = mod.build(mod.IndexParams(graph_degree=4), _data("float32", n=60), device="cpu", verbose=False)
+    with pytest.raises(TypeError, match="from_graph"):
+        index.search(np.zeros((1, 8), np.float32), 3)
+
+
+# --------------------------------------------------------------------------------------- light import
+
+
+def test_import_and_cpu_work_load_neither_numba_cuda_nor_cupy():
+    """``import knngraph`` and CPU work never touch the CUDA stack, so an install without the cuda extras
+    (no numba-cuda, no CuPy) runs everything on the CPU."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import numpy as np
+import knngraph
+from knngraph import song
+def cuda_loaded():
+    return any(m == 'cupy' or m.startswith('numba.cuda') or m.startswith('numba_cuda') for m in sys.modules)
+assert not cuda_loaded(), 'import'
+x = np.random.default_rng(0).random((300, 8), dtype=np.float32)
+sys.modules['cupy'] = None  # an install without CuPy: importing it fails
+knngraph.knn(x, x[:5], 3)
+g = knngraph.knn_graph(x, 8, method='nndescent', verbose=False)
+index = song.from_graph(knngraph.optimize_graph(g, x, 8, verbose=False), x)
+song.search(index, x[:5], 3)
+del sys.modules['cupy']
+print(cuda_loaded())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PATH": "", "NUMBA_ENABLE_CUDASIM": "0"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"
