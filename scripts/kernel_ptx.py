@@ -9,7 +9,7 @@ frame, spill bytes and shared memory (with the register caps the library launche
 
 Each kernel is compiled for a few representative argument signatures (the types the library's launches
 pass: C-contiguous arrays, int64 scalars). Symbol names are normalised (numba mangles the module path into
-them), comments are dropped, and ``summary.txt`` lists a hash per kernel, so a refactor that moves code
+them and numbers shared arrays process-wide), comments are dropped, and ``summary.txt`` lists a hash per kernel, so a refactor that moves code
 between modules but leaves the generated code alone shows no difference.
 """
 
@@ -91,8 +91,8 @@ def _cases(sk, rf, nk, gk, *, prune, merge_lists):
                 (arr(f32), arr(i32), arr(u8), arr(u64), arr(i64, 1))))
     out.append(("nnd_merge_lists", merge_lists(128).py_func,
                 (arr(f32), arr(i32), arr(f32), arr(i32), arr(f32), arr(i32))))
-    for qcap, mode, base_t in ((32, gk.MODE_PACKED_U8, arr(u32)), (64, gk.MODE_GENERIC, arr(f32)),
-                               (64, gk.MODE_GENERIC, arr(f16))):
+    for qcap, mode, base_t in ((32, gk.MODE_PACKED_U8, arr(u32)), (64, gk.MODE_PACKED_U8, arr(u32)),
+                               (64, gk.MODE_GENERIC, arr(f32)), (64, gk.MODE_GENERIC, arr(f16))):
         dpad = 128 if mode == gk.MODE_PACKED_U8 else 128
         fn = gk.search_kernel(qcap, False, 4 * qcap, dpad, mode, 4).py_func
         out.append((f"song_search_q{qcap}_mode{mode}_{base_t.dtype}", fn,
@@ -156,7 +156,7 @@ def normalise(ptx: str) -> str:
     for line in ptx.splitlines():
         if line.strip().startswith("//"):
             continue
-        line = re.sub(r"_Z\w+", lambda m: names.setdefault(m.group(0), f"SYM{len(names)}"), line)
+        line = re.sub(r"_Z\w+|_cudapy_smem_\d+", lambda m: names.setdefault(m.group(0), f"SYM{len(names)}"), line)
         lines.append(line)
     return "\n".join(lines) + "\n"
 

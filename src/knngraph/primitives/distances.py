@@ -22,7 +22,7 @@ import numpy as np
 from .compile import host_and_device
 
 __all__ = ["DIST_L2SQ", "DIST_IP", "DIST_COS", "distance_kind", "inverse_norms", "report_distances",
-           "finish_distance", "cpu_distance", "cpu_vectors"]
+           "finish_distance", "finish_query_distance", "cpu_distance", "cpu_vectors"]
 
 DIST_L2SQ = 0
 DIST_IP = 1
@@ -68,6 +68,17 @@ def finish_distance(kind, acc, inv_a, i, inv_b, j):
     if kind == DIST_IP:
         return -acc
     return np.float32(1.0) - acc * inv_a[i] * inv_b[j]
+
+
+@host_and_device
+def finish_query_distance(kind, acc, inv_x, i, inv_q):
+    """:func:`finish_distance` for a search that holds its query's inverse norm ``inv_q`` as a scalar
+    (loaded once per query, 0 for the metrics that do not use it) against vector ``i``."""
+    if kind == DIST_L2SQ:
+        return acc
+    if kind == DIST_IP:
+        return -acc
+    return np.float32(1.0) - acc * inv_x[i] * inv_q
 
 
 @numba.njit(inline="always", fastmath=True)

@@ -11,15 +11,16 @@ from numba import cuda, float32
 
 from .compile import cuda_version
 from .constants import FULL_MASK, WARP
-from .distances import DIST_L2SQ, finish_distance
+from .distances import DIST_L2SQ, finish_distance, finish_query_distance
 from .lists import less
 
 __all__ = ["warp_sum", "warp_min", "warp_distance", "warp_partials4", "bitonic_stages", "warp_bitonic_sort",
-           "less_device", "finish_device"]
+           "less_device", "finish_device", "finish_query_device"]
 
 #: the CUDA builds of the shared CPU/GPU helpers the warp code uses (forced inline)
 less_device = cuda_version(less)
 finish_device = cuda_version(finish_distance)
+finish_query_device = cuda_version(finish_query_distance)
 
 
 @cuda.jit(device=True, inline=True)

@@ -34,8 +34,8 @@ from numba import cuda, float32, int32, uint32
 from ..primitives import lists, visited
 from ..primitives.compile import cuda_version
 from ..primitives.constants import FULL_MASK, WARP
-from ..primitives.distances import DIST_L2SQ
-from ..primitives.warp import finish_device, warp_partials4, warp_sum
+from ..primitives.distances import DIST_COS, DIST_L2SQ
+from ..primitives.warp import finish_query_device, warp_partials4, warp_sum
 
 INF = float32(np.inf)
 
@@ -113,23 +113,23 @@ def _dist4_packed(kind, words, v0, v1, v2, v3, qv, w, nwords, signed, lane):
 
 
 @cuda.jit(device=True, inline=True)
-def _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, inv_q, j, lane):
+def _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, qinv, lane):
     a0 = warp_sum(a0)
     a1 = warp_sum(a1)
     a2 = warp_sum(a2)
     a3 = warp_sum(a3)
     if lane == 0:
-        cdist[w, t0] = finish_device(kind, a0, inv_b, v0, inv_q, j)
+        cdist[w, t0] = finish_query_device(kind, a0, inv_b, v0, qinv)
         if t0 + 1 < c:
-            cdist[w, t0 + 1] = finish_device(kind, a1, inv_b, v1, inv_q, j)
+            cdist[w, t0 + 1] = finish_query_device(kind, a1, inv_b, v1, qinv)
         if t0 + 2 < c:
-            cdist[w, t0 + 2] = finish_device(kind, a2, inv_b, v2, inv_q, j)
+            cdist[w, t0 + 2] = finish_query_device(kind, a2, inv_b, v2, qinv)
         if t0 + 3 < c:
-            cdist[w, t0 + 3] = finish_device(kind, a3, inv_b, v3, inv_q, j)
+            cdist[w, t0 + 3] = finish_query_device(kind, a3, inv_b, v3, qinv)
 
 
 @cuda.jit(device=True, inline=True)
-def _stage_generic(kind, base, queries, j, qv, w, cand, cdist, c, inv_b, inv_q, signed, lane):
+def _stage_generic(kind, base, queries, j, qv, w, cand, cdist, c, inv_b, qinv, signed, lane):
     dim = base.shape[1]
     for t0 in range(0, c, 4):
         v0 = cand[w, t0]
@@ -137,11 +137,11 @@ def _stage_generic(kind, base, queries, j, qv, w, cand, cdist, c, inv_b, inv_q, 
         v2 = cand[w, t0 + 2] if t0 + 2 < c else v0
         v3 = cand[w, t0 + 3] if t0 + 3 < c else v0
         a0, a1, a2, a3 = warp_partials4(kind, base, v0, v1, v2, v3, qv, w, dim, lane)
-        _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, inv_q, j, lane)
+        _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, qinv, lane)
 
 
 @cuda.jit(device=True, inline=True)
-def _stage_packed(kind, words, queries, j, qv, w, cand, cdist, c, inv_b, inv_q, signed, lane):
+def _stage_packed(kind, words, queries, j, qv, w, cand, cdist, c, inv_b, qinv, signed, lane):
     nwords = words.shape[1]
     for t0 in range(0, c, 4):
         v0 = cand[w, t0]
@@ -149,11 +149,11 @@ def _stage_packed(kind, words, queries, j, qv, w, cand, cdist, c, inv_b, inv_q, 
         v2 = cand[w, t0 + 2] if t0 + 2 < c else v0
         v3 = cand[w, t0 + 3] if t0 + 3 < c else v0
         a0, a1, a2, a3 = _dist4_packed(kind, words, v0, v1, v2, v3, qv, w, nwords, signed, lane)
-        _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, inv_q, j, lane)
+        _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, qinv, lane)
 
 
 @cuda.jit(device=True, inline=True)
-def _stage_hamming(kind, codes, qcodes, j, qv, w, cand, cdist, c, inv_b, inv_q, signed, lane):
+def _stage_hamming(kind, codes, qcodes, j, qv, w, cand, cdist, c, inv_b, qinv, signed, lane):
     """One lane per candidate: codes are a few words, so no reduction is needed (section VII)."""
     if lane < c:
         cv = cand[w, lane]
@@ -289,6 +289,9 @@ def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, 
                     bw[voff + t] = 0
                 else:
                     ht[voff + t] = -1
+            qinv = float32(0.0)
+            if kind == DIST_COS:
+                qinv = inv_q[j]
             cuda.syncwarp(FULL_MASK)
             n = 0  # |q| and |topk|: meaningful in lane 0 only
             m = 0
@@ -315,7 +318,7 @@ def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, 
                 c = cuda.popc(vote)
                 cuda.syncwarp(FULL_MASK)
                 # ---- stage 2: bulk distance computation
-                stage(kind, base, queries, j, qv, w, cand, cdist, c, inv_b, inv_q, signed, lane)
+                stage(kind, base, queries, j, qv, w, cand, cdist, c, inv_b, qinv, signed, lane)
                 cuda.syncwarp(FULL_MASK)
                 # ---- stage 3: data-structure maintenance (lane 0), then the next expansion
                 if lane == 0:
