@@ -93,8 +93,11 @@ def test_cuda_asked_for_without_gpu(base):
         knngraph.knn(base, base[:2], 2, device="cuda")
 
 
-@pytest.mark.parametrize("value, match", [(-5, "memory_limit must be positive"),
-                                          ("lots", "memory_limit must be a positive number of bytes")])
+@pytest.mark.parametrize("value, match", [(-5, "memory_limit must be between 1 byte and 1 PiB, got -5"),
+                                          (0.5, "memory_limit must be between 1 byte and 1 PiB, got 0.5"),
+                                          (float("inf"), "memory_limit must be between 1 byte and 1 PiB"),
+                                          ("1e400GB", "memory_limit must be between 1 byte and 1 PiB"),
+                                          ("lots", "memory_limit must be a number of bytes or a string such as")])
 def test_bad_memory_limit(base, value, match):
     with pytest.raises(ValueError, match=match):
         knngraph.knn(base, base[:2], 2, device="cpu", memory_limit=value)

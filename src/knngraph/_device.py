@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import math
+import numbers
 import os
 import warnings
 from dataclasses import dataclass
@@ -243,28 +245,31 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 
           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
 
 
+#: memory limits above this are refused as typos (a pebibyte)
+_MAX_MEMORY = 1 << 50
+
+
 def parse_memory(value) -> int | None:
-    """Bytes from ``memory_limit=``: an int of bytes, a string like "8GB"/"512MiB", or None (automatic)."""
+    """Bytes from ``memory_limit=``: a whole number of bytes (at least 1, finite), a string like
+    "8GB" / "512MiB" / "1.5g", or None (automatic). ValueError for anything else, including limits below
+    one byte (0.5 is not "no limit") or above a pebibyte."""
     if value is None:
         return None
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        if value <= 0:
-            raise ValueError(f"memory_limit must be positive, got {value}")
-        return int(value)
-    if isinstance(value, float) and value > 0:
-        return int(value)
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
+        raise ValueError(f"memory_limit must be a number of bytes or a string such as '8GB', got {value!r}")
+    b = value
     if isinstance(value, str):
         s = value.strip().lower().replace(" ", "")
         num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
         unit = s[len(num):]
-        if num and unit in _UNITS:
-            try:
-                b = float(num) * _UNITS[unit]
-            except ValueError:
-                b = -1
-            if b > 0:
-                return int(b)
-    raise ValueError(f"memory_limit must be a positive number of bytes or a string such as '8GB', got {value!r}")
+        try:
+            b = float(num) * _UNITS[unit]
+        except (ValueError, KeyError):
+            raise ValueError(f"memory_limit must be a number of bytes or a string such as '8GB' (units: B, KB, MB, "
+                             f"GB, TB and KiB..TiB), got {value!r}") from None
+    if not math.isfinite(b) or b < 1 or b > _MAX_MEMORY:
+        raise ValueError(f"memory_limit must be between 1 byte and 1 PiB, got {value!r}")
+    return int(b)
 
 
 def default_memory_limit(device: Device) -> int:

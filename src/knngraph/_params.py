@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import math
 import numbers
 
 import numpy as np
@@ -34,9 +35,10 @@ class Interval:
         kind = numbers.Integral if self.integer else numbers.Real
         lo = "-inf" if self.low is None else self.low
         hi = "inf" if self.high is None else self.high
-        what = "an int" if self.integer else "a number"
-        if isinstance(value, bool) or not isinstance(value, kind) or \
-                (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+        what = "an int" if self.integer else "a finite number"
+        # written so that NaN fails every comparison; infinities are refused for float parameters
+        if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or \
+                (self.low is not None and not value >= self.low) or (self.high is not None and not value <= self.high):
             raise ValueError(f"The {field!r} parameter of {owner} must be {what} in the range [{lo}, {hi}]"
                              f"{' or None' if self.allow_none else ''}. Got {value!r} instead.")
         return int(value) if self.integer else float(value)

@@ -48,12 +48,7 @@ def check_vectors(x, name: str, *, on_gpu: bool, allow_float64: bool = True):
     Host inputs stay on the host unless ``on_gpu``; device inputs are moved only when ``on_gpu`` is
     False (the CPU path was asked for).
     """
-    if x is None:
-        raise TypeError(f"{name} must be a 2-D array of vectors, got None")
-    if isinstance(x, (list, tuple)):
-        x = np.asarray(x)
-    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
-        raise TypeError(f"{name} must be an array (NumPy, CuPy, PyTorch or DLPack), got {type(x).__name__}")
+    x = _array_like(x, name)
     dt = _dtype_of(x)
     if isinstance(dt, np.dtype) and dt == np.float64 and allow_float64:
         pass
@@ -70,16 +65,57 @@ def check_vectors(x, name: str, *, on_gpu: bool, allow_float64: bool = True):
 
         arr = as_cupy(x)
         if arr.dtype == np.float64:
-            arr = arr.astype(np.float32)
+            arr = _to_float32(arr, name, cupy)
         if not arr.flags.c_contiguous:
             arr = cupy.ascontiguousarray(arr)
         return arr
     arr = as_numpy(x)
     if arr.dtype == np.float64:
-        arr = arr.astype(np.float32)
+        arr = _to_float32(arr, name, np)
     if not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr)
     return arr
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _to_float32(arr, name: str, xp):
+    """float64 vectors as float32; ValueError when finite values lie beyond float32's range (they would
+    turn into inf and be reported as non-finite input)."""
+    big = xp.abs(arr) > _FLOAT32_MAX
+    if bool(xp.any(big & xp.isfinite(arr))):
+        row = int(xp.argmax(big.any(axis=1)))
+        raise ValueError(f"{name} row {row} has values beyond the float32 range (|x| > {_FLOAT32_MAX:.3g}); knngraph "
+                         "computes in float32: scale the data down")
+    return arr.astype(np.float32)
+
+
+def _array_like(x, name: str):
+    """``x`` as something with ``shape`` and ``dtype``: lists of lists, np.matrix and pandas DataFrames are
+    converted (as scikit-learn accepts them); anything else must already be an array."""
+    if x is None:
+        raise TypeError(f"{name} must be a 2-D array of vectors, got None")
+    if isinstance(x, np.matrix):
+        return np.asarray(x)
+    if type(x).__module__.split(".")[0] == "pandas" and hasattr(x, "to_numpy"):
+        arr = x.to_numpy()
+        if arr.dtype == object:
+            raise TypeError(f"{name} is a DataFrame with non-numeric columns; vectors need numbers in every column")
+        return arr
+    if isinstance(x, (list, tuple)):
+        try:
+            arr = np.asarray(x)
+        except ValueError:
+            raise ValueError(f"{name} is a ragged list: its rows have different lengths; vectors must all have the "
+                             "same dimension") from None
+        if arr.dtype == object or arr.dtype.kind in "USVb":
+            raise TypeError(f"{name} must hold numbers, got a list of {type(x[0]).__name__ if len(x) else 'nothing'} "
+                            f"(dtype {arr.dtype})")
+        return arr
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        raise TypeError(f"{name} must be an array (NumPy, CuPy, PyTorch or DLPack), got {type(x).__name__}")
+    return x
 
 
 def check_finite(x, name: str) -> None:

@@ -202,3 +202,51 @@ def test_duplicates_are_at_distance_zero_on_gpu(metric, rng):
     np.testing.assert_array_equal(i, i_cpu)
     # both recompute each distance directly; only the summation order differs (last-ulp)
     np.testing.assert_allclose(d, d_cpu, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------
+# exact means exact (the CPU cases of test_exactness.py, on the GPU, host and device inputs)
+
+
+@pytest.mark.parametrize("device_input", [False, True])
+@pytest.mark.parametrize("metric", ["sqeuclidean", "euclidean"])
+@pytest.mark.parametrize("case", ["gps", "offset_1e3", "offset_1e4", "two_far_clusters", "tiny", "huge_spread"])
+def test_gpu_l2_exact_on_data_that_breaks_gemm_keys(case, metric, device_input, rng):
+    import cupy as cp
+
+    from tests.bruteforce.test_exactness import CASES, exact_answer
+
+    base, queries = (a.astype(np.float32) for a in CASES[case](rng))
+    b, q = (cp.asarray(base), cp.asarray(queries)) if device_input else (base, queries)
+    d, i = knngraph.knn(b, q, 10, metric=metric, device="cuda")
+    d, i = cp.asnumpy(cp.asarray(d)), cp.asnumpy(cp.asarray(i))
+    td, ti = exact_answer(base, queries, 10, metric)
+    assert recall_at_k(i, ti, 10, distances=d, true_distances=td) == 1.0
+    np.testing.assert_allclose(d, td, rtol=1e-5, atol=1e-6 * max(1.0, float(np.abs(td).max())))
+
+
+def test_gpu_retry_path_and_errors(rng):
+    base = np.concatenate([1e4 + 1e-2 * rng.random((300, 3)), -1e4 + 1e-2 * rng.random((300, 3))]).astype(np.float32)
+    g = knngraph.knn_graph(base, 5, device="cuda")
+    assert g.info["exactness_retries"] >= 1
+    assert knngraph.graph_recall(g, 5, base=base) == 1.0
+    x = (rng.random((50, 4)) * 1e20).astype(np.float32)
+    with pytest.raises(ValueError, match="distances of this data exceed the float32 range"):
+        knngraph.knn(x, x[:5], 3, device="cuda")
+    d, i = knngraph.knn(x, x[:5], 3, metric="euclidean", device="cuda")
+    assert (i[:, 0] == np.arange(5)).all() and np.isfinite(d).all()
+
+
+def test_gpu_cosine_in_0_2_and_self_exactly_0(rng):
+    x = rng.standard_normal((3000, 48)).astype(np.float32)
+    x[10] = 0
+    for data in (x, x.astype(np.float16)):
+        d, i = knngraph.knn(data, data, 5, metric="cosine", device="cuda")
+        assert (d >= 0).all() and (d <= 2).all()
+        rows = np.arange(3000) != 10
+        assert (d[rows, 0] == 0).all() and (i[rows, 0] == np.arange(3000)[rows]).all()
+        assert (d[10] == 1).all()
+        g = knngraph.knn_graph(data, 8, metric="cosine", device="cuda")
+        assert (g.distances >= 0).all() and (g.distances <= 2).all()
+        g = knngraph.knn_graph(data, 8, method="nndescent", metric="cosine", device="cuda", verbose=False)
+        assert (g.distances >= 0).all() and (g.distances <= 2).all()

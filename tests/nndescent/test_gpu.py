@@ -137,3 +137,16 @@ def test_gpu_metrics_and_dtypes(metric, dtype):
     g = knngraph.knn_graph(x, 16, method="nndescent", metric=metric, device="cuda", verbose=False)
     # inner product is no metric: NN-Descent stalls lower (see the CPU test)
     assert knngraph.graph_recall(g, 10, true_graph=ex) >= (0.7 if metric == "inner_product" else 0.93)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_gpu_small_graph_degrees_reach_full_recall(k):
+    x = np.random.default_rng(0).random((20000, 8), dtype=np.float32)
+    g = nndescent.build(nndescent.IndexParams(graph_degree=k), x, device="cuda", verbose=False).graph
+    assert g.degree == k
+    assert knngraph.graph_recall(g, k, base=x, sample=2000) >= 0.995
+    x20 = x[:20]
+    g1 = knngraph.knn_graph(x20[:10], k, device="cuda")
+    g2 = knngraph.knn_graph(x20[10:], k, device="cuda")
+    g = knngraph.merge_graphs(g1, g2, x20[:10], x20[10:], device="cuda", verbose=False)
+    assert knngraph.graph_recall(g, k, base=x20) == 1.0

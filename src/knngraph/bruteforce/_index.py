@@ -15,6 +15,7 @@ from .._validate import check_finite, check_k, check_new_vectors, check_same_dim
 from ..graph import Graph
 from ..index import Index as IndexBase
 from ..index import KNNResult, load_index, runtime_docs, save_index
+from ._exact import plan_numerics
 from ._params import IndexParams, SearchParams
 
 __all__ = ["Index", "build", "search", "extend", "save", "load"]
@@ -42,12 +43,61 @@ def _budget(memory_limit, dev: Device):
     return limit
 
 
-def _exact(dev: Device, base, queries, k, metric, *, graph, select, memory_limit, verbose, stats=None):
-    """(distances, ids) of the exact top-k, on the implementation for ``dev`` (validated arrays)."""
+def _exact(dev: Device, base, queries, k, metric, *, graph, select, memory_limit, verbose, stats=None,
+           plan=None):
+    """(distances, ids) of the exact top-k, on the implementation for ``dev`` (validated arrays).
+
+    Queries whose candidates could not prove their answer (:mod:`._exact`) are searched again with four
+    times the candidates, until every answer is proven (at worst with every point a candidate)."""
+    impl = implementation(__package__, dev)
+    xp = _xp_of(base) if dev.is_cuda else np
+    plan = plan or plan_numerics(base, metric, xp)
+    budget = _budget(memory_limit, dev)
+    n = base.shape[0]
+    n_available = n - 1 if graph else n
     with device_context(dev):
-        return implementation(__package__, dev).exact_knn(
-            base, queries, k, metric, graph=graph, memory_limit=_budget(memory_limit, dev), select=select,
-            device_index=dev.index, verbose=verbose, stats=stats)
+        d, i, unsure = impl.exact_knn(base, queries, k, metric, graph=graph, memory_limit=budget, select=select,
+                                      device_index=dev.index, verbose=verbose, stats=stats, plan=plan)
+        c = plan.candidates(k, n_available)
+        retries = 0
+        while bool(unsure.any()) and c < n_available:
+            c = min(n_available, 4 * c)
+            retries += 1
+            rows = _nonzero(unsure)
+            if graph:
+                # the rows as queries of a plain search, one more neighbour, then each row's own id out
+                rd, ri, ru = impl.exact_knn(base, base[rows], k + 1, metric, memory_limit=budget, device_index=dev.index,
+                                            verbose=False, plan=plan, candidates=min(n, c + 1))
+                rd, ri = _without_self(rd, ri, rows)
+            else:
+                rd, ri, ru = impl.exact_knn(base, queries[rows], k, metric, memory_limit=budget, device_index=dev.index,
+                                            verbose=False, plan=plan, candidates=c)
+            d[rows], i[rows] = rd, ri
+            unsure[:] = False
+            unsure[rows] = ru
+        if stats is not None:
+            stats["exactness_retries"] = retries
+    return d, i
+
+
+def _xp_of(a):
+    return __import__("cupy") if is_device_array(a) else np
+
+
+def _nonzero(mask):
+    return mask.nonzero()[0]
+
+
+def _without_self(d, i, rows):
+    """Drop each row's own id (``rows``) from (n, k + 1) results, or the last column where it is absent."""
+    xp = _xp_of(i)
+    rows = xp.asarray(rows)
+    own = i == rows[:, None]
+    pos = xp.where(own.any(axis=1), own.argmax(axis=1), i.shape[1] - 1)
+    keep = xp.ones(i.shape, dtype=bool)
+    keep[xp.arange(i.shape[0]), pos] = False
+    m, w = i.shape
+    return d[keep].reshape(m, w - 1), i[keep].reshape(m, w - 1)
 
 
 @runtime_docs

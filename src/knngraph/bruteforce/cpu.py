@@ -1,4 +1,5 @@
-"""Exact k-NN on the CPU: BLAS GEMM tiles + parallel bounded-heap selection in numba.
+"""Exact k-NN on the CPU: BLAS GEMM tiles + parallel bounded-heap selection in numba, made exact by
+:mod:`knngraph.bruteforce._exact`.
 
 Same scheme as the GPU path (Komarov et al., section "Distance Calculation"): dot products of a
 query block against a base tile come from one GEMM (NumPy's BLAS); each query row then scans the tile,
@@ -13,10 +14,10 @@ import numba
 import numpy as np
 
 from .._progress import progress
-from ..metrics import KEY_L2, expanded_key_kind, normalize_rows
+from ..metrics import KEY_L2, expanded_key_kind
 from ..primitives.constants import ID_NONE
 from ..primitives.lists import less, maxheap_replace_top, maxheap_sort
-from ..primitives.rescore import needs_refine, refine_l2
+from ._exact import NumericPlan, finish_candidates, plan_numerics
 
 __all__ = ["exact_knn"]
 
@@ -53,27 +54,28 @@ def _sort_heaps(heap_k, heap_i):
         maxheap_sort(heap_k[r], heap_i[r], 0, k)
 
 
-def _as_f32(block: np.ndarray, metric: str) -> np.ndarray:
-    block = np.asarray(block, dtype=np.float32)
-    return normalize_rows(block) if metric == "cosine" else block
-
-
 def _norm2(x: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", x, x, dtype=np.float32)
 
 
 def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory_limit: int | None = None,
-              select: str = "auto", device_index: int = 0, verbose: bool = True, stats: dict | None = None):
-    """Exact top-k of ``queries`` among ``base`` (host arrays); returns (distances, ids) float32/int32.
+              select: str = "auto", device_index: int = 0, verbose: bool = True, stats: dict | None = None,
+              plan: NumericPlan | None = None, candidates: int | None = None):
+    """Exact top-k of ``queries`` among ``base`` (host arrays): (distances float32, ids int32, unsure bool).
 
-    With ``graph=True`` ``queries`` must be ``base`` and row i never returns id i. ``select`` (a GPU
-    strategy) is checked only; ``device_index`` and ``stats`` are accepted for the GPU's signature.
+    Each query selects ``candidates`` by GEMM key (default: the plan's), then the best k are recomputed
+    exactly and checked (:mod:`._exact`); ``unsure`` marks the queries whose check failed (search them
+    again with more candidates). With ``graph=True`` ``queries`` must be ``base`` and row i never
+    returns id i. ``select`` (a GPU strategy) is checked only; ``device_index`` and ``stats`` are accepted
+    for the GPU's signature.
     """
     from ..primitives.kselect import resolve_select
 
     resolve_select(select, k)
     n, d = base.shape
     nq = queries.shape[0]
+    plan = plan or plan_numerics(base, metric, np)
+    c = candidates or plan.candidates(k, n - 1 if graph else n)
     budget = memory_limit or (1 << 30)
     # one dot tile of about budget/4 (at most 256 MiB): large enough for BLAS to run at full speed
     tile_bytes = max(1 << 20, min(budget // 4, 256 << 20))
@@ -83,35 +85,25 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
 
     out_d = np.empty((nq, k), dtype=np.float32)
     out_i = np.empty((nq, k), dtype=np.int32)
+    unsure = np.zeros(nq, dtype=bool)
     steps = ((nq + q_block - 1) // q_block) * ((n + b_tile - 1) // b_tile)
     with progress(total=steps, desc="exact k-NN (cpu)", disable=not verbose) as bar:
         for qs in range(0, nq, q_block):
             qe = min(nq, qs + q_block)
-            q = _as_f32(queries[qs:qe], metric)
-            heap_k = np.full((qe - qs, k), np.inf, dtype=np.float32)
-            heap_i = np.full((qe - qs, k), ID_NONE, dtype=np.int32)
+            q_raw = queries[qs:qe]
+            tq = plan.transform(q_raw, np)
+            heap_k = np.full((qe - qs, c), np.inf, dtype=np.float32)
+            heap_i = np.full((qe - qs, c), ID_NONE, dtype=np.int32)
             for bs in range(0, n, b_tile):
                 be = min(n, bs + b_tile)
-                x = _as_f32(base[bs:be], metric)
-                dots = q @ x.T
+                x = plan.transform(base[bs:be], np)
+                dots = tq @ x.T
                 norms = _norm2(x) if key_kind == KEY_L2 else np.empty(0, np.float32)
                 _scan_tile(dots, norms, bs, key_kind, qs if graph else -1, heap_k, heap_i)
                 bar.update(1)
             _sort_heaps(heap_k, heap_i)
-            if needs_refine(metric, base.dtype):
-                ids = np.where(heap_i == ID_NONE, -1, heap_i)
-                dist, ids = refine_l2(queries[qs:qe], base, ids, metric, np)
-                out_d[qs:qe] = dist
-                out_i[qs:qe] = ids
-                continue
-            if key_kind == KEY_L2:
-                dist = np.maximum(heap_k + _norm2(q)[:, None], np.float32(0))
-                if metric == "euclidean":
-                    dist = np.sqrt(dist)
-            elif metric == "cosine":
-                dist = np.float32(1) + heap_k
-            else:
-                dist = heap_k
-            out_d[qs:qe] = dist
-            out_i[qs:qe] = heap_i
-    return out_d, out_i
+            out_d[qs:qe], out_i[qs:qe], unsure[qs:qe] = finish_candidates(
+                np, heap_k, heap_i, plan.row_term(tq, np), q_raw, tq, base, plan, k, rows_transformed=False)
+    if stats is not None:
+        stats.update(candidates=c, centered=plan.shift is not None, scale=plan.scale)
+    return out_d, out_i, unsure

@@ -20,9 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._progress import progress
-from ..primitives.constants import ID_NONE
 from ..primitives.kselect import TileSelector, resolve_select
-from ..primitives.rescore import needs_refine, refine_l2
+from ._exact import NumericPlan, finish_candidates, plan_numerics
 from ._gemm import plan_gemm
 
 __all__ = ["exact_knn", "plan_tiles"]
@@ -57,42 +56,53 @@ def plan_tiles(n: int, nq: int, d: int, k: int, budget: int, select: str, reside
 
 def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory_limit: int,
               select: str = "auto", device_index: int = 0, verbose: bool = True, stats: dict | None = None,
-              tensor_cores: bool = True):
+              tensor_cores: bool = True, plan: NumericPlan | None = None, candidates: int | None = None):
     """Exact top-k on the GPU. ``base``/``queries`` are CuPy arrays (used in place) or host arrays
-    (NumPy / memory-mapped, streamed). Returns (distances float32, ids int32) [nq, k]: CuPy arrays for
-    device queries, NumPy arrays for host queries."""
+    (NumPy / memory-mapped, streamed). Each query selects ``candidates`` by GEMM key (default: the numeric
+    plan's), then the best k are made exact and checked (:mod:`._exact`). Returns (distances float32,
+    ids int32, unsure bool) [nq, k]: CuPy arrays for device queries, NumPy arrays for host queries."""
     import cupy as cp
 
-    select = resolve_select(select, k)
     n, d = base.shape
     nq = queries.shape[0]
     with cp.cuda.Device(device_index):
+        numerics = plan or plan_numerics(base, metric, cp if isinstance(base, cp.ndarray) else np)
+        c = candidates or numerics.candidates(k, n - 1 if graph else n)
+        select = resolve_select(select, c)
         sm_count = cp.cuda.Device(device_index).attributes["MultiProcessorCount"]
         budget = int(memory_limit)
-        plan = plan_gemm(base.dtype, queries.dtype, metric, d, allow_tensor_cores=tensor_cores)
+        gemm_dtype = np.float32 if not numerics.identity else None
+        plan = plan_gemm(gemm_dtype or base.dtype, gemm_dtype or queries.dtype, metric, d,
+                         allow_tensor_cores=tensor_cores)
         alpha = np.float32(plan.alpha)
-        refine = needs_refine(metric, base.dtype) and plan.mode != "int8"
         # Keep the base's GEMM operand (plus column terms) on the GPU when it takes at most half the
         # budget; otherwise stream base tiles through the GPU for each query block.
         op_itemsize = 1 if plan.mode == "int8" else (2 if plan.mode == "fp16" else 4)
         op_bytes = n * (op_itemsize * d + 4)
         resident = op_bytes <= budget // 2
         base_on_gpu = isinstance(base, cp.ndarray)
-        qb, bt = plan_tiles(n, nq, d, k, budget, select, op_bytes if resident else 0)
+        qb, bt = plan_tiles(n, nq, d, c, budget, select, op_bytes if resident else 0)
         if resident:
-            xb = plan.operand(cp.asarray(base))
-            xb_col = plan.column_term(cp.asarray(base), xb)
-        selector = TileSelector(select, k, sm_count)
+            x_in = numerics.prepare(cp.asarray(base), cp)
+            xb = plan.operand(x_in)
+            xb_col = plan.column_term(x_in, xb)
+            del x_in
+        # candidate rows for the exact distances: the resident operand when it holds the transformed
+        # vectors as floats, else the base as given
+        rows_transformed = resident and plan.mode in ("fp32", "fp16")
+        selector = TileSelector(select, c, sm_count)
         # results for host queries go back to the host block by block, so query sets larger than GPU
         # memory work; device queries get device results
         host_out = not isinstance(queries, cp.ndarray)
         out_d = (np if host_out else cp).empty((nq, k), np.float32)
         out_i = (np if host_out else cp).empty((nq, k), np.int32)
+        unsure = (np if host_out else cp).zeros(nq, bool)
         n_q_blocks = (nq + qb - 1) // qb
         n_tiles = (n + bt - 1) // bt
         if stats is not None:
             stats.update(select=select, gemm=plan.mode, query_block=qb, base_tile=bt, base_resident=bool(resident),
-                         base_on_gpu=base_on_gpu)
+                         base_on_gpu=base_on_gpu, candidates=c, centered=numerics.shift is not None,
+                         scale=numerics.scale)
 
         # Two streams: GEMM of tile t+1 (compute-bound) can run while tile t is selected (memory-bound).
         # Two dot buffers alternate; a buffer is overwritten only after its selection has finished.
@@ -112,13 +122,14 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
             for qs in range(0, nq, qb):
                 qe = min(nq, qs + qb)
                 with s_gemm:
-                    q_raw = cp.asarray(queries[qs:qe])
+                    q_given = cp.asarray(queries[qs:qe])
+                    q_raw = numerics.prepare(q_given, cp)
                     q = plan.operand(q_raw)
                     q_row = plan.row_term(q_raw, q)
                     del q_raw
                 with s_sel:
-                    best_k = cp.empty((qe - qs, k), cp.float32)
-                    best_i = cp.empty((qe - qs, k), cp.int32)
+                    best_k = cp.empty((qe - qs, c), cp.float32)
+                    best_i = cp.empty((qe - qs, c), cp.int32)
                 for t, bs in enumerate(range(0, n, bt)):
                     be = min(n, bs + bt)
                     slot = t % 2
@@ -130,7 +141,7 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
                             x = xb[bs:be]
                             xc = xb_col[bs:be]
                         else:
-                            x_raw = cp.asarray(base[bs:be])
+                            x_raw = numerics.prepare(cp.asarray(base[bs:be]), cp)
                             x = plan.operand(x_raw)
                             xc = plan.column_term(x_raw, x)
                             del x_raw
@@ -147,25 +158,21 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
                 s_sel.wait_event(s_gemm.record())
                 with s_sel:
                     keys, ids = selector.finish(best_k, best_i)
-                    value = keys + q_row[:, None]
-                    if metric in ("sqeuclidean", "euclidean"):
-                        value = cp.maximum(value, 0)
-                        if metric == "euclidean":
-                            value = cp.sqrt(value)
-                    missing = ids == ID_NONE
-                    block_d = cp.where(missing, cp.float32(np.inf), value).astype(cp.float32, copy=False)
-                    block_i = cp.where(missing, -1, ids).astype(cp.int32, copy=False)
-                    if refine:
-                        # for L2 the resident GEMM operand holds the base exactly (float32 or float16)
-                        block_d, block_i = refine_l2(queries[qs:qe], xb if resident else base, block_i, metric, cp)
+                    tq = numerics.transform(q_given, cp)
+                    block_d, block_i, block_u = finish_candidates(
+                        cp, keys, ids, q_row, q_given, tq, xb if rows_transformed else base, numerics, k,
+                        rows_transformed=rows_transformed)
+                    del tq, q_given
                     if host_out:
                         block_d.get(stream=s_sel, out=out_d[qs:qe])
                         block_i.get(stream=s_sel, out=out_i[qs:qe])
+                        block_u.get(stream=s_sel, out=unsure[qs:qe])
                         s_sel.synchronize()
                     else:
                         out_d[qs:qe] = block_d
                         out_i[qs:qe] = block_i
+                        unsure[qs:qe] = block_u
                     # the next query block's GEMMs must not overwrite q before this block is done
                     s_gemm.wait_event(s_sel.record())
         cp.cuda.get_current_stream().wait_event(s_sel.record())
-        return out_d, out_i
+        return out_d, out_i, unsure

@@ -1,41 +1,72 @@
-"""The CUDA kernel of :mod:`knngraph.primitives.rescore`: exact L2 distances of chosen ids, re-sorted."""
+"""The CUDA kernel of :mod:`knngraph.primitives.rescore`: exact distances of chosen ids, re-sorted."""
 
 from __future__ import annotations
 
-from math import sqrt as math_sqrt
-
 import numpy as np
-from numba import cuda, float32, int32
+from numba import cuda, float32, float64, int32
 
-from .constants import ID_NONE
-from .distances import DIST_L2SQ
-from .warp import warp_distance
+from .constants import FULL_MASK, ID_NONE, WARP
 
-__all__ = ["refine_rows_kernel"]
+__all__ = ["rescore_rows_kernel"]
+
+_L2, _IP, _COS = 0, 1, 2
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_sum64(acc):
+    off = 16
+    while off > 0:
+        acc += cuda.shfl_xor_sync(FULL_MASK, acc, off)
+        off //= 2
+    return acc
 
 
 @cuda.jit
-def refine_rows_kernel(queries, base, ids, out_d, out_i, euclidean):
-    """One warp per query row: exact L2 distances of the row's ids, then the row re-sorted by
-    (distance, id) with an insertion sort by lane 0 (the row arrives almost sorted, so it is ~k steps)."""
-    lane = cuda.threadIdx.x % 32
-    row = cuda.blockIdx.x * (cuda.blockDim.x // 32) + cuda.threadIdx.x // 32
+def rescore_rows_kernel(queries, base, ids, out_d, out_i, kind):
+    """One warp per query row: float64 sums over the row's ids (squared differences; products for inner
+    product; on unit vectors squared differences / 2 for cosine, 1 against a zero vector) into the
+    float64 ``out_d``, then the row re-sorted by (distance, id) by lane 0 with an insertion sort (the row arrives
+    almost sorted by its GEMM keys, so that is about c steps)."""
+    lane = cuda.threadIdx.x % WARP
+    row = cuda.blockIdx.x * (cuda.blockDim.x // WARP) + cuda.threadIdx.x // WARP
     if row >= ids.shape[0]:
         return  # whole warps leave together
-    k = ids.shape[1]
-    for j in range(k):
+    c = ids.shape[1]
+    d = queries.shape[1]
+    qq = float64(0.0)
+    if kind == _COS:
+        for t in range(lane, d, WARP):
+            v = float64(float32(queries[row, t]))
+            qq += v * v
+        qq = _warp_sum64(qq)
+    for j in range(c):
         idx = ids[row, j]
-        dist = float32(np.inf)
+        dist = float64(np.inf)
         if idx >= 0:  # the same for every lane: the warp stays converged for the shuffles
-            dist = warp_distance(DIST_L2SQ, queries, row, base, idx, queries, queries, lane)
-            if euclidean != 0:
-                dist = float32(math_sqrt(dist))
+            acc = float64(0.0)
+            xx = float64(0.0)
+            for t in range(lane, d, WARP):
+                qv = float64(float32(queries[row, t]))
+                xv = float64(float32(base[idx, t]))
+                if kind == _IP:
+                    acc += qv * xv
+                else:
+                    f = qv - xv
+                    acc += f * f
+                    xx += xv * xv
+            acc = _warp_sum64(acc)
+            if kind == _IP:
+                acc = -acc
+            elif kind == _COS:
+                xx = _warp_sum64(xx)
+                acc = 1.0 if (qq == 0.0 or xx == 0.0) else acc * 0.5
+            dist = acc
         if lane == 0:
             out_d[row, j] = dist
             out_i[row, j] = idx
-    cuda.syncwarp(0xFFFFFFFF)
+    cuda.syncwarp(FULL_MASK)
     if lane == 0:
-        for j in range(1, k):
+        for j in range(1, c):
             dk = out_d[row, j]
             di = out_i[row, j]
             dl = di if di >= 0 else int32(ID_NONE)

@@ -50,11 +50,15 @@ def inverse_norms(x, xp=np):
 
 
 def report_distances(values, metric: str, xp=np):
-    """Internal distances -> the metric's reported distances (sqrt for euclidean, clamp at 0)."""
+    """Internal distances -> the metric's reported distances: sqrt for euclidean, L2 clamped at 0 and
+    cosine to [0, 2] (float32 sums can land a hair outside; t-SNE, DBSCAN and UMAP refuse negative
+    distances)."""
     if metric == "euclidean":
         return xp.sqrt(xp.maximum(values, 0)).astype(xp.float32)
     if metric == "sqeuclidean":
         return xp.maximum(values, 0).astype(xp.float32)
+    if metric == "cosine":
+        return xp.clip(values, 0, 2).astype(xp.float32)
     return values.astype(xp.float32)
 
 

@@ -1,85 +1,114 @@
-"""Exact distances for the selected neighbours (L2 metrics on floating-point data).
+"""Exact distances of chosen neighbour ids, re-sorted: the last step of the exact k-NN.
 
-Ranking uses ||x||^2 - 2<q, x> (+ ||q||^2), which loses digits to cancellation when q and x are close:
-an exact duplicate can come out at 1e-6 instead of 0, and its euclidean distance at 1e-3. Once the k
-neighbours are chosen, their distances are recomputed directly as sum((q - x)^2) in float32 (k*d work
-per query, small next to the n*d of the scan) and each row is re-sorted by (distance, id).
-Integer data never needs this: its dot products are exact.
+Ranking a whole base uses GEMM keys (||x||^2 - 2<q, x>, -<q, x>), which lose digits to cancellation; once
+a few candidates per query are chosen, their distances are recomputed directly, accumulated in float64,
+and each row is re-sorted by (distance, id). Kinds (the vectors are the caller's, possibly transformed:
+shifted, scaled, normalised):
 
-On the GPU, with the base on the device, one kernel does both steps (a warp per query computes the k
-distances, then one lane re-sorts the row, which is already nearly in order; ``_rescore_kernel.py``);
-otherwise the array code below does it with NumPy or CuPy.
+* ``RESCORE_L2``: sum((q - x)^2);
+* ``RESCORE_IP``: -sum(q x);
+* ``RESCORE_COS``: on unit vectors, sum((q - x)^2) / 2 = 1 - cos, with no cancellation, so identical
+  vectors are at distance exactly 0; 1 when either vector is zero (a zero vector has cosine distance 1 to
+  everything).
+
+Ids of -1 get distance inf and stay last. On the GPU, with the vectors on the device, one kernel does it
+all (a warp per query row, ``_rescore_kernel.py``); otherwise the array code below does it with NumPy or
+CuPy, gathering rows from wherever the base lives.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["needs_refine", "refine_l2"]
+__all__ = ["RESCORE_L2", "RESCORE_IP", "RESCORE_COS", "rescore", "refine_l2"]
 
-_CHUNK_ELEMS = 1 << 26  # gathered elements per chunk (256 MiB of float32)
+RESCORE_L2 = 0
+RESCORE_IP = 1
+RESCORE_COS = 2
+
+_CHUNK_ELEMS = 1 << 24  # gathered elements per chunk (128 MiB of float64)
 
 
-def needs_refine(metric: str, dtype) -> bool:
-    return metric in ("sqeuclidean", "euclidean") and np.dtype(dtype).kind == "f"
+def _module_of(a) -> str:
+    return type(a).__module__.split(".")[0]
 
 
-def refine_l2(queries, base, ids, metric: str, xp):
-    """(distances, ids) for ``ids`` [nq, k] (-1 = none) of ``queries`` among ``base``, exact, re-sorted.
+def rescore(queries, base, ids, kind: int, xp, *, transform=None):
+    """(distances float64, ids int32) of ``ids`` [nq, c] (-1 = none) of ``queries`` among ``base``, exact
+    (float64 sums, kept in float64 so that the caller sees values beyond float32), each row sorted by
+    (distance, id).
 
-    ``xp`` is numpy or cupy; ``base`` may be a host array when ``xp`` is cupy (rows are gathered on the
-    host, then uploaded)."""
-    nq, k = ids.shape
+    ``xp`` (numpy or cupy) is where the result lives; ``base`` may be a host array when ``xp`` is cupy
+    (rows are gathered on the host, then uploaded). ``transform(rows)`` maps gathered base rows (and
+    the caller has mapped ``queries``) into the space the distances are taken in (float32 out)."""
+    nq, c = ids.shape
+    if nq == 0 or c == 0:
+        return xp.empty((nq, c), np.float64), xp.asarray(ids, dtype=np.int32)
+    if xp is not np and _module_of(base) == "cupy" and transform is None:
+        return _rescore_kernel(xp.asarray(queries), base, xp.asarray(ids), kind, xp)
     d = queries.shape[1]
-    if xp is not np and type(base).__module__.split(".")[0] == "cupy":
-        return _refine_l2_kernel(xp.asarray(queries), base, ids, metric, xp)
-    out = xp.empty((nq, k), dtype=np.float32)
-    rows = max(1, _CHUNK_ELEMS // max(1, k * d))
-    base_on_device = type(base).__module__.split(".")[0] == xp.__name__.split(".")[0]
+    out = xp.empty((nq, c), dtype=np.float64)
+    rows = max(1, _CHUNK_ELEMS // max(1, c * d))
+    base_here = _module_of(base) == xp.__name__.split(".")[0]
     for s in range(0, nq, rows):
         e = min(nq, s + rows)
         idx = ids[s:e]
         safe = xp.where(idx < 0, 0, idx)
-        if base_on_device:
+        if base_here:
             x = base[safe.ravel()]
         else:
-            x = xp.asarray(np.asarray(base)[xp.asnumpy(safe).ravel()])
-        x = x.reshape(e - s, k, d).astype(np.float32)
-        q = xp.asarray(queries[s:e]).astype(np.float32)
-        diff = x - q[:, None, :]
-        dist = (diff * diff).sum(axis=2)
-        out[s:e] = xp.where(idx < 0, xp.float32(np.inf), dist)
-    if metric == "euclidean":
-        out = xp.sqrt(out)
-    # re-sort by (distance, id): sort by id, then stably by distance; ids of -1 sit at inf and stay last
-    order = xp.argsort(xp.where(ids < 0, np.iinfo(np.int32).max, ids), axis=1, kind="stable") \
-        if xp is np else xp.argsort(xp.where(ids < 0, np.iinfo(np.int32).max, ids), axis=1)
-    ids_by_id = xp.take_along_axis(ids, order, 1)
-    dist_by_id = xp.take_along_axis(out, order, 1)
-    order2 = xp.argsort(dist_by_id, axis=1, kind="stable") if xp is np else _stable_argsort_rows(dist_by_id, xp)
-    return xp.take_along_axis(dist_by_id, order2, 1), xp.take_along_axis(ids_by_id, order2, 1)
+            x = xp.asarray(np.asarray(base)[(safe.get() if hasattr(safe, "get") else safe).ravel()])
+        if transform is not None:
+            x = transform(x)
+        x = x.reshape(e - s, c, d).astype(np.float64)
+        q = xp.asarray(queries[s:e]).astype(np.float64)[:, None, :]
+        if kind == RESCORE_IP:
+            dist = -(x * q).sum(axis=2)
+        else:
+            diff = x - q
+            dist = (diff * diff).sum(axis=2)
+            if kind == RESCORE_COS:
+                zero = ((x * x).sum(axis=2) == 0) | ((q * q).sum(axis=2) == 0)
+                dist = xp.where(zero, 1.0, dist / 2)
+        out[s:e] = xp.where(idx < 0, np.inf, dist)
+    return _sort_rows(out, xp.asarray(ids, dtype=np.int32), xp)
 
 
-def _stable_argsort_rows(values, xp):
-    """Stable per-row argsort for CuPy: sort (order-preserving distance bits, column) as one uint64."""
-    n, k = values.shape
-    rank = xp.broadcast_to(xp.arange(k, dtype=np.int64), (n, k))
-    u = values.view(xp.uint32).astype(xp.uint64)
+def _sort_rows(dist, ids, xp):
+    """Rows re-sorted by (distance, id); -1 ids (at inf) last."""
+    by_id = xp.where(ids < 0, np.iinfo(np.int32).max, ids)
+    if xp is np:
+        order = np.lexsort((by_id, dist), axis=1)
+    else:
+        order = _lexsort_rows_cupy(dist, by_id, xp)
+    return xp.take_along_axis(dist, order, 1), xp.take_along_axis(ids, order, 1)
+
+
+def _lexsort_rows_cupy(values, ids, xp):
+    """Per-row order by (value, id) for CuPy (ids >= 0): one argsort of (order-preserving float32 bits of
+    the value, id) packed into uint64 (values equal in float32 count as ties)."""
+    u = values.astype(xp.float32).view(xp.uint32).astype(xp.uint64)
     ordered = xp.where(u >> 31, ~u & xp.uint64(0xFFFFFFFF), u | xp.uint64(0x80000000))
-    comp = (ordered << 32) | rank.astype(xp.uint64)
-    return (xp.sort(comp, axis=1) & xp.uint64(0xFFFFFFFF)).astype(np.int64)
+    comp = (ordered << 32) | ids.astype(xp.uint32).astype(xp.uint64)
+    return xp.argsort(comp, axis=1)
 
 
-def _refine_l2_kernel(queries, base, ids, metric: str, cp):
+def _rescore_kernel(queries, base, ids, kind, cp):
     from .._cuda_launch import launch
-    from ._rescore_kernel import refine_rows_kernel
+    from ._rescore_kernel import rescore_rows_kernel
 
-    nq, k = ids.shape
-    out_d = cp.empty((nq, k), dtype=cp.float32)
-    out_i = cp.empty((nq, k), dtype=cp.int32)
-    if nq:
-        warps = 4
-        launch(refine_rows_kernel, (nq + warps - 1) // warps, 32 * warps,
-               (cp.ascontiguousarray(queries), cp.ascontiguousarray(base), cp.ascontiguousarray(ids, dtype=cp.int32),
-                out_d, out_i, int(metric == "euclidean")))
+    nq, c = ids.shape
+    out_d = cp.empty((nq, c), dtype=cp.float64)
+    out_i = cp.empty((nq, c), dtype=cp.int32)
+    warps = 4
+    launch(rescore_rows_kernel, (nq + warps - 1) // warps, 32 * warps,
+           (cp.ascontiguousarray(queries), cp.ascontiguousarray(base), cp.ascontiguousarray(ids, dtype=cp.int32),
+            out_d, out_i, int(kind)))
     return out_d, out_i
+
+
+def refine_l2(queries, base, ids, metric: str, xp):
+    """Exact L2 distances (squared, or their root for ``metric='euclidean'``) of ``ids`` of ``queries``
+    among ``base``, each row re-sorted (see :func:`rescore`)."""
+    dist, ids = rescore(queries, base, ids, RESCORE_L2, xp)
+    return (xp.sqrt(dist) if metric == "euclidean" else dist).astype(np.float32), ids

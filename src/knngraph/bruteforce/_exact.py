@@ -1,0 +1,236 @@
+"""What makes the exact k-NN exact, written once for the CPU and the GPU (NumPy or CuPy arrays).
+
+Both paths rank a whole base by GEMM keys: ||x||^2 - 2<q, x> (L2), -<q, x> (inner product), -<q^, x^>
+(cosine, on unit rows). In float32 a key is off by up to ``gamma * (||q||^2 + 2 max ||x||^2)`` (L2), with
+``gamma`` about d * 2^-24 (a sum of d products, rounded): far from the origin (GPS-like coordinates,
+data with a large common offset) that error exceeds the gaps between neighbours and the ranking is
+garbage. Three measures, decided once per base by :func:`plan_numerics`:
+
+1. **Centering** (L2 on float data whose mean is larger than its spread): the vectors are taken relative to
+   the base mean mu, which leaves L2 distances unchanged and shrinks the keys (and their error) to the
+   size of the spread.
+2. **Scaling** by a power of two (exact) when magnitudes would overflow or underflow float32 in the keys;
+   reported distances are scaled back, and a distance that does not fit float32 is an error, never inf.
+3. **Candidates and a proof.** Each query selects ``c >= k`` candidates by key; their distances are
+   recomputed exactly (float64 sums of direct differences, :mod:`knngraph.primitives.rescore`) and the
+   best k kept. Every point that was not a candidate has a key at least the c-th candidate's, so its true
+   distance is at least that key minus the error bound: if the k-th exact distance is below that bound,
+   no missed point can beat it and the answer is exact (ties aside). Queries where it is not are marked
+   unsure and searched again with more candidates (``_index.py``), up to all points.
+
+Integer vectors whose sums stay below 2^24 in float32 have exact keys (``gamma = 0``): no margin, no
+recomputation, nothing changes on their (fastest) path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ..metrics import normalize_rows
+from ..primitives.constants import ID_NONE, pow2_at_least
+from ..primitives.rescore import RESCORE_COS, RESCORE_IP, RESCORE_L2, rescore
+
+__all__ = ["NumericPlan", "plan_numerics", "finish_candidates"]
+
+_U = 2.0 ** -24                 # unit roundoff of float32
+_EXACT_INT = 2.0 ** 24          # integers below this are exact in float32
+_F32_MAX = float(np.finfo(np.float32).max)
+# keep transformed squared norms within [2^-60, 2^60]: sums of d products then stay far inside float32
+_NORM2_LOW, _NORM2_HIGH = 2.0 ** -60, 2.0 ** 60
+_CHUNK_ROWS = 1 << 16
+
+
+@dataclasses.dataclass(frozen=True)
+class NumericPlan:
+    """How the vectors are transformed before the GEMM and how far a key may be off.
+
+    ``shift``: float32 vector subtracted from every vector (L2 only) or None; ``scale``: power of two
+    the vectors are multiplied by; ``gamma``: relative error bound of a key (0: keys are exact);
+    ``max_norm2``: largest squared norm of a transformed base vector."""
+
+    metric: str
+    shift: object
+    scale: float
+    gamma: float
+    max_norm2: float
+
+    @property
+    def kind(self) -> int:
+        return {"inner_product": RESCORE_IP, "cosine": RESCORE_COS}.get(self.metric, RESCORE_L2)
+
+    @property
+    def identity(self) -> bool:
+        """No transformation: the GEMM runs on the vectors as given."""
+        return self.shift is None and self.scale == 1.0
+
+    def prepare(self, block, xp):
+        """The block shifted and scaled (float32) for the GEMM, or as given when nothing is to be done
+        (cosine rows are normalised by the GEMM plan itself)."""
+        if self.identity:
+            return block
+        x = block.astype(xp.float32)
+        if self.shift is not None:
+            x = x - xp.asarray(self.shift)
+        if self.scale != 1.0:
+            x = x * xp.float32(self.scale)
+        return xp.ascontiguousarray(x)
+
+    def row_term(self, tq, xp):
+        """What each query adds to its keys to give its transformed distance: ||T(q)||^2 (L2), 1 (cosine),
+        0 (inner product)."""
+        if self.metric in ("sqeuclidean", "euclidean"):
+            return (tq.astype(xp.float64) ** 2).sum(axis=1)
+        return xp.full(tq.shape[0], 1.0 if self.metric == "cosine" else 0.0)
+
+    def transform(self, block, xp):
+        """float32 T(v) of a block of vectors: shifted, scaled and, for cosine, normalised (the block
+        itself when nothing is to be done)."""
+        x = block.astype(xp.float32, copy=False)
+        if self.shift is not None:
+            x = x - xp.asarray(self.shift)
+        if self.scale != 1.0:
+            x = x * xp.float32(self.scale)
+        if self.metric == "cosine":
+            x = normalize_rows(x) if xp is np else _normalize_cupy(x, xp)
+        return xp.ascontiguousarray(x)
+
+    def candidates(self, k: int, n_available: int) -> int:
+        """How many candidates each query selects: k when keys are exact, else a margin (rounded up to
+        the power of two the selection works with anyway)."""
+        if self.gamma == 0.0:
+            return min(k, n_available)
+        want = k + max(8, k // 8)
+        rounded = pow2_at_least(want, 64)
+        return min(n_available, rounded if rounded <= 1024 else want)
+
+    def key_error(self, qn2, xp):
+        """Bound on |computed key - exact key| for queries with transformed squared norms ``qn2``."""
+        if self.gamma == 0.0:
+            return xp.zeros_like(qn2)
+        if self.metric in ("sqeuclidean", "euclidean"):
+            return self.gamma * (qn2 + 2.0 * self.max_norm2)
+        if self.metric == "inner_product":
+            return self.gamma * xp.sqrt(qn2 * self.max_norm2)
+        return xp.full_like(qn2, 2.0 * self.gamma)
+
+    def to_reported(self, dist, xp):
+        """Exact distances (squared L2, -<q, x>, or 1 - cos) -> the metric's reported distances (float32;
+        ValueError when they do not fit float32)."""
+        if self.metric == "cosine":
+            return xp.clip(dist, 0, 2).astype(xp.float32)
+        d = dist.astype(xp.float64)
+        if self.metric == "euclidean":
+            d = xp.sqrt(xp.maximum(d, 0))
+        elif self.metric == "sqeuclidean":
+            d = xp.maximum(d, 0)
+        finite = xp.isfinite(d)
+        if bool(xp.any(finite & (xp.abs(d) > _F32_MAX))):
+            raise ValueError(f"{self.metric} distances of this data exceed the float32 range (> {_F32_MAX:.3g}); "
+                             "knngraph reports float32 distances: scale the vectors down (or use 'euclidean' "
+                             "or 'cosine', whose distances stay smaller)")
+        return d.astype(xp.float32)
+
+
+def _normalize_cupy(x, xp):
+    nrm = xp.sqrt(xp.einsum("ij,ij->i", x, x))
+    nrm[nrm == 0] = 1
+    return x / nrm[:, None]
+
+
+def plan_numerics(base, metric: str, xp) -> NumericPlan:
+    """The :class:`NumericPlan` of ``base`` (NumPy, memory map or CuPy; read in row chunks): one pass for
+    integer data, two for float data that gets centered."""
+    n, d = base.shape
+    dt = np.dtype(base.dtype)
+    if dt.kind in "iu":
+        top = float(max(abs(np.iinfo(dt).min), np.iinfo(dt).max))
+        sums_exact = (2.0 if metric in ("sqeuclidean", "euclidean") else 1.0) * d * top * top < _EXACT_INT
+        gamma = 0.0 if (sums_exact and metric != "cosine") else _gamma(d)
+        return NumericPlan(metric, None, 1.0, gamma, 1.0 if metric == "cosine" else d * top * top)
+    total = np.zeros(d, np.float64)
+    sq_total = 0.0
+    max_norm2 = 0.0
+    for s in range(0, n, _CHUNK_ROWS):
+        blk = xp.asarray(base[s:s + _CHUNK_ROWS]).astype(xp.float64)
+        nrm2 = (blk * blk).sum(axis=1)
+        total += _host(blk.sum(axis=0))
+        sq_total += float(nrm2.sum())
+        max_norm2 = max(max_norm2, float(nrm2.max()))
+    shift = None
+    if metric in ("sqeuclidean", "euclidean"):
+        mu = total / n
+        spread2 = max(sq_total / n - float(mu @ mu), 0.0)
+        if float(mu @ mu) > spread2:
+            shift = mu.astype(np.float32)
+            shift_x = xp.asarray(shift)
+            max_norm2 = 0.0
+            for s in range(0, n, _CHUNK_ROWS):
+                blk = (xp.asarray(base[s:s + _CHUNK_ROWS]).astype(xp.float32) - shift_x).astype(xp.float64)
+                max_norm2 = max(max_norm2, float((blk * blk).sum(axis=1).max()))
+    scale = 1.0
+    if max_norm2 > _NORM2_HIGH or 0 < max_norm2 < _NORM2_LOW:
+        scale = 2.0 ** (-round(math.log2(max_norm2) / 2))
+    if metric == "cosine":
+        max_norm2 = 1.0
+    else:
+        max_norm2 *= scale * scale
+    return NumericPlan(metric, shift, scale, _gamma(d), max_norm2)
+
+
+def _gamma(d: int) -> float:
+    """Relative error bound of a key: d products summed in float32 plus the rounding of the transformed
+    vectors and of the norms, with a factor 2 of slack."""
+    return 2.0 * (d + 4) * _U
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def finish_candidates(xp, keys, ids, row_term, queries, tq, rows, plan: NumericPlan, k: int, *,
+                      rows_transformed: bool):
+    """Exact top-k from each query's candidates, and whether that is proven.
+
+    ``keys`` / ``ids``: (m, c) candidates sorted by key, ``ID_NONE`` for none; ``row_term``: what each
+    query adds to its keys to give its transformed distance (the GEMM plan's; :meth:`NumericPlan.row_term`
+    on the CPU); ``queries``: the block's queries as given, ``tq`` transformed (float32). ``rows``: where
+    candidate rows are read: the transformed base (``rows_transformed``, e.g. the resident GEMM operand;
+    distances are then taken between transformed vectors and scaled back) or the base as given
+    (distances of the original vectors, exact in float64). Returns (reported distances float32 (m, k),
+    ids int32 (m, k), unsure bool (m,))."""
+    m, c = ids.shape
+    ids = xp.where(ids == ID_NONE, -1, ids).astype(xp.int32)
+    qn2 = (tq.astype(xp.float64) ** 2).sum(axis=1)
+    row_term = xp.asarray(row_term, dtype=xp.float64)
+    if not bool(xp.all(xp.isfinite(qn2))):
+        raise ValueError("queries hold values too large for float32 arithmetic relative to the base; scale the "
+                         "queries and the base down together")
+    s2 = plan.scale * plan.scale
+    if plan.gamma == 0.0:
+        # exact keys: the distances follow from them (key + row term), no recomputation
+        dist = keys[:, :k].astype(xp.float64) + row_term[:, None]
+        dist = xp.where(ids[:, :k] < 0, np.inf, dist / (1.0 if plan.metric == "cosine" else s2))
+        return plan.to_reported(dist, xp), ids[:, :k], xp.zeros(m, dtype=bool)
+    if plan.metric == "cosine":
+        # on unit vectors: identical vectors are at exactly 0 (rows transformed here when needed)
+        dist, ids = rescore(tq, rows, ids, plan.kind, xp,
+                            transform=None if rows_transformed else (lambda r: plan.transform(r, xp)))
+        dist_t = dist
+    elif rows_transformed:
+        dist_t, ids = rescore(tq, rows, ids, plan.kind, xp)
+        dist = dist_t / s2
+    else:
+        dist, ids = rescore(queries, rows, ids, plan.kind, xp)
+        dist_t = dist * s2
+    # every non-candidate's key is >= the c-th candidate key, so its exact distance is >= this bound
+    kth_key = keys[:, c - 1].astype(xp.float64)
+    err = plan.key_error(qn2, xp)
+    bound = kth_key + row_term - err
+    kth = dist_t[:, k - 1]
+    slack = 4.0 * _U * xp.abs(kth)  # the float32 rounding of the exact distances
+    complete = ids[:, c - 1] < 0     # fewer points than candidates: every point was one
+    unsure = ~complete & ~(kth <= bound - slack) & xp.isfinite(kth)
+    return plan.to_reported(dist[:, :k], xp), ids[:, :k], unsure
