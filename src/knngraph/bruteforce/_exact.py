@@ -40,7 +40,7 @@ _EXACT_INT = 2.0 ** 24          # integers below this are exact in float32
 _F32_MAX = float(np.finfo(np.float32).max)
 # keep transformed squared norms within [2^-60, 2^60]: sums of d products then stay far inside float32
 _NORM2_LOW, _NORM2_HIGH = 2.0 ** -60, 2.0 ** 60
-_CHUNK_ROWS = 1 << 16
+_CHUNK_ROWS = 1 << 18
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,15 +150,18 @@ def plan_numerics(base, metric: str, xp) -> NumericPlan:
         sums_exact = (2.0 if metric in ("sqeuclidean", "euclidean") else 1.0) * d * top * top < _EXACT_INT
         gamma = 0.0 if (sums_exact and metric != "cosine") else _gamma(d)
         return NumericPlan(metric, None, 1.0, gamma, 1.0 if metric == "cosine" else d * top * top)
-    total = np.zeros(d, np.float64)
-    sq_total = 0.0
-    max_norm2 = 0.0
+    # float32 row norms (einsum: no n x d temporary), float64 totals, one host sync at the end; the
+    # bound only needs max ||x||^2 to a few digits (it is inflated below)
+    total = xp.zeros(d, np.float64)
+    sq_total = xp.zeros((), np.float64)
+    max_norm2 = xp.zeros((), np.float64)
     for s in range(0, n, _CHUNK_ROWS):
-        blk = xp.asarray(base[s:s + _CHUNK_ROWS]).astype(xp.float64)
-        nrm2 = (blk * blk).sum(axis=1)
-        total += _host(blk.sum(axis=0))
-        sq_total += float(nrm2.sum())
-        max_norm2 = max(max_norm2, float(nrm2.max()))
+        blk = xp.asarray(base[s:s + _CHUNK_ROWS]).astype(xp.float32, copy=False)
+        nrm2 = _row_norms2(blk, xp)
+        total += blk.sum(axis=0, dtype=np.float64)
+        sq_total += nrm2.sum(dtype=np.float64)
+        max_norm2 = xp.maximum(max_norm2, nrm2.max())
+    total, sq_total, max_norm2 = _host(total), float(sq_total), float(max_norm2)
     shift = None
     if metric in ("sqeuclidean", "euclidean"):
         mu = total / n
@@ -166,10 +169,12 @@ def plan_numerics(base, metric: str, xp) -> NumericPlan:
         if float(mu @ mu) > spread2:
             shift = mu.astype(np.float32)
             shift_x = xp.asarray(shift)
-            max_norm2 = 0.0
+            max_norm2 = xp.zeros((), np.float64)
             for s in range(0, n, _CHUNK_ROWS):
-                blk = (xp.asarray(base[s:s + _CHUNK_ROWS]).astype(xp.float32) - shift_x).astype(xp.float64)
-                max_norm2 = max(max_norm2, float((blk * blk).sum(axis=1).max()))
+                blk = xp.asarray(base[s:s + _CHUNK_ROWS]).astype(xp.float32) - shift_x
+                max_norm2 = xp.maximum(max_norm2, _row_norms2(blk, xp).max())
+            max_norm2 = float(max_norm2)
+    max_norm2 *= 1.0 + 1e-4 * d  # float32 norms are off by at most d ulps
     scale = 1.0
     if max_norm2 > _NORM2_HIGH or 0 < max_norm2 < _NORM2_LOW:
         scale = 2.0 ** (-round(math.log2(max_norm2) / 2))
@@ -178,6 +183,15 @@ def plan_numerics(base, metric: str, xp) -> NumericPlan:
     else:
         max_norm2 *= scale * scale
     return NumericPlan(metric, shift, scale, _gamma(d), max_norm2)
+
+
+def _row_norms2(blk, xp):
+    """Squared row norms: float32 (einsum, no n x d temporary), float64 where float32 overflows."""
+    nrm2 = xp.einsum("ij,ij->i", blk, blk)
+    if not bool(xp.isfinite(nrm2.max())):
+        b64 = blk.astype(np.float64)
+        return (b64 * b64).sum(axis=1)
+    return nrm2.astype(np.float64)
 
 
 def _gamma(d: int) -> float:
