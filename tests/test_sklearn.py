@@ -39,3 +39,95 @@ def test_bad_params(rng):
 @pytest.mark.slow
 def test_passes_check_estimator():
     check_estimator(KNNGraphTransformer(device="cpu"), on_skip=None)
+
+
+def test_rows_sorted_by_distance_as_scikit_learn_consumers_expect(rng):
+    import warnings
+
+    from sklearn.manifold import Isomap
+    from sklearn.neighbors._base import _is_sorted_by_data
+
+    X = rng.standard_normal((120, 5))
+    g = KNNGraphTransformer(n_neighbors=6, device="cpu").fit_transform(X)
+    assert _is_sorted_by_data(g) and (g.getnnz(axis=1) == 7).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no EfficiencyWarning "not sorted by row values"
+        Isomap(n_neighbors=6, metric="precomputed").fit(g)
+
+
+@pytest.mark.parametrize("mode", ["distance", "connectivity"])
+def test_missing_neighbours_never_reach_the_csr(rng, monkeypatch, mode):
+    import knngraph
+
+    X = rng.standard_normal((30, 3)).astype(np.float32)
+    t = KNNGraphTransformer(n_neighbors=4, mode=mode, device="cpu").fit(X)
+    real_knn = knngraph.knn
+
+    def knn_with(fake_ids=None, fake_dist=None):
+        def knn(*args, **kw):
+            d, i = real_knn(*args, **kw)
+            d, i = np.array(d), np.array(i)
+            if fake_ids is not None:
+                i[2, 1:] = fake_ids
+                d[2, 1:] = np.inf if fake_ids == -1 else d[2, 1:]
+            if fake_dist is not None:
+                d[3, 0] = fake_dist
+            return d, i
+        return knn
+
+    monkeypatch.setattr(knngraph, "knn", knn_with(fake_ids=-1))
+    width = 5 if mode == "distance" else 4
+    with pytest.raises(ValueError, match=f"only 1 of the {width} neighbours of row 2 were found: its distances are "
+                                         "not finite"):
+        t.transform(X)
+    monkeypatch.setattr(knngraph, "knn", knn_with(fake_ids=30))
+    with pytest.raises(ValueError, match=r"row 2 holds neighbour ids outside \[0, 30\)"):
+        t.transform(X)
+    monkeypatch.setattr(knngraph, "knn", knn_with(fake_dist=np.nan))
+    with pytest.raises(ValueError, match="row 3 has non-finite neighbour distances"):
+        t.transform(X)
+    monkeypatch.setattr(knngraph, "knn", knn_with(fake_ids=7))
+    with pytest.raises(ValueError, match="row 2 lists a neighbour twice"):
+        t.transform(X)
+
+
+_CHILD = """
+import sys, warnings
+import numpy as np
+warnings.simplefilter("ignore")
+import knngraph
+from knngraph.sklearn import KNNGraphTransformer
+
+if sys.argv[1] == "minus-one":  # every neighbour list is missing (-1 ids, infinite distances)
+    def knn(base, queries, k, **kw):
+        n = np.asarray(queries).shape[0]
+        return np.full((n, k), np.inf, np.float32), np.full((n, k), -1, np.int32)
+    knngraph.knn = knn
+X = np.random.default_rng(0).random((50, 4)) * float(sys.argv[2])
+try:
+    g = KNNGraphTransformer(device="cpu").fit_transform(X)
+    a = g.toarray()
+    assert g.indices.min() >= 0 and g.indices.max() < 50 and np.isfinite(g.data).all()
+    print("OK", a.shape)
+except ValueError as exc:
+    print("ValueError", exc)
+"""
+
+
+@pytest.mark.parametrize("case", [("overflow", "1e20"), ("minus-one", "1")])
+def test_missing_neighbours_do_not_crash_the_interpreter(case):
+    """Values that overflow float32 used to put -1 ids into the CSR matrix, and ``toarray()`` aborted the
+    interpreter ("double free or corruption"): run in a child process so that a regression cannot take the
+    test runner down."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _CHILD, *case], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "NUMBA_ENABLE_CUDASIM": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout.strip()
+    if case[0] == "minus-one":
+        assert out.startswith("ValueError only 0 of the 6 neighbours of row 0 were found"), out
+    else:  # a correct graph, or a clear error about float32
+        assert out.startswith("OK (50, 50)") or (out.startswith("ValueError") and "float32" in out), out

@@ -12,6 +12,24 @@
 from the fields of each algorithm's ``IndexParams`` / ``SearchParams`` (``--max-iterations`` is
 ``IndexParams.max_iterations``); an option that the chosen ``--method`` does not have is an error. Every
 subcommand takes ``--json`` to print one JSON object instead of text, for scripts.
+
+Errors
+------
+Every error is one line on stderr, ``knngraph <command>: error: <message>``, no traceback; with ``--json``
+it is also printed on stdout as one JSON object ``{"error": ..., "type": ..., "command": ...,
+"exit_status": ...}`` (``type``: the Python exception class behind it). Exit status:
+
+* **2, usage**: what was typed is wrong, and nothing is computed: argparse errors (unknown or missing
+  options, values of the wrong type such as ``--sample 0``, ``--memory-limit abc``, NaN or infinite
+  floats), an input path that does not exist or is a directory, an output path whose folder does not
+  exist, that is a directory or whose extension cannot hold that output (checked before any computation,
+  so a long build never ends in a failed write), options that do not go together, files that are valid
+  but wrong for their role (float data given as ids, ``--base`` of another size than the graph), and every
+  ``ValueError`` / ``TypeError`` from the library (it raises them for argument values, e.g. ``-k`` larger
+  than the data);
+* **1, failure while running**: an input file that cannot be read as its format (truncated, corrupt, not a
+  knngraph file, unreadable), ``MemoryError``, ``RuntimeError`` (e.g. CUDA), other ``OSError`` (e.g. the
+  disk filling up while writing) and any other exception.
 """
 
 from __future__ import annotations
@@ -20,6 +38,7 @@ import argparse
 import dataclasses
 import importlib
 import json
+import math
 import os
 import platform
 import sys
@@ -45,6 +64,237 @@ def _jsonable(o):
     if isinstance(o, Path):
         return str(o)
     return repr(o)
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+
+class CommandError(Exception):
+    """An error whose exit status was decided where it was raised (see the module docs); ``type_name`` is
+    the exception type reported with ``--json``."""
+
+    def __init__(self, message: str, *, status: int, type_name: str = "ValueError", command: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.type_name = type_name
+        self.command = command
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse, but its errors go through :func:`_report_error` like every other error."""
+
+    def error(self, message):
+        raise CommandError(f"{message} (see {self.prog} --help)", status=2, type_name="ArgumentError",
+                           command=self.prog.partition(" ")[2] or None)  # prog: "knngraph build"
+
+
+def _report_error(exc: BaseException, command: str | None, as_json: bool) -> int:
+    """Classify ``exc`` (2: usage, 1: failure while running; see the module docs), print it as one line
+    on stderr (and as one JSON object on stdout with ``--json``), and return the exit status."""
+    if isinstance(exc, CommandError):
+        status, type_name = exc.status, exc.type_name
+    elif isinstance(exc, (ValueError, TypeError)):
+        status, type_name = 2, type(exc).__name__
+    else:
+        status, type_name = 1, type(exc).__name__
+    message = " ".join(str(exc).split()) or type_name
+    if status == 1 and not isinstance(exc, CommandError):
+        message = f"{type_name}: {message}" if message != type_name else message
+    prog = f"knngraph {command}" if command else "knngraph"
+    if as_json:
+        print(json.dumps({"error": message, "type": type_name, "command": command, "exit_status": status}))
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return status
+
+
+# --------------------------------------------------------------------------------- paths, reading, writing
+
+_GRAPH_EXTENSION = ".knng"
+#: what each kind of output may be written to (ids are int32, distances float32)
+_OUTPUT_EXTENSIONS = {"graph": (_GRAPH_EXTENSION,), "ids": (".ibin", ".ivecs", ".npy"),
+                      "distances": (".fbin", ".fvecs", ".npy")}
+_INT32_FORMATS = (".ibin", ".ivecs")
+_FLOAT32_FORMATS = (".fbin", ".fvecs")
+
+
+def _suffix(path) -> str:
+    return Path(str(path)).suffix.lower()
+
+
+def _is_graph_file(path) -> bool:
+    return _suffix(path) == _GRAPH_EXTENSION
+
+
+def _check_output(path, option: str, kinds) -> None:
+    """Usage error unless ``path`` can be written as one of ``kinds`` ('graph', 'ids', 'distances' or
+    'index'): its folder exists and is writable, it is not a directory, its extension fits."""
+    from . import io
+
+    if path is None:
+        return
+    text = str(path)
+    p = Path(text)
+    if not text.strip():
+        raise CommandError(f"{option}: empty path", status=2)
+    if p.is_dir():
+        raise CommandError(f"{option} {text}: is a directory; give a file name", status=2,
+                           type_name="IsADirectoryError")
+    parent = p.parent
+    if not parent.is_dir():
+        raise CommandError(f"{option} {text}: folder {str(parent)!r} does not exist", status=2,
+                           type_name="FileNotFoundError")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CommandError(f"{option} {text}: folder {str(parent)!r} is not writable", status=2,
+                           type_name="PermissionError")
+    ext = _suffix(text)
+    if "index" in kinds:  # a saved index is read back by its not being a vector or graph file
+        if ext in io.SUPPORTED_EXTENSIONS or ext == _GRAPH_EXTENSION:
+            raise CommandError(f"{option} {text}: {ext} is a vector/graph file extension; name the index file "
+                               f"otherwise (e.g. .song) so that it is read back as an index", status=2)
+        return
+    allowed = tuple(dict.fromkeys(e for kind in kinds for e in _OUTPUT_EXTENSIONS[kind]))
+    if ext not in allowed:
+        raise CommandError(f"{option} {text}: cannot write {' or '.join(kinds)} to "
+                           f"{f'a {ext} file' if ext else 'a file without an extension'}; use {', '.join(allowed)}",
+                           status=2)
+
+
+def _check_input(path, label: str, *, vectors: bool = False, dataset=None) -> None:
+    """Usage error unless ``path`` names an existing file (and, for ``vectors``, one with a vector file
+    extension; ``dataset`` only for HDF5)."""
+    from . import io
+
+    text = str(path)
+    p = Path(text)
+    if not p.exists():
+        raise CommandError(f"{label} {text}: no such file", status=2, type_name="FileNotFoundError")
+    if p.is_dir():
+        raise CommandError(f"{label} {text}: is a directory, not a file", status=2, type_name="IsADirectoryError")
+    if vectors:
+        ext = _suffix(text)
+        if ext not in io.SUPPORTED_EXTENSIONS:
+            raise CommandError(f"{label} {text}: unknown vector file extension {ext or '(none)'!r}; supported: "
+                               f"{', '.join(io.SUPPORTED_EXTENSIONS)}", status=2)
+        if dataset is not None and ext not in (".hdf5", ".h5"):
+            raise CommandError(f"{label} {text}: a dataset name applies to HDF5 files only", status=2)
+
+
+def _reading(path, read):
+    """``read()``, its errors re-raised as failures (exit 1) naming ``path``: the file exists (checked
+    before) but cannot be read as what it should be."""
+    try:
+        return read()
+    except CommandError:
+        raise
+    except Exception as exc:
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        if str(path) not in message:
+            message = f"{path}: {message}"
+        raise CommandError(message, status=1, type_name=type(exc).__name__) from exc
+
+
+def _read_vectors(path, dataset=None, label="BASE"):
+    from . import io
+
+    _check_input(path, label, vectors=True, dataset=dataset)
+    return _reading(path, lambda: io.read(path, dataset=dataset) if dataset else io.read(path))
+
+
+def _read_graph(path, label="GRAPH"):
+    from .graph import Graph
+
+    _check_input(path, label)
+    return _reading(path, lambda: Graph.load(path))
+
+
+def _write_ids(args, ids, distances) -> None:
+    """Write ``ids`` to ``args.out`` and ``distances`` to ``args.out_distances`` (when given)."""
+    from . import io
+
+    out = str(args.out)
+    io.write(out, np.ascontiguousarray(ids, dtype=np.int32 if _suffix(out) in _INT32_FORMATS else None))
+    if getattr(args, "out_distances", None):
+        dpath = str(args.out_distances)
+        io.write(dpath, np.ascontiguousarray(distances,
+                                             dtype=np.float32 if _suffix(dpath) in _FLOAT32_FORMATS else None))
+
+
+def _write_graph_or_ids(args, g) -> None:
+    g = g.to_host()
+    if _is_graph_file(args.out):
+        g.save(args.out)
+    else:
+        _write_ids(args, g.indices, g.distances)
+
+
+def _check_outputs(args, out_kinds) -> None:
+    """The output paths of a command, before it reads or computes anything: ``--out`` (one of
+    ``out_kinds``), ``--out-distances`` (next to ids output only: a graph file holds its distances; not the
+    same file) and ``--save-index``."""
+    out, distances = args.out, getattr(args, "out_distances", None)
+    _check_output(out, "--out", out_kinds)
+    if distances:
+        if out is not None and _is_graph_file(out):
+            raise CommandError("--out-distances applies to ids output; a .knng graph file holds the distances",
+                               status=2)
+        _check_output(distances, "--out-distances", ("distances",))
+        if out is not None and Path(out).resolve() == Path(distances).resolve():
+            raise CommandError(f"--out and --out-distances are the same file ({out})", status=2)
+    _check_output(getattr(args, "save_index", None), "--save-index", ("index",))
+
+
+# ----------------------------------------------------------------------------------- option value types
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _memory_size(text: str) -> int:
+    from ._device import parse_memory
+
+    try:
+        value = parse_memory(text)
+    except (ValueError, TypeError, ArithmeticError) as exc:  # OverflowError: e.g. 1e400GB
+        raise argparse.ArgumentTypeError(str(exc) or f"expected a size such as 8GB, got {text!r}") from None
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"expected a size such as 8GB or 512MiB, got {text!r}")
+    return value
+
+
+def _metric_name(text: str) -> str:
+    from .metrics import canonical_metric
+
+    try:
+        return canonical_metric(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------------------- info
@@ -105,40 +355,29 @@ def cmd_info(args) -> int:
 # ----------------------------------------------------------------------------------------------- knn
 
 
-def _write_result(path: str, array) -> None:
-    from . import io
-
-    io.write(path, np.ascontiguousarray(array))
-
-
 def cmd_knn(args) -> int:
     import knngraph
-    from . import io
 
-    base = io.read(args.base, dataset=args.base_dataset) if args.base_dataset else io.read(args.base)
+    _check_outputs(args, ("graph", "ids") if args.queries is None else ("ids",))
+    if args.queries is not None:
+        _check_input(args.queries, "QUERIES", vectors=True, dataset=args.query_dataset)
+    base = _read_vectors(args.base, args.base_dataset)
     t0 = time.perf_counter()
     if args.queries is None:
         g = knngraph.knn_graph(base, args.k, method="exact", metric=args.metric, device=args.device,
                                memory_limit=args.memory_limit, verbose=not args.quiet)
         seconds = time.perf_counter() - t0
-        if args.out.endswith(".knng"):
-            g.save(args.out)
-        else:
-            _write_result(args.out, np.asarray(g.to_host().indices))
-            if args.out_distances:
-                _write_result(args.out_distances, np.asarray(g.to_host().distances))
+        _write_graph_or_ids(args, g)
         payload = {"task": "graph", "n": int(base.shape[0]), "k": args.k, "metric": g.metric, "seconds": seconds,
                    "device": g.info.get("device"), "out": args.out}
         _emit(args, payload, [f"exact {args.k}-NN graph of {base.shape[0]} vectors in {seconds:.2f} s "
                               f"({payload['device']}) -> {args.out}"])
         return 0
-    queries = io.read(args.queries, dataset=args.query_dataset) if args.query_dataset else io.read(args.queries)
+    queries = _read_vectors(args.queries, args.query_dataset, "QUERIES")
     d, i = knngraph.knn(base, queries, args.k, metric=args.metric, device=args.device, select=args.select,
                         memory_limit=args.memory_limit, verbose=not args.quiet)
     seconds = time.perf_counter() - t0
-    _write_result(args.out, np.asarray(i))
-    if args.out_distances:
-        _write_result(args.out_distances, np.asarray(d))
+    _write_ids(args, np.asarray(i), np.asarray(d))
     payload = {"task": "search", "n": int(base.shape[0]), "n_queries": int(queries.shape[0]), "k": args.k,
                "metric": knngraph.metrics.canonical_metric(args.metric), "seconds": seconds,
                "queries_per_second": queries.shape[0] / seconds, "out": args.out}
@@ -150,36 +389,88 @@ def cmd_knn(args) -> int:
 # ---------------------------------------------------------------------------------------------- eval
 
 
-def _read_ids_and_distances(path, distances_path):
-    from . import io
-    from .graph import Graph
+def _read_ids(path, label):
+    """Ids from a vector file: its data must be integers (a float file is most likely distances)."""
+    ids = np.asarray(_read_vectors(path, label=label))
+    if ids.dtype.kind not in "iu":
+        raise ValueError(f"{label} {path}: holds {ids.dtype} data, but ids must be integers (a distances file "
+                         f"given as ids?)")
+    return ids
 
-    if str(path).endswith(".knng"):
-        g = Graph.load(path)
+
+def _read_distances(path, label, ids_shape, ids_label):
+    dist = np.asarray(_read_vectors(path, label=label))
+    if dist.dtype.kind not in "iuf":
+        raise ValueError(f"{label} {path}: holds {dist.dtype} data, but distances must be numbers")
+    if dist.shape != ids_shape:
+        raise ValueError(f"{label} {path} has shape {dist.shape} but {ids_label} has shape {ids_shape}")
+    return dist
+
+
+def _read_ids_and_distances(path, distances_path, label):
+    """(ids, distances or None, Graph or None) of a result/truth: a graph file, or an ids file plus an
+    optional distances file."""
+    if _is_graph_file(path):
+        g = _read_graph(path, label)
         return g.indices, g.distances, g
-    ids = np.asarray(io.read(path))
-    dist = np.asarray(io.read(distances_path)) if distances_path else None
+    ids = _read_ids(path, label)
+    dist = _read_distances(distances_path, f"--{label.lower()}-distances", ids.shape, f"{label} {path}") \
+        if distances_path else None
     return ids, dist, None
+
+
+def _check_eval_arguments(args) -> None:
+    """The combinations of eval's arguments that make sense, and its input paths (before any reading)."""
+    if _is_graph_file(args.result):
+        if args.result_distances:
+            raise ValueError("--result-distances: a .knng result holds its own distances")
+        if args.truth is None and args.base is None:
+            raise ValueError("a graph result needs TRUTH (an exact graph or true ids) or --base (the vectors, to "
+                             "compute the exact neighbours)")
+        if args.truth is not None and args.base is not None:
+            raise ValueError("give TRUTH or --base, not both")
+    else:
+        if args.truth is None:
+            raise ValueError(f"an ids result needs TRUTH (true ids, or an exact graph): knngraph eval "
+                             f"{args.result} TRUTH (--base applies to a .knng graph result)")
+        if args.base is not None:
+            raise ValueError("--base applies to a .knng graph result; an ids result needs TRUTH")
+    if args.sample is not None and args.base is None:
+        raise ValueError("--sample applies with --base (TRUTH is evaluated on all rows)")
+    if args.truth is not None and _is_graph_file(args.truth) and args.truth_distances:
+        raise ValueError("--truth-distances: a .knng truth holds its own distances")
+    for path, label in ((args.result, "RESULT"), (args.truth, "TRUTH")):
+        if path is not None:
+            _check_input(path, label, vectors=not _is_graph_file(path))
+    for path, label in ((args.result_distances, "--result-distances"), (args.truth_distances, "--truth-distances"),
+                        (args.base, "--base")):
+        if path is not None:
+            _check_input(path, label, vectors=True)
 
 
 def cmd_eval(args) -> int:
     from . import evaluate
 
-    ids, dist, graph = _read_ids_and_distances(args.result, args.result_distances)
-    if graph is not None and args.truth is None:
-        if not args.base:
-            raise SystemExit("knngraph eval: a graph result needs --truth (exact graph or ids) or --base vectors")
-        from . import io
-
-        r = evaluate.graph_recall(graph, args.k, base=io.read(args.base), sample=args.sample, device=args.device)
+    _check_eval_arguments(args)
+    ids, dist, graph = _read_ids_and_distances(args.result, args.result_distances, "RESULT")
+    if graph is not None and args.base is not None:
+        base = _read_vectors(args.base, label="--base")
+        if base.shape[0] != graph.n:
+            raise ValueError(f"--base {args.base} has {base.shape[0]} rows but the graph {args.result} has "
+                             f"{graph.n} nodes; give the vectors the graph was built on")
+        r = evaluate.graph_recall(graph, args.k, base=base, sample=args.sample, device=args.device)
         payload = {"graph_recall": r, "k": args.k, "sample": args.sample}
         _emit(args, payload, [f"graph recall@{args.k} = {r:.4f}" + (f" (sample of {args.sample} nodes)"
                                                                     if args.sample else "")])
         return 0
-    t_ids, t_dist, _ = _read_ids_and_distances(args.truth, args.truth_distances)
+    t_ids, t_dist, t_graph = _read_ids_and_distances(args.truth, args.truth_distances, "TRUTH")
     if ids.shape[0] != t_ids.shape[0]:
-        raise SystemExit(f"knngraph eval: result has {ids.shape[0]} rows, truth has {t_ids.shape[0]}")
+        raise ValueError(f"RESULT {args.result} has {ids.shape[0]} rows but TRUTH {args.truth} has "
+                         f"{t_ids.shape[0]}")
     use_dist = dist is not None and t_dist is not None
+    if use_dist and graph is not None and t_graph is not None:
+        # both carry a metric: compare like with like (euclidean <-> sqeuclidean converts, others refuse)
+        t_dist = evaluate._true_distances_in(graph.metric, t_graph.metric, t_dist)
     kw = {"distances": dist, "true_distances": t_dist} if use_dist else {}
     rec = evaluate.recall_at_k(ids, t_ids, args.k, **kw)
     rk = evaluate.r_at_k(ids, t_ids, args.k, **kw)
@@ -250,12 +541,6 @@ def cmd_demo(args) -> int:
 # ------------------------------------------------------------------------- algorithm options from params
 
 
-def _read_vectors(path, dataset=None):
-    from . import io
-
-    return io.read(path, dataset=dataset) if dataset else io.read(path)
-
-
 def _parse_bool(text: str) -> bool:
     value = text.strip().lower()
     if value in ("1", "true", "yes", "on"):
@@ -282,7 +567,7 @@ def _option_type(field: dataclasses.Field):
     if isinstance(default, int):
         return int
     if isinstance(default, float):
-        return float
+        return _finite_float
     if default is None:
         return _parse_json_dict
     return str
@@ -323,18 +608,6 @@ def _given_params(args, prefix: str, cls, method: str, what: str) -> dict:
     return given
 
 
-def _write_graph_or_ids(args, g) -> None:
-    from . import io
-
-    g = g.to_host()
-    if str(args.out).endswith(".knng"):
-        g.save(args.out)
-    else:
-        io.write(args.out, np.ascontiguousarray(g.indices))
-        if args.out_distances:
-            io.write(args.out_distances, np.ascontiguousarray(g.distances))
-
-
 # --------------------------------------------------------------------------------------------- build
 
 
@@ -345,7 +618,10 @@ def cmd_build(args) -> int:
     if not algorithm.builds_graphs:
         raise ValueError(f"unknown graph method {args.method!r}; graph builders: "
                          f"{', '.join(knngraph.registry.graph_builders())}")
-    params = _given_params(args, "p_", algorithm.load().IndexParams, args.method, "build")
+    _check_outputs(args, ("graph", "ids"))
+    index_params = algorithm.load().IndexParams
+    params = _given_params(args, "p_", index_params, args.method, "build")
+    index_params(graph_degree=args.graph_degree, metric=args.metric, **params)  # bad values: before reading
     base = _read_vectors(args.base, args.base_dataset)
     t0 = time.perf_counter()
     g = knngraph.knn_graph(base, args.graph_degree, method=args.method, metric=args.metric, device=args.device,
@@ -368,7 +644,9 @@ def cmd_build(args) -> int:
 def cmd_prepare(args) -> int:
     import knngraph
 
-    graph = knngraph.Graph.load(args.graph)
+    _check_outputs(args, ("graph",))
+    _check_input(args.base, "BASE", vectors=True, dataset=args.base_dataset)
+    graph = _read_graph(args.graph)
     base = np.ascontiguousarray(_read_vectors(args.base, args.base_dataset))
     t0 = time.perf_counter()
     g = knngraph.optimize_graph(graph, base, args.graph_degree, alpha=args.alpha, fill=not args.no_fill,
@@ -387,8 +665,8 @@ def cmd_prepare(args) -> int:
 # -------------------------------------------------------------------------------------------- search
 
 
-def _load_any_index(path):
-    """(algorithm, index) of a saved index file, whatever algorithm wrote it."""
+def _index_algorithm(path):
+    """The algorithm that wrote the saved index ``path`` (from its header, without loading the index)."""
     import knngraph
     from .graph import read_header
 
@@ -397,28 +675,46 @@ def _load_any_index(path):
     if algorithm is None or not algorithm.searches:
         raise ValueError(f"{path}: holds a knngraph {kind!r}, not a search index (searchers: "
                          f"{', '.join(knngraph.registry.searchers())})")
-    return algorithm, algorithm.load().load(path)
+    return algorithm
 
 
 def cmd_search(args) -> int:
     import knngraph
 
-    from . import io
-
-    t0 = time.perf_counter()
     source = str(args.index_or_base)
-    if source.endswith(".knng"):
+    if _is_graph_file(source):
         raise ValueError(f"{source}: a graph file; give the vectors and --graph {source} to search it")
     is_index = not _looks_like_vectors(source)
+    # what to do and where to write it: all checked before anything is read or built
+    searching = args.queries is not None
+    if not searching:
+        if not args.save_index:
+            raise ValueError("nothing to do: give QUERIES to search and/or --save-index to keep the index")
+        if args.out or args.out_distances:
+            raise ValueError("--out and --out-distances apply when searching QUERIES")
+        if any(k.startswith("s_") for k in vars(args)):
+            raise ValueError("search options (such as --queue-size) apply when searching QUERIES")
+    elif args.k is None or args.out is None:
+        raise ValueError("searching QUERIES needs -k and --out")
+    _check_outputs(args, ("ids",))
+    if searching:
+        _check_input(args.queries, "QUERIES", vectors=True, dataset=args.query_dataset)
+
+    t0 = time.perf_counter()
     if is_index:
-        algorithm, index = _load_any_index(source)
-        if args.method is not None and args.method != algorithm.name:
-            raise ValueError(f"{source} is a {algorithm.name} index, not a {args.method} one")
         if args.graph:
             raise ValueError("--graph applies to a vector file, not to a saved index")
         if any(k.startswith("i_") for k in vars(args)):
             raise ValueError("index options (such as --graph-degree) apply when building from a vector file, not to a "
                              "saved index")
+        _check_input(source, "INDEX")
+        algorithm = _reading(source, lambda: _index_algorithm(source))
+        if args.method is not None and args.method != algorithm.name:
+            raise ValueError(f"{source} is a {algorithm.name} index, not a {args.method} one")
+        mod = algorithm.load()
+        sp = mod.SearchParams(**_given_params(args, "s_", mod.SearchParams, algorithm.name, "search")) \
+            if searching else None
+        index = _reading(source, lambda: mod.load(source))
         built = False
     else:
         algorithm = knngraph.registry.get(args.method or "song")
@@ -426,14 +722,19 @@ def cmd_search(args) -> int:
             raise ValueError(f"--method {algorithm.name} does not search; searchers: "
                              f"{', '.join(knngraph.registry.searchers())}")
         mod = algorithm.load()
-        base = np.ascontiguousarray(_read_vectors(source, args.base_dataset))
         fields = _given_params(args, "i_", mod.IndexParams, algorithm.name, "index")
-        metric = args.metric
+        mod.IndexParams(metric=args.metric or "sqeuclidean", **fields)  # bad values: before reading
+        sp = mod.SearchParams(**_given_params(args, "s_", mod.SearchParams, algorithm.name, "search")) \
+            if searching else None
         if args.graph:
             if not algorithm.searches_graphs:
                 raise ValueError(f"--graph: --method {algorithm.name} does not search graphs; graph searchers: "
                                  f"{', '.join(knngraph.registry.graph_searchers())}")
-            graph = knngraph.Graph.load(args.graph)
+            _check_input(args.graph, "--graph")
+        base = np.ascontiguousarray(_read_vectors(source, args.base_dataset))
+        metric = args.metric
+        if args.graph:
+            graph = _read_graph(args.graph, "--graph")
             metric = metric or graph.metric
             index = mod.from_graph(graph, base, mod.IndexParams(metric=metric, **fields), device=args.device,
                                    verbose=not args.quiet)
@@ -441,7 +742,6 @@ def cmd_search(args) -> int:
             index = mod.build(mod.IndexParams(metric=metric or "sqeuclidean", **fields), base, device=args.device,
                               memory_limit=args.memory_limit, verbose=not args.quiet)
         built = True
-    mod = algorithm.load()
     build_seconds = time.perf_counter() - t0
     if args.save_index:
         mod.save(args.save_index, index)
@@ -454,23 +754,16 @@ def cmd_search(args) -> int:
     if built:
         lines.append(f"{algorithm.name} index over {index.shape[0]} vectors ready in {build_seconds:.2f} s"
                      + (f" -> {args.save_index}" if args.save_index else ""))
-    if args.queries is None:
-        if not args.save_index:
-            raise ValueError("nothing to do: give QUERIES to search and/or --save-index to keep the index")
+    if not searching:
         _emit(args, payload, lines)
         return 0
-    if args.k is None or args.out is None:
-        raise ValueError("searching needs -k and --out")
-    sp = mod.SearchParams(**_given_params(args, "s_", mod.SearchParams, algorithm.name, "search"))
-    queries = np.ascontiguousarray(_read_vectors(args.queries, args.query_dataset))
+    queries = np.ascontiguousarray(_read_vectors(args.queries, args.query_dataset, "QUERIES"))
     stats = {}
     kw = {"stats": stats} if algorithm.searches_graphs else {}
     t1 = time.perf_counter()
     d, i = mod.search(index, queries, args.k, sp, device=args.device, verbose=not args.quiet, **kw)
     seconds = time.perf_counter() - t1
-    io.write(args.out, np.ascontiguousarray(np.asarray(i)))
-    if args.out_distances:
-        io.write(args.out_distances, np.ascontiguousarray(np.asarray(d)))
+    _write_ids(args, np.asarray(i), np.asarray(d))
     payload.update(n_queries=int(queries.shape[0]), k=args.k, search_params=dataclasses.asdict(sp),
                    search_seconds=seconds, queries_per_second=queries.shape[0] / seconds, out=args.out,
                    distances_per_query=stats.get("distances_per_query"))
@@ -493,7 +786,7 @@ def build_parser() -> argparse.ArgumentParser:
     import knngraph
     from . import registry
 
-    parser = argparse.ArgumentParser(prog="knngraph", description="k-NN graphs and nearest-neighbour search "
+    parser = _ArgumentParser(prog="knngraph", description="k-NN graphs and nearest-neighbour search "
                                      "on NVIDIA GPUs and CPUs")
     parser.add_argument("--version", action="version", version=f"knngraph {knngraph.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -511,12 +804,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("knn", help="exact k-NN search (BASE QUERIES) or exact k-NN graph (BASE only)")
     p.add_argument("base", help="vector file: .fvecs .bvecs .fbin .u8bin .i8bin .npy .hdf5 ...")
     p.add_argument("queries", nargs="?", help="query vector file; omit to build the k-NN graph of BASE")
-    p.add_argument("-k", type=int, required=True, help="neighbours per query / node")
-    p.add_argument("--metric", default="sqeuclidean", help=metrics)
+    p.add_argument("-k", type=_positive_int, required=True, help="neighbours per query / node")
+    p.add_argument("--metric", default="sqeuclidean", type=_metric_name, help=metrics)
     p.add_argument("--out", required=True, help="output ids (.ibin/.ivecs/.npy), or a graph file (.knng)")
     p.add_argument("--out-distances", help="output distances (.fbin/.fvecs/.npy)")
     p.add_argument("--select", default="auto", help="GPU selection: auto | warp_filter | quickselect")
-    p.add_argument("--memory-limit", default=None, help="most device memory to use, e.g. 8GB")
+    p.add_argument("--memory-limit", default=None, type=_memory_size, help="most device memory to use, e.g. 8GB")
     p.add_argument("--base-dataset", help="HDF5 dataset name for BASE (default train)")
     p.add_argument("--query-dataset", help="HDF5 dataset name for QUERIES (default test)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -526,13 +819,14 @@ def build_parser() -> argparse.ArgumentParser:
     builders = {name: registry.get(name).load().IndexParams for name in registry.graph_builders()}
     p = sub.add_parser("build", help="build a k-NN graph (NN-Descent by default) from a vector file")
     p.add_argument("base", help="vector file: .fvecs .bvecs .fbin .u8bin .i8bin .npy .hdf5 ...")
-    p.add_argument("-k", "--graph-degree", dest="graph_degree", type=int, required=True,
+    p.add_argument("-k", "--graph-degree", dest="graph_degree", type=_positive_int, required=True,
                    help="neighbours per node")
     p.add_argument("--method", default="nndescent", help=f"graph builder: {' | '.join(builders)} (default nndescent)")
-    p.add_argument("--metric", default="sqeuclidean", help=metrics)
+    p.add_argument("--metric", default="sqeuclidean", type=_metric_name, help=metrics)
     p.add_argument("--out", required=True, help="graph file (.knng), or ids (.ibin/.ivecs/.npy)")
     p.add_argument("--out-distances", help="with ids output: distances (.fbin/.fvecs/.npy)")
-    p.add_argument("--memory-limit", default=None, help="most working memory, e.g. 8GB (larger data: in parts)")
+    p.add_argument("--memory-limit", default=None, type=_memory_size,
+                   help="most working memory, e.g. 8GB (larger data: in parts)")
     p.add_argument("--base-dataset", help="HDF5 dataset name for BASE (default train)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_param_options(p.add_argument_group("builder options (fields of the method's IndexParams)"), "p_",
@@ -543,10 +837,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prepare", help="turn a k-NN graph into a search graph (knngraph.optimize_graph)")
     p.add_argument("graph", help="input graph (.knng)")
     p.add_argument("base", help="the vectors the graph was built on")
-    p.add_argument("--graph-degree", type=int, default=32, help="out-degree of the result (default 32)")
-    p.add_argument("--alpha", type=float, default=1.0, help="pruning relaxation >= 1 (default 1)")
+    p.add_argument("--graph-degree", type=_positive_int, default=32, help="out-degree of the result (default 32)")
+    p.add_argument("--alpha", type=_finite_float, default=1.0, help="pruning relaxation >= 1 (default 1)")
     p.add_argument("--no-fill", action="store_true", help="keep only diverse edges")
-    p.add_argument("--reverse-candidates", type=int, default=None,
+    p.add_argument("--reverse-candidates", type=_non_negative_int, default=None,
                    help="reverse input edges pruned with each row (default: the input degree; 0: none)")
     p.add_argument("--out", required=True, help="output graph (.knng)")
     p.add_argument("--base-dataset", help="HDF5 dataset name for the base (default train)")
@@ -558,15 +852,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="build, save and search a search index (SONG by default)")
     p.add_argument("index_or_base", help="a saved index, or a vector file (.u8bin .fbin .fvecs .npy .hdf5 ...)")
     p.add_argument("queries", nargs="?", help="query vector file (omit to only build/save an index)")
-    p.add_argument("-k", type=int, help="neighbours per query")
+    p.add_argument("-k", type=_positive_int, help="neighbours per query")
     p.add_argument("--method", default=None, help=f"searcher: {' | '.join(searchers)} (default song; a saved "
                    "index's own)")
     p.add_argument("--out", help="output ids (.ibin/.ivecs/.npy)")
     p.add_argument("--out-distances", help="output distances (.fbin/.fvecs/.npy)")
     p.add_argument("--graph", help="search this graph (.knng) instead of building one (vector-file input)")
     p.add_argument("--save-index", help="write the index for later searches")
-    p.add_argument("--metric", default=None, help=f"{metrics} (default: the --graph's, else sqeuclidean)")
-    p.add_argument("--memory-limit", default=None, help="most working memory for the build, e.g. 8GB")
+    p.add_argument("--metric", default=None, type=_metric_name,
+                   help=f"{metrics} (default: the --graph's, else sqeuclidean)")
+    p.add_argument("--memory-limit", default=None, type=_memory_size,
+                   help="most working memory for the build, e.g. 8GB")
     p.add_argument("--base-dataset", help="HDF5 dataset name for the base (default train)")
     p.add_argument("--query-dataset", help="HDF5 dataset name for QUERIES (default test)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -580,11 +876,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="recall of a result against ground truth")
     p.add_argument("result", help="result ids (any vector format) or a graph file (.knng)")
     p.add_argument("truth", nargs="?", help="true ids (any format) or an exact graph (.knng)")
-    p.add_argument("-k", type=int, default=10, help="k of recall@k (default 10)")
+    p.add_argument("-k", type=_positive_int, default=10, help="k of recall@k (default 10)")
     p.add_argument("--result-distances", help="distances of the result (to count ties)")
     p.add_argument("--truth-distances", help="true distances (to count ties)")
     p.add_argument("--base", help="for a graph result without TRUTH: the vectors, to compute exact neighbours")
-    p.add_argument("--sample", type=int, default=None, help="with --base: evaluate a random sample of nodes")
+    p.add_argument("--sample", type=_positive_int, default=None,
+                   help="with --base: evaluate a random sample of nodes")
     common(p)
     p.set_defaults(func=cmd_eval)
 
@@ -595,17 +892,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run the command line; returns the exit status (0; 1: failure while running; 2: usage error)."""
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    as_json = "--json" in argv  # until the arguments are parsed
+    command = None
     try:
-        if getattr(args, "memory_limit", None) is not None:
-            from ._device import parse_memory
-
-            args.memory_limit = parse_memory(args.memory_limit)
+        args = build_parser().parse_args(argv)
+        command, as_json = args.command, args.json
         return int(args.func(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError, MemoryError, RuntimeError) as exc:
-        print(f"knngraph {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    except Exception as exc:
+        if isinstance(exc, CommandError) and exc.command:
+            command = exc.command
+        return _report_error(exc, command, as_json)
 
 
 if __name__ == "__main__":  # pragma: no cover

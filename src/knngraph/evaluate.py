@@ -8,6 +8,10 @@
 Ties: when distances are given, a returned id whose distance is <= the true k-th distance counts as
 correct (datasets with integer distances have many ties). Ids of -1 never count, and an id returned twice
 in one row counts once.
+
+Inputs: ids must be integers (a float array is accepted only when every value is a whole number; ids are
+never rounded) and >= -1; distances must have exactly the shape of the ids they belong to. Anything else
+is a ValueError (TypeError for a non-numeric dtype) naming the argument.
 """
 
 from __future__ import annotations
@@ -23,11 +27,49 @@ TIE_RTOL = 1e-5
 _ROW_CHUNK = 4096
 
 
-def _as_2d(x, name, dtype=None):
+def _as_2d(x, name):
     a = as_numpy(x)
     if a.ndim != 2:
         raise ValueError(f"{name} must be 2-D (n_queries, k), got shape {a.shape}")
-    return a.astype(dtype, copy=False) if dtype is not None else a
+    return a
+
+
+def _ids_2d(x, name):
+    """``x`` as a 2-D int64 array of ids. Integer arrays pass; float arrays only when every value is a whole
+    number (no NaN, no fraction: ids are never rounded); ids below -1 are refused (-1 marks "no id")."""
+    a = _as_2d(x, name)
+    if a.dtype.kind in "iu":
+        if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:
+            raise ValueError(f"{name} holds ids larger than {np.iinfo(np.int64).max}")
+        ids = a.astype(np.int64, copy=False)
+    elif a.dtype.kind == "f":
+        finite = np.isfinite(a)
+        if not finite.all():
+            bad = float(a[~finite][0])
+            raise ValueError(f"{name} must hold integer ids, got {bad} (an array of {a.dtype.name} with "
+                             f"non-finite values)")
+        frac = a != np.floor(a)
+        if frac.any():
+            raise ValueError(f"{name} must hold integer ids, got {float(a[frac][0])!r} (an array of {a.dtype.name} "
+                             f"with fractional values; ids are not rounded)")
+        if a.size and (a.max() > 2.0**53 or a.min() < -1):
+            raise ValueError(f"{name} holds ids outside [-1, 2**53] (an array of {a.dtype.name})")
+        ids = a.astype(np.int64)
+    else:
+        raise TypeError(f"{name} must be an array of integer ids, got dtype {a.dtype}")
+    if ids.size and ids.min() < -1:
+        raise ValueError(f"{name} holds the id {int(ids.min())}; ids are >= 0, or -1 for a missing neighbour")
+    return ids
+
+
+def _dist_2d(x, name, shape, ids_name):
+    """``x`` as a 2-D array of real distances of exactly ``shape`` (that of the ids it belongs to)."""
+    a = _as_2d(x, name)
+    if a.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be an array of real distances, got dtype {a.dtype}")
+    if a.shape != shape:
+        raise ValueError(f"{name} has shape {a.shape} but {ids_name} has shape {shape}; they must match")
+    return a
 
 
 def _check_k(k, have, name):
@@ -36,6 +78,24 @@ def _check_k(k, have, name):
     if k > have:
         raise ValueError(f"k={k} but {name} has only {have} columns")
     return int(k)
+
+
+def _inputs(indices, true_indices, k, distances, true_distances):
+    """Checked (ids, gt, k, dist, gt_dist) of recall_at_k / r_at_k."""
+    ids = _ids_2d(indices, "indices")
+    gt = _ids_2d(true_indices, "true_indices")
+    if ids.shape[0] != gt.shape[0]:
+        raise ValueError(f"indices has {ids.shape[0]} rows but true_indices has {gt.shape[0]}")
+    if ids.shape[0] == 0:
+        raise ValueError("indices and true_indices have no rows; recall of nothing is undefined")
+    k = _check_k(k, ids.shape[1], "indices")
+    if (distances is None) != (true_distances is None):
+        raise ValueError("give both distances and true_distances (for ties), or neither")
+    dist = gt_dist = None
+    if distances is not None:
+        dist = _dist_2d(distances, "distances", ids.shape, "indices")
+        gt_dist = _dist_2d(true_distances, "true_distances", gt.shape, "true_indices")
+    return ids, gt, k, dist, gt_dist
 
 
 def _correct_per_row(ids, gt, k, dist, gt_dist):
@@ -79,21 +139,8 @@ def recall_at_k(indices, true_indices, k: int, *, distances=None, true_distances
     >>> recall_at_k([[1, 2, 3]], [[1, 3, 4]], k=3)
     0.6666666666666666
     """
-    ids = _as_2d(indices, "indices", np.int64)
-    gt = _as_2d(true_indices, "true_indices", np.int64)
-    if ids.shape[0] != gt.shape[0]:
-        raise ValueError(f"indices has {ids.shape[0]} rows but true_indices has {gt.shape[0]}")
-    k = _check_k(k, ids.shape[1], "indices")
+    ids, gt, k, dist, gt_dist = _inputs(indices, true_indices, k, distances, true_distances)
     _check_k(k, gt.shape[1], "true_indices")
-    dist = gt_dist = None
-    if (distances is None) != (true_distances is None):
-        raise ValueError("give both distances and true_distances (for ties), or neither")
-    if distances is not None:
-        dist = _as_2d(distances, "distances")
-        gt_dist = _as_2d(true_distances, "true_distances")
-        if dist.shape[0] != ids.shape[0] or dist.shape[1] < k or gt_dist.shape[0] != gt.shape[0] \
-                or gt_dist.shape[1] < k:
-            raise ValueError("distances / true_distances must match the shapes of indices / true_indices")
     return float(_correct_per_row(ids, gt, k, dist, gt_dist).mean() / k)
 
 
@@ -107,28 +154,49 @@ def r_at_k(indices, true_indices, k: int, *, distances=None, true_distances=None
     >>> r_at_k([[5, 1], [2, 3]], [[1, 9], [7, 2]], k=2)
     0.5
     """
-    ids = _as_2d(indices, "indices", np.int64)
-    gt = _as_2d(true_indices, "true_indices", np.int64)
-    if ids.shape[0] != gt.shape[0]:
-        raise ValueError(f"indices has {ids.shape[0]} rows but true_indices has {gt.shape[0]}")
-    k = _check_k(k, ids.shape[1], "indices")
-    hit = (ids[:, :k] == gt[:, :1]).any(axis=1)
-    if (distances is None) != (true_distances is None):
-        raise ValueError("give both distances and true_distances (for ties), or neither")
-    if distances is not None:
-        dist = _as_2d(distances, "distances").astype(np.float64)
-        first = _as_2d(true_distances, "true_distances")[:, 0].astype(np.float64)
+    ids, gt, k, dist, gt_dist = _inputs(indices, true_indices, k, distances, true_distances)
+    _check_k(1, gt.shape[1], "true_indices")
+    top = ids[:, :k]
+    hit = ((top == gt[:, :1]) & (top >= 0)).any(axis=1)
+    if dist is not None:
+        first = gt_dist[:, 0].astype(np.float64)
         tol = TIE_RTOL * np.abs(first) + 1e-6
-        hit |= ((dist[:, :k] <= (first + tol)[:, None]) & (ids[:, :k] >= 0)).any(axis=1)
+        hit |= ((dist[:, :k].astype(np.float64) <= (first + tol)[:, None]) & (top >= 0)).any(axis=1)
     return float(hit.mean())
+
+
+def _true_distances_in(metric: str, true_metric: str, true_dist):
+    """``true_dist`` (in ``true_metric``) in ``metric``: the same values, or the exact conversion between
+    euclidean and sqeuclidean (they rank alike and differ by a square root); ValueError otherwise."""
+    if metric == true_metric:
+        return true_dist
+    d = np.asarray(true_dist, dtype=np.float64)
+    if (metric, true_metric) == ("euclidean", "sqeuclidean"):
+        return np.sqrt(np.maximum(d, 0.0))
+    if (metric, true_metric) == ("sqeuclidean", "euclidean"):
+        return d * d
+    raise ValueError(f"graph is in metric {metric!r} but true_graph is in {true_metric!r}: recall against "
+                     f"neighbours of another metric is meaningless (only euclidean and sqeuclidean convert)")
+
+
+def _check_sample(sample):
+    if sample is None:
+        return None
+    if isinstance(sample, bool) or not isinstance(sample, (int, np.integer)) or sample < 1:
+        raise ValueError(f"sample must be a positive integer (a number of nodes) or None (all nodes), "
+                         f"got {sample!r}")
+    return int(sample)
 
 
 def graph_recall(graph, k: int, *, true_graph=None, base=None, sample: int | None = None, seed: int = 0,
                  device="auto") -> float:
     """Graph recall@k of ``graph`` (a :class:`~knngraph.Graph`).
 
-    Against ``true_graph`` when given (an exact graph with at least k columns); otherwise the true k-NN
-    of ``sample`` random nodes (all nodes when None) is computed exactly from ``base`` (self excluded).
+    Give exactly one reference: ``true_graph``, an exact graph of the same nodes with at least k columns
+    (in the same metric; euclidean and sqeuclidean distances are converted, other mismatches are a
+    ValueError), or ``base``, the graph's vectors (one row per node), from which the true k-NN is computed
+    exactly (self excluded) in the graph's metric. ``sample``: score that many random nodes (seeded by
+    ``seed``) instead of all of them.
     """
     from .graph import Graph
 
@@ -136,23 +204,36 @@ def graph_recall(graph, k: int, *, true_graph=None, base=None, sample: int | Non
         raise TypeError(f"graph must be a knngraph.Graph, got {type(graph).__name__}")
     n = graph.n
     k = _check_k(k, graph.degree, "graph")
-    ids = as_numpy(graph.indices)
-    dist = as_numpy(graph.distances)
-    if true_graph is not None:
-        if true_graph.n != n:
-            raise ValueError(f"graph has {n} nodes but true_graph has {true_graph.n}")
-        _check_k(k, true_graph.degree, "true_graph")
-        return recall_at_k(ids, true_graph.indices, k, distances=dist, true_distances=true_graph.distances)
-    if base is None:
+    sample = _check_sample(sample)
+    if true_graph is not None and base is not None:
+        raise ValueError("graph_recall takes true_graph= or base= (to compute the true neighbours), not both")
+    if true_graph is None and base is None:
         raise ValueError("graph_recall needs true_graph= or base= (to compute the true neighbours)")
-    from . import knn
-
     if sample is None or sample >= n:
         nodes = np.arange(n)
     else:
-        nodes = np.sort(np.random.default_rng(seed).choice(n, size=int(sample), replace=False))
-    base_np = base
-    queries = base_np[nodes] if not hasattr(base_np, "__cuda_array_interface__") else as_numpy(base_np)[nodes]
+        nodes = np.sort(np.random.default_rng(seed).choice(n, size=sample, replace=False))
+    ids = as_numpy(graph.indices)[nodes]
+    dist = as_numpy(graph.distances)[nodes]
+    if true_graph is not None:
+        if not isinstance(true_graph, Graph):
+            raise TypeError(f"true_graph must be a knngraph.Graph, got {type(true_graph).__name__}")
+        if true_graph.n != n:
+            raise ValueError(f"graph has {n} nodes but true_graph has {true_graph.n}")
+        _check_k(k, true_graph.degree, "true_graph")
+        true_dist = _true_distances_in(graph.metric, true_graph.metric, as_numpy(true_graph.distances)[nodes])
+        return recall_at_k(ids, as_numpy(true_graph.indices)[nodes], k, distances=dist, true_distances=true_dist)
+
+    from . import knn
+
+    if not hasattr(base, "shape"):
+        base = np.asarray(base)
+    if len(base.shape) != 2:
+        raise ValueError(f"base must be 2-D (one row per graph node), got shape {tuple(base.shape)}")
+    if base.shape[0] != n:
+        raise ValueError(f"base has {base.shape[0]} rows but graph has {n} nodes; base must be the vectors "
+                         f"the graph was built on")
+    queries = as_numpy(base)[nodes] if hasattr(base, "__cuda_array_interface__") else base[nodes]
     td, ti = knn(base, queries, min(k + 1, n), metric=graph.metric, device=device, verbose=False)
     td = as_numpy(td)
     ti = as_numpy(ti)
@@ -166,4 +247,4 @@ def graph_recall(graph, k: int, *, true_graph=None, base=None, sample: int | Non
         drop = pos[0] if len(pos) else len(row_i) - 1
         keep_i[r] = np.delete(row_i, drop)[:k]
         keep_d[r] = np.delete(row_d, drop)[:k]
-    return recall_at_k(ids[nodes], keep_i, k, distances=dist[nodes], true_distances=keep_d)
+    return recall_at_k(ids, keep_i, k, distances=dist, true_distances=keep_d)

@@ -122,13 +122,48 @@ class KNNGraphTransformer(TransformerMixin, BaseEstimator):
         else:
             dist, ids = knngraph.knn(self._fit_X, X, width, metric=self.metric, device=self.device, verbose=False)
             dist, ids = np.asarray(dist), np.asarray(ids, np.int64)
-        n_rows = ids.shape[0]
-        data = np.ones(ids.size, np.float32) if self.mode == "connectivity" else dist.ravel()
-        return sparse.csr_matrix((data, ids.ravel(), np.arange(0, n_rows * width + 1, width)),
-                                 shape=(n_rows, n_fit))
+        return _neighbours_csr(ids, dist, n_fit, connectivity=self.mode == "connectivity")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.pairwise = False
         tags.transformer_tags.preserves_dtype = []  # distances are always float32
         return tags
+
+
+def _neighbours_csr(ids, dist, n_fit: int, *, connectivity: bool):
+    """CSR matrix (n_rows, n_fit) of the neighbour lists ``ids`` / ``dist`` (n_rows, width), each row
+    ordered by distance (what scikit-learn's precomputed-graph consumers expect, as KNeighborsTransformer
+    gives them). The lists are checked first, so that no id outside [0, n_fit) (-1: no neighbour found),
+    repeated id or non-finite distance can ever reach the sparse matrix: ValueError instead."""
+    ids = np.asarray(ids)
+    dist = np.asarray(dist, dtype=np.float32)
+    if ids.ndim != 2 or ids.shape != dist.shape:
+        raise ValueError(f"neighbour ids {ids.shape} and distances {dist.shape} must be 2-D of one shape")
+    n_rows, width = ids.shape
+    ids = ids.astype(np.int64, copy=False)
+    valid = (ids >= 0) & (ids < n_fit)
+    if not valid.all():
+        row = int(np.flatnonzero(~valid.all(axis=1))[0])
+        found = int(valid[row].sum())
+        if (ids[row][~valid[row]] == -1).all():
+            raise ValueError(f"only {found} of the {width} neighbours of row {row} were found: its distances are "
+                             f"not finite (are the values too large for float32?)")
+        raise ValueError(f"row {row} holds neighbour ids outside [0, {n_fit}): {ids[row].tolist()}")
+    finite = np.isfinite(dist)
+    if not finite.all():
+        row = int(np.flatnonzero(~finite.all(axis=1))[0])
+        raise ValueError(f"row {row} has non-finite neighbour distances {dist[row].tolist()} (are the values too "
+                         f"large for float32?)")
+    order = np.argsort(dist, axis=1, kind="stable")
+    ids = np.take_along_axis(ids, order, axis=1)
+    dist = np.take_along_axis(dist, order, axis=1)
+    by_id = np.sort(ids, axis=1)
+    repeated = (by_id[:, 1:] == by_id[:, :-1]).any(axis=1)
+    if repeated.any():
+        row = int(np.flatnonzero(repeated)[0])
+        raise ValueError(f"row {row} lists a neighbour twice: {ids[row].tolist()}")
+    data = np.ones(ids.size, np.float32) if connectivity else dist.ravel()
+    indptr = np.arange(0, n_rows * width + 1, width, dtype=np.int64)
+    return sparse.csr_matrix((data, ids.ravel(), indptr), shape=(n_rows, n_fit))
+

@@ -412,7 +412,7 @@ def test_many_shards_warn_about_recall(sift, monkeypatch):
     monkeypatch.setattr(nd_index, "LARGE_SHARD_ROWS", 1)
     x = sift[:1200].astype(np.float32)
     with pytest.warns(RuntimeWarning, match="Use out_of_core='clusters'"):
-        g = _ooc(x, 8, memory_limit="90KB", out_of_core="shard_pairs")
+        g = _ooc(x, 8, memory_limit="250KB", out_of_core="shard_pairs")
     assert g.info["shards"] > 8
 
 

@@ -42,3 +42,62 @@ def test_prepare_then_search_with_graph(tmp_path, capsys, sample):
     assert main(["search", str(base), str(queries), "-k", "80", "--queue-size", "64", "--out",
                  str(tmp_path / "x.npy"), "--device", "cpu", "--quiet"]) == 2
     assert "larger than queue_size" in capsys.readouterr().err
+
+
+def test_search_paths_and_options_checked_before_building(tmp_path, capsys, monkeypatch, sample):
+    from knngraph import song
+
+    def no_building(*args, **kwargs):
+        raise AssertionError("bad arguments must be refused before building the index")
+
+    monkeypatch.setattr(song, "build", no_building)
+    base, queries = tmp_path / "base.u8bin", tmp_path / "q.u8bin"
+    io.write(base, sample.base[:500])
+    io.write(queries, sample.queries[:10])
+    (tmp_path / "adir").mkdir()
+    cases = [
+        (["--save-index", str(tmp_path / "adir")], "--save-index", "is a directory"),
+        (["--save-index", str(tmp_path / "s.npy")], "--save-index", ".npy is a vector/graph file extension"),
+        (["--save-index", str(tmp_path / "nodir" / "s.song")], "--save-index", "does not exist"),
+        ([str(queries), "-k", "5", "--out", str(tmp_path / "adir")], "--out", "is a directory"),
+        ([str(queries), "-k", "5", "--out", str(tmp_path / "ids.fbin")], "--out", "cannot write ids to a .fbin"),
+        ([str(queries), "-k", "5", "--out", str(tmp_path / "ids.ibin"), "--out-distances", str(tmp_path / "d.ibin")],
+         "--out-distances", "cannot write distances"),
+        ([str(queries), "-k", "5"], "searching QUERIES needs -k and --out", ""),
+        ([], "nothing to do", ""),
+        (["--save-index", str(tmp_path / "s.song"), "--out", str(tmp_path / "ids.ibin")], "--out and --out-distances "
+         "apply when searching QUERIES", ""),
+        (["--save-index", str(tmp_path / "s.song"), "--queue-size", "64"], "search options", ""),
+        ([str(tmp_path / "adir"), "-k", "5", "--out", str(tmp_path / "ids.ibin")], "QUERIES", "is a directory"),
+        ([str(queries), "-k", "5", "--out", str(tmp_path / "ids.ibin"), "--queue-size", "0"],
+         "'queue_size' parameter of SearchParams", ""),
+        (["--save-index", str(tmp_path / "s.song"), "--alpha", "nan"], "argument --alpha: expected a finite number",
+         ""),
+        (["--save-index", str(tmp_path / "s.song"), "--graph-degree", "0"], "'graph_degree' parameter of IndexParams",
+         ""),
+        (["--save-index", str(tmp_path / "s.song"), "--graph", str(tmp_path / "missing.knng")], "--graph",
+         "no such file"),
+    ]
+    for extra, fragment, fragment2 in cases:
+        assert main(["search", str(base), *extra, "--device", "cpu", "--quiet"]) == 2, extra
+        err = capsys.readouterr().err
+        assert err.startswith("knngraph search: error: ") and err.count("\n") == 1, err
+        assert fragment in err and fragment2 in err, err
+    # a corrupt saved index is a failure while running (exit 1)
+    (tmp_path / "broken.song").write_bytes(b"PK\x03\x04 not really")
+    assert main(["search", str(tmp_path / "broken.song"), str(queries), "-k", "5", "--out",
+                 str(tmp_path / "ids.ibin"), "--device", "cpu", "--quiet"]) == 1
+    assert "broken.song" in capsys.readouterr().err
+
+
+def test_prepare_checks_out_before_work(tmp_path, capsys, sample):
+    base = tmp_path / "base.u8bin"
+    io.write(base, sample.base[:300])
+    knngraph.knn_graph(sample.base[:300], 8, device="cpu", verbose=False).save(tmp_path / "g.knng")
+    assert main(["prepare", str(tmp_path / "g.knng"), str(base), "--out", str(tmp_path / "p.ibin")]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert main(["prepare", str(tmp_path / "g.knng"), str(base), "--graph-degree", "4", "--reverse-candidates", "-1",
+                 "--out", str(tmp_path / "p.knng")]) == 2
+    assert "argument --reverse-candidates: expected an integer >= 0" in capsys.readouterr().err
+    assert main(["prepare", str(tmp_path / "missing.knng"), str(base), "--out", str(tmp_path / "p.knng")]) == 2
+    assert "GRAPH" in capsys.readouterr().err

@@ -166,7 +166,8 @@ def plan_shard_rows(engine, n, d, itemsize, cfg: Config, budget: int, *, cosine:
     min_rows = 2 * cfg.k + 2
     if rows < min_rows:
         need = 2 * (per_node + resident) * min_rows
-        raise MemoryError(f"nn-descent needs at least {need / 2**20:.1f} MiB for k={cfg.k}, d={d} (two shards of "
+        raise MemoryError(f"nn-descent needs at least {need / 2**20:.1f} MiB for lists of {cfg.k} neighbours, d={d} "
+                          f"(two shards of "
                           f"{min_rows} rows); memory_limit allows {budget / 2**20:.1f} MiB")
     return int(min(rows, n))
 
@@ -306,7 +307,8 @@ def plan_piece_rows(engine, n, d, itemsize, cfg: Config, budget: int, *, cosine:
     rows = budget // per_row
     min_rows = 4 * POOL_PER_K * (cfg.k + 1)
     if rows < min_rows:
-        raise MemoryError(f"nn-descent needs at least {per_row * min_rows / 2**20:.1f} MiB for k={cfg.k}, d={d} "
+        raise MemoryError(f"nn-descent needs at least {per_row * min_rows / 2**20:.1f} MiB for lists of {cfg.k} "
+                          f"neighbours, d={d} "
                           f"(a cluster of {min_rows} rows); memory_limit allows {budget / 2**20:.1f} MiB")
     return int(min(rows, n))
 
