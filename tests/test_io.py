@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 
 import h5py
 import numpy as np
@@ -222,8 +223,20 @@ def test_rejected_write_keeps_old_file(tmp_path):
 
 
 def test_write_missing_directory(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope"):
-        io.write(tmp_path / "nope" / "x.fbin", np.zeros((1, 1), np.float32))
+    target = tmp_path / "nope" / "x.fbin"
+    with pytest.raises(FileNotFoundError) as err:
+        io.write(target, np.zeros((1, 1), np.float32))
+    assert str(err.value) == f"[Errno 2] cannot write there, directory {tmp_path / 'nope'} does not exist: '{target}'"
+
+
+def test_write_error_on_the_temp_file_names_the_target(tmp_path, monkeypatch):
+    def fail(tmp):
+        raise PermissionError(13, "Permission denied", str(tmp))
+
+    monkeypatch.setattr(io, "_open_new", fail)
+    with pytest.raises(PermissionError, match=r"\[Errno 13\] Permission denied: '.*x\.fbin'$"):
+        io.write(tmp_path / "x.fbin", np.zeros((1, 1), np.float32))
+    assert list(tmp_path.iterdir()) == []
 
 
 # ---------------------------------------------------------------------------
@@ -465,6 +478,49 @@ def test_npy_not_npy(tmp_path):
         io.read(path)
 
 
+def _npy_bytes(header: bytes, payload: bytes = b"", version=(1, 0)) -> bytes:
+    length = struct.pack("<H" if version == (1, 0) else "<I", len(header))
+    return b"\x93NUMPY" + bytes(version) + length + header + payload
+
+
+@pytest.mark.parametrize("header, payload, message", [
+    # header text that numpy's parser fails on with tokenize.TokenError, IndexError, ...
+    (b"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3\n", b"", r"not a valid \.npy file"),
+    (b"(" * 300 + b"\n", b"", r"not a valid \.npy file"),
+    (b"{'descr': ('<f4',), 'fortran_order': False, 'shape': (1, 1), }\n", b"", r"not a valid \.npy file"),
+    (b"{'descr': [1, 2], 'fortran_order': False, 'shape': (1, 1), }\n", b"", r"not a valid \.npy file"),
+    (b"{'descr': '<f4', 'fortran_order': 0, 'shape': (1, 1), }\n", b"", r"not a valid \.npy file"),
+    (b"{'descr': '<f4', 'fortran_order': False, 'shape': (1.5, 1), }\n", b"", r"not a valid \.npy file"),
+    (b"\xff\xfe", b"", r"not a valid \.npy file"),
+    (b"{'descr': '<f4', 'fortran_order': False, 'shape': (-2, -3), }\n", bytes(24),
+     r"the header gives the impossible shape \(-2, -3\)"),
+    (b"{'descr': '<f4', 'fortran_order': False, 'shape': (0, 4611686018427387904), }\n", b"",
+     r"the header gives the impossible shape"),
+    (b"{'descr': ('<f4', (2,)), 'fortran_order': False, 'shape': (1, 1), }\n", bytes(8),
+     r"holds elements of dtype dtype\(\('<f4', \(2,\)\)\); the file is corrupt"),
+    (b"{'descr': '|S0', 'fortran_order': False, 'shape': (3, 3), }\n", b"",
+     r"holds elements of dtype dtype\('S'\); the file is corrupt"),
+    (b"{'descr': '|O', 'fortran_order': False, 'shape': (1, 1), }\n", bytes(8), r"holds Python objects"),
+    (b"{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }\n", bytes(24),
+     r"header says 2 x 3 float64 \(\d+ bytes\) but the file has \d+ bytes"),
+])
+def test_npy_malformed_header(tmp_path, header, payload, message):
+    path = tmp_path / "x.npy"
+    path.write_bytes(_npy_bytes(header, payload))
+    for call in (io.read, io.read_header):
+        with pytest.raises(ValueError, match=r"x\.npy: " + message):
+            call(path)
+
+
+@pytest.mark.parametrize("version", [(0, 1), (4, 0), (9, 9)])
+def test_npy_unsupported_version(tmp_path, version):
+    path = tmp_path / "x.npy"
+    path.write_bytes(_npy_bytes(b"{'descr': '<f4', 'fortran_order': False, 'shape': (0, 1), }\n", version=version))
+    with pytest.raises(ValueError, match=rf"x\.npy: not a valid \.npy file \(unsupported \.npy format version "
+                                         rf"{version[0]}\.{version[1]}\)"):
+        io.read(path)
+
+
 @pytest.mark.parametrize("shape", [(4,), (2, 3, 4)])
 def test_npy_not_2d(tmp_path, shape):
     path = tmp_path / "x.npy"
@@ -615,6 +671,52 @@ def test_read_hdf5_dataset_not_2d(tmp_path):
         f.create_dataset("train", data=np.zeros(5, np.float32))
     with pytest.raises(ValueError, match=r"dataset 'train' has shape \(5,\); expected 2-D"):
         io.read(path)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda f: f.create_dataset("train", data=1.0), r"dataset 'train' has shape \(\); expected 2-D"),
+    (lambda f: f.create_dataset("train", shape=None, dtype="f4"), r"dataset 'train' has shape None; expected 2-D"),
+    (lambda f: f.create_dataset("train", data=np.array([["a"]], dtype=object), dtype=h5py.string_dtype()),
+     r"dataset 'train' has dtype object; expected a numeric dataset"),
+    (lambda f: f.create_dataset("train", shape=(2, 2), dtype=np.dtype(("f4", (3,)))),
+     r"dataset 'train' has dtype \('<f4', \(3,\)\); expected a numeric dataset"),
+    (lambda f: f.create_group("train"), r"no dataset 'train' in this HDF5 file; it has 'x'"),
+    (lambda f: f.__setitem__("train", h5py.SoftLink("/nowhere")), r"no dataset 'train' in this HDF5 file"),
+    (lambda f: f.__setitem__("train", h5py.ExternalLink("missing.h5", "/x")), r"no dataset 'train' in this HDF5"),
+])
+def test_read_hdf5_unusable_dataset(tmp_path, make, message):
+    path = tmp_path / "x.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.zeros((2, 2), np.float32))
+        make(f)
+    for call in (io.read, io.read_header):
+        with pytest.raises(ValueError, match=r"x\.h5: " + message):
+            call(path)
+
+
+@pytest.mark.parametrize("where", [0, 0.1, 0.3, 0.5, 0.7, 0.9])
+def test_damaged_hdf5(tmp_path, where):
+    # a run of bytes zeroed anywhere: superblock, object headers, B-trees, heaps or data
+    path = tmp_path / "x.hdf5"
+    train, test, neighbors, distances = _ann_arrays()
+    io.write_ann_benchmarks(path, train, test, neighbors, distances, "euclidean")
+    raw = bytearray(path.read_bytes())
+    start = int(len(raw) * where)
+    raw[start:start + 64] = bytes(64)
+    path.write_bytes(bytes(raw))
+    for call in (io.read, io.read_header, io.read_ann_benchmarks):
+        try:
+            call(path)
+        except ValueError as exc:
+            assert str(exc).startswith(f"{path}: "), exc
+
+
+def test_hdf5_not_hdf5(tmp_path):
+    path = tmp_path / "x.hdf5"
+    path.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(range(256)) * 8)
+    for call in (io.read, io.read_header, io.read_ann_benchmarks):
+        with pytest.raises(ValueError, match=r"x\.hdf5: not a readable HDF5 file, or it is corrupt \(OSError: "):
+            call(path)
 
 
 def test_module_exports():

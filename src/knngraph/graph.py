@@ -8,15 +8,16 @@ are in. Files are versioned, written atomically (temp file + rename) and checksu
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ._device import as_numpy
+from .io import _atomic_write, _finish, _open_new, _parse_npy_header
 from .metrics import canonical_metric
 
 __all__ = ["Graph", "save_arrays", "load_arrays", "read_header"]
@@ -24,80 +25,169 @@ __all__ = ["Graph", "save_arrays", "load_arrays", "read_header"]
 FORMAT_VERSION = 1
 
 
-def save_arrays(path, kind: str, arrays: dict, meta: dict) -> None:
-    """Write ``arrays`` (name -> NumPy array) and ``meta`` to ``path`` atomically, with a checksum.
+def _is_path(target) -> bool:
+    return isinstance(target, (str, os.PathLike))
+
+
+def _display_name(target) -> str:
+    """How messages name ``target``: a path as given, a file object by its ``name`` (else
+    ``<file object>``)."""
+    name = target if _is_path(target) else getattr(target, "name", None)
+    if isinstance(name, (str, bytes, os.PathLike)):
+        return os.fsdecode(name)
+    return "<file object>"  # no name, or the int descriptor of os.fdopen / TemporaryFile
+
+
+def _check_file_object(f, name: str, *, writing: bool) -> None:
+    """TypeError / ValueError unless ``f`` is an open binary file object fit for saving (``writing``)
+    or loading (readable and seekable)."""
+    methods = ("write",) if writing else ("read", "seek", "tell")
+    if not all(callable(getattr(f, m, None)) for m in methods):
+        raise TypeError(f"expected a path (str or os.PathLike) or a binary file object, got {type(f).__name__}")
+    mode = "wb" if writing else "rb"
+    if isinstance(f, io.TextIOBase):
+        raise TypeError(f"{name}: is a text file object; open the file in binary mode ({mode!r})")
+    if getattr(f, "closed", False):
+        raise ValueError(f"{name}: the file object is closed")
+    able = ("writable",) if writing else ("readable", "seekable")
+    for check in able:
+        if callable(getattr(f, check, None)) and not getattr(f, check)():
+            raise TypeError(f"{name}: the file object is not {check} (open the file with {mode!r})")
+
+
+def save_arrays(target, kind: str, arrays: dict, meta: dict) -> None:
+    """Write ``arrays`` (name -> NumPy array) and ``meta`` to ``target``, with a checksum.
 
     The file is a zip of ``.npy`` members plus ``meta.json`` holding the format version, the object
     kind and a SHA-256 over the members, so truncation and corruption are detected on load.
+    ``target`` is a path, written atomically (a temp file in its directory, created like ``open()``
+    would, then renamed), or a writable binary file object, written from its current position.
     """
-    path = os.fspath(path)
+    name = _display_name(target)
+    if not _is_path(target):
+        _check_file_object(target, name, writing=True)
     digest = hashlib.sha256()
     blobs = {}
-    for name in sorted(arrays):
-        import io as _io
+    for member in sorted(arrays):
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(arrays[member]), allow_pickle=False)
+        blobs[member] = buf.getvalue()
+        digest.update(member.encode())
+        digest.update(blobs[member])
+    header = json.dumps({"format": "knngraph", "version": FORMAT_VERSION, "kind": kind,
+                         "sha256": digest.hexdigest(), "meta": meta})
 
-        buf = _io.BytesIO()
-        np.save(buf, np.ascontiguousarray(arrays[name]), allow_pickle=False)
-        blobs[name] = buf.getvalue()
-        digest.update(name.encode())
-        digest.update(blobs[name])
-    header = {"format": "knngraph", "version": FORMAT_VERSION, "kind": kind, "sha256": digest.hexdigest(),
-              "meta": meta}
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".knngraph-", suffix=".tmp", dir=directory)
+    def write_zip(fh) -> None:
+        with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED) as zf:
+            zf.writestr("meta.json", header)
+            for member, blob in blobs.items():
+                zf.writestr(member + ".npy", blob)
+
+    if not _is_path(target):
+        write_zip(target)
+        return
+
+    def write_into(tmp) -> None:
+        with _open_new(tmp) as fh:
+            write_zip(fh)
+            _finish(fh)
+
+    _atomic_write(target, write_into)
+
+
+class _Arrays(dict):
+    """The arrays of a file; asking for one it lacks is a ValueError naming the file."""
+
+    def __init__(self, arrays: dict, name: str, kind: str):
+        super().__init__(arrays)
+        self._name, self._kind = name, kind
+
+    def __missing__(self, key):
+        raise ValueError(f"{self._name}: the knngraph {self._kind} file has no {key!r} array; it is incomplete "
+                         "or corrupt")
+
+
+def _read_container(source, what: str, *, arrays: bool) -> tuple[dict, dict]:
+    """(checked header, raw .npy members by name) of a knngraph file (path or file object); the one place
+    that opens and validates the zip. FileNotFoundError / ValueError naming the file."""
+    name = _display_name(source)
+    if _is_path(source):
+        if not os.path.exists(source):
+            raise FileNotFoundError(f"{name}: no such file")
+        if os.path.isdir(source):
+            raise ValueError(f"{name}: is a directory, not a knngraph {what}file")
+    else:
+        _check_file_object(source, name, writing=False)
     try:
-        with os.fdopen(fd, "wb") as fh, zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED) as zf:
-            zf.writestr("meta.json", json.dumps(header))
-            for name, blob in blobs.items():
-                zf.writestr(name + ".npy", blob)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _open(path, what: str, *, arrays: bool) -> tuple[dict, dict]:
-    """(header, raw .npy members) of a knngraph file; FileNotFoundError / ValueError naming the file."""
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        with zipfile.ZipFile(path, "r") as zf:
+        with zipfile.ZipFile(source, "r") as zf:
+            for info in zf.infolist():
+                if info.compress_type != zipfile.ZIP_STORED:
+                    raise ValueError(f"member {info.filename!r} is compressed (method {info.compress_type}); "
+                                     "knngraph stores members uncompressed")
             header = json.loads(zf.read("meta.json"))
             blobs = {n[:-4]: zf.read(n) for n in zf.namelist() if n.endswith(".npy")} if arrays else {}
-    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, EOFError, OSError) as exc:
-        raise ValueError(f"{path}: not a knngraph {what}file or it is truncated/corrupt ({exc})") from None
-    if not isinstance(header, dict) or header.get("format") != "knngraph":
-        raise ValueError(f"{path}: not a knngraph file")
+    except MemoryError:
+        raise
+    except Exception as exc:  # zipfile and json fail in many ways on damaged files (struct.error, ...)
+        raise ValueError(f"{name}: not a knngraph {what}file or it is truncated/corrupt "
+                         f"({type(exc).__name__}: {exc})") from exc
+    if not isinstance(header, dict):
+        raise ValueError(f"{name}: not a knngraph file (its meta.json holds a {type(header).__name__}, "
+                         "not an object)")
+    if header.get("format") != "knngraph":
+        raise ValueError(f"{name}: not a knngraph file")
+    version = header.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"{name}: invalid format version {version!r} (expected a positive integer); the "
+                         "file is corrupt")
+    if version > FORMAT_VERSION:
+        raise ValueError(f"{name}: written by a newer knngraph (format version {version}; "
+                         f"this one reads up to {FORMAT_VERSION})")
+    if not isinstance(header.get("kind"), str):
+        raise ValueError(f"{name}: the file names no object kind (kind={header.get('kind')!r}); it is corrupt")
+    if not isinstance(header.get("meta", {}), dict):
+        raise ValueError(f"{name}: its meta is a {type(header['meta']).__name__}, not an object; the file "
+                         "is corrupt")
     return header, blobs
 
 
-def read_header(path) -> dict:
+def _member_array(blob: bytes, where: str) -> np.ndarray:
+    """The array of one ``.npy`` member (a writeable copy); ValueError starting with ``where``."""
+    shape, fortran, dtype, offset = _parse_npy_header(io.BytesIO(blob), where)
+    count = int(np.prod(shape, dtype=object))
+    expected = offset + count * dtype.itemsize
+    if expected != len(blob):
+        raise ValueError(f"{where}: header says shape {shape} of {dtype} ({expected} bytes) but the member has "
+                         f"{len(blob)} bytes")
+    try:
+        flat = np.frombuffer(blob, dtype=dtype, count=count, offset=offset)
+        return flat.reshape(shape, order="F" if fortran else "C").copy(order="K")
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from exc
+
+
+def read_header(source) -> dict:
     """The header of a knngraph file (``format``, ``version``, ``kind``, ...) without reading its arrays;
-    ValueError naming the file when it is not one."""
-    return _open(path, "", arrays=False)[0]
+    ``source`` is a path or a seekable binary file object. ValueError naming the file when it is not
+    one."""
+    return _read_container(source, "", arrays=False)[0]
 
 
-def load_arrays(path, kind: str) -> tuple[dict, dict]:
-    """Read a file written by :func:`save_arrays`; ValueError naming the file when it is not valid."""
-    import io as _io
-
-    header, blobs = _open(path, kind + " ", arrays=True)
-    path = os.fspath(path)
-    if header.get("kind") != kind:
-        raise ValueError(f"{path}: holds a knngraph {header.get('kind')!r}, expected a {kind!r}")
-    if int(header.get("version", -1)) > FORMAT_VERSION:
-        raise ValueError(f"{path}: written by a newer knngraph (format version {header.get('version')}; "
-                         f"this one reads up to {FORMAT_VERSION})")
+def load_arrays(source, kind: str) -> tuple[dict, dict]:
+    """(arrays, meta) of a file written by :func:`save_arrays` (a path or a seekable binary file object);
+    ValueError naming the file when it is not valid, also when asking the arrays for one it lacks."""
+    header, blobs = _read_container(source, kind + " ", arrays=True)
+    name = _display_name(source)
+    if header["kind"] != kind:
+        raise ValueError(f"{name}: holds a knngraph {header['kind']!r}, expected a {kind!r}")
     digest = hashlib.sha256()
-    for name in sorted(blobs):
-        digest.update(name.encode())
-        digest.update(blobs[name])
+    for member in sorted(blobs):
+        digest.update(member.encode())
+        digest.update(blobs[member])
     if digest.hexdigest() != header.get("sha256"):
-        raise ValueError(f"{path}: checksum mismatch, the file is corrupt")
-    arrays = {n: np.load(_io.BytesIO(b), allow_pickle=False) for n, b in blobs.items()}
-    return arrays, header.get("meta", {})
+        raise ValueError(f"{name}: checksum mismatch, the file is corrupt")
+    arrays = {m: _member_array(b, f"{name}: member {m + '.npy'!r}") for m, b in blobs.items()}
+    return _Arrays(arrays, name, kind), header.get("meta", {})
 
 
 @dataclass
@@ -163,18 +253,23 @@ class Graph:
             raise ValueError(f"graph row {row} holds neighbour ids outside [-1, {self.n}): "
                              f"{idx[row][bad[row]][:5].tolist()}")
 
-    def save(self, path) -> None:
-        """Write the graph to ``path`` (versioned, atomic, checksummed)."""
+    def save(self, target) -> None:
+        """Write the graph to ``target``, a path (versioned, atomic, checksummed) or a writable binary
+        file object."""
         g = self.to_host()
         meta = {"metric": g.metric, "info": _jsonable(g.info)}
-        save_arrays(path, "graph", {"indices": g.indices, "distances": g.distances}, meta)
+        save_arrays(target, "graph", {"indices": g.indices, "distances": g.distances}, meta)
 
     @classmethod
-    def load(cls, path) -> "Graph":
-        """Read a graph written by :meth:`save` (host arrays)."""
-        arrays, meta = load_arrays(path, "graph")
-        return cls(arrays["indices"], arrays["distances"], meta.get("metric", "sqeuclidean"),
-                   dict(meta.get("info", {})))
+    def load(cls, source) -> "Graph":
+        """Read a graph written by :meth:`save` (host arrays) from a path or a seekable binary file
+        object; ValueError naming the file when it does not hold a valid graph."""
+        arrays, meta = load_arrays(source, "graph")
+        indices, distances = arrays["indices"], arrays["distances"]
+        try:
+            return cls(indices, distances, meta.get("metric", "sqeuclidean"), dict(meta.get("info", {})))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{_display_name(source)}: not a valid graph file ({exc})") from exc
 
 
 def _jsonable(obj):

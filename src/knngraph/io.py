@@ -17,7 +17,10 @@ The format is chosen from the file extension (case-insensitive):
 :func:`read` can read a range of rows without touching the rest of the file and,
 with ``mmap=True`` (the default), returns read-only :class:`numpy.memmap` views.
 :func:`write` and :func:`write_ann_benchmarks` write atomically: to a temporary
-file in the same directory, which then replaces the target with :func:`os.replace`.
+file in the same directory (created like :func:`open` would, so the umask applies),
+which then replaces the target with :func:`os.replace`. A failed write removes its
+temporary file; a successful one also removes those that crashed or killed writes
+left in its directory more than an hour ago.
 Every reader checks the file size against the header and raises ``ValueError``
 naming the file and the problem for truncated or corrupt files.
 """
@@ -28,6 +31,8 @@ import errno
 import operator
 import os
 import secrets
+import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -66,6 +71,17 @@ _VECS_DIM_DTYPE = np.dtype("<i4")
 _UINT32_MAX = 2**32 - 1
 _INT32_MAX = 2**31 - 1
 _CHUNK_BYTES = 1 << 26  # rows are written / checked in pieces of about 64 MiB
+_INTP_MAX = int(np.iinfo(np.intp).max)
+_NPY_VERSIONS = ((1, 0), (2, 0), (3, 0))
+
+# Every file knngraph writes (here and in knngraph.graph) is first written to a temp file of this
+# name in the target's directory.
+_TEMP_PREFIX = ".knngraph-"
+_TEMP_SUFFIX = ".tmp"
+# A temp file untouched this long belongs to a save that crashed or was killed; the next save in its
+# directory removes it. Long, so that a slow save in another process (whose temp file is not touched
+# while it fsyncs gigabytes) is never taken for a dead one.
+_STALE_TEMP_SECONDS = 3600
 
 _HDF5_DATASETS = ("train", "test", "neighbors", "distances")
 # ann-benchmarks ``distance`` attribute -> knngraph metric name
@@ -206,22 +222,36 @@ def _vecs_record(dim: int, dtype: np.dtype) -> np.dtype:
     return np.dtype([("dim", _VECS_DIM_DTYPE), ("vec", dtype, (dim,))])
 
 
+def _parse_npy_header(f, where: str) -> tuple[tuple, bool, np.dtype, int]:
+    """(shape, fortran_order, dtype, data offset) of the .npy header at the start of ``f``: a
+    numeric array of any shape. ValueError starting with ``where`` when the header is not one."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(f)
+        if version not in _NPY_VERSIONS:
+            raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(f)
+        else:
+            shape, fortran, dtype = fmt.read_array_header_2_0(f)
+    except MemoryError:
+        raise
+    except Exception as exc:  # numpy's parser also raises TokenError, IndexError, OverflowError...
+        raise ValueError(f"{where}: not a valid .npy file ({exc})") from exc
+    if dtype.hasobject:
+        raise ValueError(f"{where}: holds Python objects; only numeric arrays are read")
+    if dtype.subdtype is not None or dtype.itemsize == 0:
+        raise ValueError(f"{where}: holds elements of dtype {dtype!r}; the file is corrupt")
+    if any(d < 0 or d * max(dtype.itemsize, 1) > _INTP_MAX for d in shape):
+        raise ValueError(f"{where}: the header gives the impossible shape {shape}; it is corrupt")
+    return shape, fortran, dtype, f.tell()
+
+
 def _npy_header(p: Path, path) -> tuple[tuple[int, int], bool, np.dtype, int]:
     """Return (shape, fortran_order, dtype, data_offset) of a checked 2-D .npy file."""
-    fmt = np.lib.format
     size = p.stat().st_size
     with open(p, "rb") as f:
-        try:
-            version = fmt.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = fmt.read_array_header_1_0(f)
-            else:
-                shape, fortran, dtype = fmt.read_array_header_2_0(f)
-        except (ValueError, SyntaxError, EOFError) as exc:
-            raise ValueError(f"{os.fspath(path)}: not a valid .npy file ({exc})") from exc
-        offset = f.tell()
-    if dtype.hasobject:
-        raise ValueError(f"{os.fspath(path)}: holds Python objects; only numeric arrays are read")
+        shape, fortran, dtype, offset = _parse_npy_header(f, os.fspath(path))
     if len(shape) != 2:
         raise ValueError(
             f"{os.fspath(path)}: holds a {len(shape)}-D array of shape {shape}; "
@@ -236,26 +266,51 @@ def _npy_header(p: Path, path) -> tuple[tuple[int, int], bool, np.dtype, int]:
     return shape, fortran, dtype, offset
 
 
+@contextmanager
+def _hdf5_errors(path):
+    """Turn what h5py raises for a file it cannot parse into ValueError naming the file.
+
+    h5py reports damage as OSError, RuntimeError, KeyError, ValueError or TypeError (and HDF5 may
+    fail in other ways), so every call into h5py runs in here, and knngraph's own checks outside."""
+    try:
+        yield
+    except MemoryError:
+        raise
+    except Exception as exc:
+        raise ValueError(
+            f"{os.fspath(path)}: not a readable HDF5 file, or it is corrupt "
+            f"({type(exc).__name__}: {exc})"
+        ) from exc
+
+
 def _open_hdf5(p: Path, path):
     h5py = _h5py()
-    try:
+    with _hdf5_errors(path):
         return h5py.File(p, "r")
-    except OSError as exc:
-        raise ValueError(f"{os.fspath(path)}: not a readable HDF5 file ({exc})") from exc
 
 
 def _hdf5_dataset(f, name: str, path):
+    """The 2-D numeric dataset ``name`` of the open file ``f``; else ValueError naming the file."""
     h5py = _h5py()
-    node = f.get(name)
-    if not isinstance(node, h5py.Dataset):
-        found = sorted(k for k in f if isinstance(f[k], h5py.Dataset))
+    with _hdf5_errors(path):
+        node = f.get(name)
+        is_dataset = isinstance(node, h5py.Dataset)
+        if is_dataset:
+            shape, dtype = node.shape, node.dtype
+        else:
+            found = sorted(k for k in f if isinstance(f.get(k), h5py.Dataset))
+    if not is_dataset:
         raise ValueError(
             f"{os.fspath(path)}: no dataset {name!r} in this HDF5 file; "
             f"it has {', '.join(map(repr, found)) or 'no datasets'}"
         )
-    if node.ndim != 2:
+    if shape is None or len(shape) != 2:
         raise ValueError(
-            f"{os.fspath(path)}: dataset {name!r} has shape {node.shape}; expected 2-D"
+            f"{os.fspath(path)}: dataset {name!r} has shape {shape}; expected 2-D"
+        )
+    if dtype.hasobject or dtype.subdtype is not None:
+        raise ValueError(
+            f"{os.fspath(path)}: dataset {name!r} has dtype {dtype}; expected a numeric dataset"
         )
     return node
 
@@ -310,7 +365,8 @@ def read_header(path, *, dataset: str | None = None) -> tuple[int, int, np.dtype
         return int(shape[0]), int(shape[1]), dtype
     with _open_hdf5(p, path) as f:
         ds = _hdf5_dataset(f, dataset or "train", path)
-        return int(ds.shape[0]), int(ds.shape[1]), ds.dtype
+        with _hdf5_errors(path):
+            return int(ds.shape[0]), int(ds.shape[1]), ds.dtype
 
 
 def _check_dataset_arg(ext: str, dataset, path) -> None:
@@ -438,8 +494,11 @@ def read(path, *, rows=None, dataset: str | None = None, mmap: bool = True) -> n
 
     with _open_hdf5(p, path) as f:
         ds = _hdf5_dataset(f, dataset or "train", path)
-        start, stop = _row_range(rows, ds.shape[0], path)
-        return ds[start:stop]
+        with _hdf5_errors(path):
+            nrows = ds.shape[0]
+        start, stop = _row_range(rows, nrows, path)
+        with _hdf5_errors(path):
+            return ds[start:stop]
 
 
 def _check_vecs_dims(dims: np.ndarray, dim: int, start: int, path) -> None:
@@ -502,14 +561,15 @@ def read_ann_benchmarks(path) -> dict:
         )
     p = _existing_file(path)
     with _open_hdf5(p, path) as f:
-        raw = f.attrs.get("distance")
+        with _hdf5_errors(path):
+            raw = f.attrs.get("distance")
         if raw is None:
             raise ValueError(
                 f"{os.fspath(path)}: no 'distance' attribute, so the metric is unknown "
                 "(not an ann-benchmarks file?)"
             )
         if isinstance(raw, (bytes, np.bytes_)):
-            raw = raw.decode()
+            raw = raw.decode("utf-8", "replace")
         name = str(raw).strip().lower()
         if name in _UNSUPPORTED_ANN_METRICS:
             raise ValueError(
@@ -521,7 +581,9 @@ def read_ann_benchmarks(path) -> dict:
                 f"{os.fspath(path)}: unknown ann-benchmarks metric {name!r}; supported are "
                 f"{', '.join(_METRIC_FROM_ANN)}"
             )
-        out = {key: _hdf5_dataset(f, key, path)[()] for key in _HDF5_DATASETS}
+        datasets = {key: _hdf5_dataset(f, key, path) for key in _HDF5_DATASETS}
+        with _hdf5_errors(path):
+            out = {key: ds[()] for key, ds in datasets.items()}
     out["metric"] = _METRIC_FROM_ANN[name]
     return out
 
@@ -532,21 +594,47 @@ def read_ann_benchmarks(path) -> dict:
 
 
 def _atomic_write(path, write_into: Callable[[Path], None]) -> None:
-    """Call ``write_into(tmp)`` for a new temp path next to ``path``, then move it in place."""
+    """Call ``write_into(tmp)`` for a new temp path next to ``path``, then move it in place.
+
+    Errors name ``path``, not the temp file, which never outlives a failed write."""
     target = Path(os.fspath(path))
     parent = target.parent
     if not parent.is_dir():
-        raise FileNotFoundError(errno.ENOENT, "directory does not exist", os.fspath(parent))
-    tmp = parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+        raise FileNotFoundError(
+            errno.ENOENT, f"cannot write there, directory {parent} does not exist", os.fspath(path)
+        )
+    tmp = parent / f"{_TEMP_PREFIX}{secrets.token_hex(8)}{_TEMP_SUFFIX}"
     try:
         write_into(tmp)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         try:
             tmp.unlink()
-        except FileNotFoundError:
+        except OSError:
             pass
+        if isinstance(exc, OSError) and exc.errno is not None and exc.filename in (tmp, os.fspath(tmp)):
+            # OSError(errno, ...) gives the matching subclass (PermissionError, ...).
+            raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
         raise
+    _remove_stale_temps(parent)
+
+
+def _remove_stale_temps(directory: Path) -> None:
+    """Delete temp files that crashed or killed saves left in ``directory`` (best effort)."""
+    cutoff = time.time() - _STALE_TEMP_SECONDS
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if not (entry.name.startswith(_TEMP_PREFIX) and entry.name.endswith(_TEMP_SUFFIX)):
+                    continue
+                try:
+                    old = entry.stat(follow_symlinks=False).st_mtime < cutoff
+                    if old and entry.is_file(follow_symlinks=False):
+                        os.unlink(entry.path)
+                except OSError:
+                    pass
+    except OSError:
+        pass
 
 
 def _open_new(tmp: Path):
