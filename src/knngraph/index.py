@@ -48,15 +48,16 @@ Nearest Neighbor Graph Construction" (GRNND).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 from typing import ClassVar, NamedTuple
 
 
 from ._device import as_numpy
-from .graph import _jsonable, load_arrays, save_arrays
+from .graph import _display_name, _jsonable, load_arrays, save_arrays
 
-__all__ = ["KNNResult", "Index", "save_index", "load_index", "RUNTIME_DOCS", "runtime_docs"]
+__all__ = ["KNNResult", "Index", "save_index", "load_index", "assembling", "RUNTIME_DOCS", "runtime_docs"]
 
 
 class KNNResult(NamedTuple):
@@ -100,28 +101,58 @@ class Index:
         return module.search(self, queries, k, params, **kwargs)
 
 
-def save_index(path, index: Index, arrays: dict, meta: dict | None = None) -> None:
-    """Write ``arrays`` (name -> array, host copies are made) and the index's params to ``path``
-    (versioned, atomic, checksummed; see :func:`knngraph.graph.save_arrays`)."""
+def save_index(target, index: Index, arrays: dict, meta: dict | None = None) -> None:
+    """Write ``arrays`` (name -> array, host copies are made) and the index's params to ``target``, a path
+    (versioned, atomic, checksummed) or a writable binary file object; see
+    :func:`knngraph.graph.save_arrays`."""
     params = {f.name: getattr(index.params, f.name) for f in dataclasses.fields(index.params)}
     header = {"metric": index.metric, "params": _jsonable(params), **(meta or {})}
-    save_arrays(path, index._file_kind, {name: as_numpy(a) for name, a in arrays.items()}, header)
+    save_arrays(target, index._file_kind, {name: as_numpy(a) for name, a in arrays.items()}, header)
 
 
-def load_index(path, cls: type, *, metric: str | None = None) -> tuple[dict, object, dict]:
-    """(arrays, params, meta) of an index file written by :func:`save_index` for ``cls``; ValueError when
-    the file holds another kind of object, misses parts, or was saved with a metric other than
-    ``metric`` (when given)."""
+def load_index(source, cls: type, *, metric: str | None = None) -> tuple[dict, object, dict]:
+    """(arrays, params, meta) of an index file written by :func:`save_index` for ``cls`` (a path or a
+    seekable binary file object); ValueError naming the file when it holds another kind of object, misses
+    parts (also when asking ``arrays`` for one it lacks), or was saved with a metric other than ``metric``
+    (when given)."""
     from .metrics import canonical_metric
 
-    arrays, meta = load_arrays(path, cls._file_kind)
+    arrays, meta = load_arrays(source, cls._file_kind)
+    name = _display_name(source)
     try:
         params = cls._params_class(**meta["params"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: not a complete {cls.algorithm} index ({type(exc).__name__}: {exc})") from None
+        raise ValueError(f"{name}: not a complete {cls.algorithm} index ({type(exc).__name__}: {exc})") from None
     if metric is not None and canonical_metric(metric) != params.metric:
-        raise ValueError(f"{path}: index was saved with metric {params.metric!r}, not {metric!r}")
+        raise ValueError(f"{name}: index was saved with metric {params.metric!r}, not {metric!r}")
     return arrays, params, meta
+
+
+@contextlib.contextmanager
+def assembling(source, cls: type, dataset=None, graph=None):
+    """Build an index from the parts :func:`load_index` returned inside this block: a missing or ill-formed
+    part becomes a ValueError naming the file. ``dataset`` and ``graph``, when given, are checked first to
+    belong together (a hand-made or damaged file can carry a valid checksum): 2-D numeric vectors, one
+    graph row per vector, every id in [-1, n)."""
+    try:
+        if dataset is not None:
+            _check_parts(dataset, graph)
+        yield
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{_display_name(source)}: not a complete {cls.algorithm} index "
+                         f"({type(exc).__name__}: {exc})") from None
+
+
+def _check_parts(dataset, graph) -> None:
+    if dataset.ndim != 2 or dataset.shape[0] < 1 or dataset.dtype.kind not in "fiu":
+        raise ValueError(f"its vectors are {dataset.dtype} of shape {dataset.shape}, not a 2-D numeric array")
+    if graph is None:
+        return
+    n = dataset.shape[0]
+    if graph.indices.shape[0] != n:
+        raise ValueError(f"its graph has {graph.indices.shape[0]} rows for {n} vectors")
+    if graph.indices.size and (int(graph.indices.min()) < -1 or int(graph.indices.max()) >= n):
+        raise ValueError(f"its graph holds neighbour ids outside [-1, {n})")
 
 
 #: docstring fragments of the run-time call arguments, shared by every public function

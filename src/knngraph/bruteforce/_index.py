@@ -14,7 +14,7 @@ from .._device import (Device, array_kind, default_memory_limit, device_context,
 from .._validate import check_finite, check_k, check_new_vectors, check_same_dim, check_vectors
 from ..graph import Graph
 from ..index import Index as IndexBase
-from ..index import KNNResult, load_index, runtime_docs, save_index
+from ..index import KNNResult, assembling, load_index, runtime_docs, save_index
 from ._exact import plan_numerics
 from ._params import IndexParams, SearchParams
 
@@ -242,10 +242,11 @@ def load(path, *, metric: str | None = None) -> Index:
     """Read an index written by :func:`save` (host arrays); ``metric``, when given, must match the saved
     one."""
     arrays, params, meta = load_index(path, Index, metric=metric)
-    if "dataset" not in arrays:
-        raise ValueError(f"{path}: not a complete exact index (no vectors)")
-    graph = None
-    if "graph_indices" in arrays:
-        graph = Graph(arrays["graph_indices"], arrays["graph_distances"], params.metric,
-                      dict(meta.get("graph_info", {})))
-    return Index(arrays["dataset"], params, graph)
+    with assembling(path, Index):
+        dataset = arrays["dataset"]
+        graph = None
+        if "graph_indices" in arrays:
+            graph = Graph(arrays["graph_indices"], arrays["graph_distances"], params.metric,
+                          dict(meta.get("graph_info", {})))
+    with assembling(path, Index, dataset, graph):
+        return Index(dataset, params, graph)

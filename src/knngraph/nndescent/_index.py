@@ -14,7 +14,7 @@ from .._device import (Device, as_cupy, as_numpy, default_memory_limit, is_devic
 from .._validate import check_finite, check_k, check_new_vectors, check_same_dim, check_vectors
 from ..graph import Graph
 from ..index import Index as IndexBase
-from ..index import load_index, runtime_docs, save_index
+from ..index import assembling, load_index, runtime_docs, save_index
 from ..primitives.distances import DIST_COS, distance_kind, report_distances
 from . import _build
 from ._common import auto_sample_size
@@ -399,9 +399,8 @@ def save(path, index: Index) -> None:
 def load(path, *, metric: str | None = None) -> Index:
     """Read an index written by :func:`save` (host arrays); ``metric``, when given, must match."""
     arrays, params, meta = load_index(path, Index, metric=metric)
-    try:
+    with assembling(path, Index):
         graph = Graph(arrays["indices"], arrays["distances"], params.metric, dict(meta.get("info", {})))
         dataset = arrays["dataset"]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: not a complete NN-Descent index ({exc})") from None
-    return Index(dataset, params, graph)
+    with assembling(path, Index, dataset, graph):
+        return Index(dataset, params, graph)

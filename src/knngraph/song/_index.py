@@ -22,7 +22,7 @@ from ..graph import Graph
 from ..graphops import default_entry_points, optimize_graph, reverse_edges
 from ..graphops.prune import occlusion_factor
 from ..index import Index as IndexBase
-from ..index import KNNResult, load_index, runtime_docs, save_index
+from ..index import KNNResult, assembling, load_index, runtime_docs, save_index
 from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms, report_distances
 from ._params import IndexParams, SearchParams
 from .hashing import RandomProjectionHasher
@@ -409,15 +409,16 @@ def save(path, index: Index) -> None:
 def load(path, *, metric: str | None = None) -> Index:
     """Read an index written by :func:`save`; ``metric``, when given, must match the saved one."""
     arrays, params, meta = load_index(path, Index, metric=metric)
-    try:
+    with assembling(path, Index):
         graph = Graph(arrays["graph_indices"], arrays["graph_distances"], params.metric, meta.get("graph_info", {}))
-        entries = arrays["entry_points"]
         dataset = arrays["dataset"]
+    with assembling(path, Index, dataset, graph):
+        entries = arrays["entry_points"]
+        if entries.ndim != 1 or entries.size < 1 or entries.min() < 0 or entries.max() >= dataset.shape[0]:
+            raise ValueError(f"its entry points are not ids in [0, {dataset.shape[0]})")
         hasher = codes = None
         if params.hash_bits:
             hasher = RandomProjectionHasher(params.hash_bits, seed=params.seed).set_state(arrays["projections"],
                                                                                           arrays["center"])
             codes = arrays["codes"]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: not a complete SONG index ({exc})") from None
-    return Index(dataset, params, graph, entries, hasher, codes)
+        return Index(dataset, params, graph, entries, hasher, codes)
