@@ -16,7 +16,9 @@ import sys
 
 # an API-error report names the call; these calls are the driver probing of numba's initialisation
 _PROBING_CALLS = ("cuGetProcAddress",)
-_RECORD = re.compile(r"^========= (?!ERROR SUMMARY|    )(.+)$")
+_RECORD = re.compile(r"^========= (?!ERROR SUMMARY|RACECHECK SUMMARY|    )(.+)$")
+# memcheck ends with "ERROR SUMMARY: N errors", racecheck with "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)"
+_SUMMARY = re.compile(r"========= (?:ERROR SUMMARY: (\d+) error|RACECHECK SUMMARY: \d+ hazards displayed \((\d+) error)")
 
 
 def records(text: str) -> list[str]:
@@ -41,10 +43,11 @@ def counted(record: str) -> bool:
 def main(paths) -> int:
     bad = 0
     for path in paths:
-        text = open(path, errors="replace").read()
+        with open(path, errors="replace") as f:
+            text = f.read()
         recs = records(text)
         kept = [r for r in recs if counted(r)]
-        summary = re.findall(r"========= ERROR SUMMARY: (\d+) error", text)
+        summary = ["".join(m) for m in _SUMMARY.findall(text)]
         finished = "sanitizer workload done" in text
         print(f"{path}: {len(kept)} kernel errors/hazards counted, {len(recs) - len(kept)} driver-probing reports "
               f"filtered, sanitizer summary {summary[-1] if summary else '?'} errors, workload "

@@ -158,7 +158,7 @@ def plan_numerics(base, metric: str, xp) -> NumericPlan:
     for s in range(0, n, _CHUNK_ROWS):
         blk = xp.asarray(base[s:s + _CHUNK_ROWS]).astype(xp.float32, copy=False)
         nrm2 = _row_norms2(blk, xp)
-        total += blk.sum(axis=0, dtype=np.float64)
+        total += _column_sums(blk, xp)
         sq_total += nrm2.sum(dtype=np.float64)
         max_norm2 = xp.maximum(max_norm2, nrm2.max())
     total, sq_total, max_norm2 = _host(total), float(sq_total), float(max_norm2)
@@ -183,6 +183,19 @@ def plan_numerics(base, metric: str, xp) -> NumericPlan:
     else:
         max_norm2 *= scale * scale
     return NumericPlan(metric, shift, scale, _gamma(d), max_norm2)
+
+
+def _column_sums(blk, xp):
+    """float64 column sums. On the GPU in two stages (groups of 256 rows, then the groups): a one-stage
+    reduction down a C-ordered array's long axis gets one thread block per column, which left the plan
+    taking a third of a 1M x 128 search's time."""
+    if xp is np:
+        return blk.sum(axis=0, dtype=np.float64)
+    m = blk.shape[0] // 256 * 256
+    total = blk[:m].reshape(-1, 256, blk.shape[1]).sum(axis=1, dtype=np.float64).sum(axis=0)
+    if m < blk.shape[0]:
+        total += blk[m:].sum(axis=0, dtype=np.float64)
+    return total
 
 
 def _row_norms2(blk, xp):
