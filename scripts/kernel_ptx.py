@@ -74,8 +74,12 @@ def _cases(sk, rf, nk, gk, *, prune, merge_lists):
     out.append(("quickselect_f32", sk.quickselect_kernel.py_func,
                 (i64, i64, i64, i64, i64, i64, arr(f32), arr(f32, 1), f32, i64, i64, arr(f32), arr(i32), arr(f32),
                  arr(i32), arr(f32), arr(i32), arr(f32), arr(i32))))
-    out.append(("refine_rows_f32", rf.refine_rows_kernel.py_func,
-                (arr(f32), arr(f32), arr(i32), arr(f32), arr(i32), i64)))
+    if hasattr(rf, "rescore_rows_kernel"):  # float64 rescoring of the exact search's candidates
+        out.append(("rescore_rows_f32", rf.rescore_rows_kernel.py_func,
+                    (arr(f32), arr(f32), arr(i32), arr(types.float64), arr(i32), i64)))
+    else:
+        out.append(("refine_rows_f32", rf.refine_rows_kernel.py_func,
+                    (arr(f32), arr(f32), arr(i32), arr(f32), arr(i32), i64)))
     for dt in (u8, f32):
         out.append((f"nnd_init_{dt}", nk.init_kernel(64).py_func,
                     (arr(dt), arr(f32, 1), i64, arr(f32), arr(i32), arr(u8), i64, i64, i64)))
@@ -94,10 +98,11 @@ def _cases(sk, rf, nk, gk, *, prune, merge_lists):
     for qcap, mode, base_t in ((32, gk.MODE_PACKED_U8, arr(u32)), (64, gk.MODE_PACKED_U8, arr(u32)),
                                (64, gk.MODE_GENERIC, arr(f32)), (64, gk.MODE_GENERIC, arr(f16))):
         dpad = 128 if mode == gk.MODE_PACKED_U8 else 128
-        fn = gk.search_kernel(qcap, False, 4 * qcap, dpad, mode, 4).py_func
-        out.append((f"song_search_q{qcap}_mode{mode}_{base_t.dtype}", fn,
-                    (arr(i32), base_t, arr(f32), arr(f32, 1), arr(f32, 1), i64, arr(i32, 1), i64, i64, i64, i64,
-                     arr(i32, 1), arr(f32), arr(i32), arr(i32, 1), arr(i32, 1))))
+        for filtered in (False, True) if (qcap, mode) == (64, gk.MODE_GENERIC) else (False,):
+            fn = gk.search_kernel(qcap, False, 4 * qcap, dpad, mode, 4, None, filtered).py_func
+            out.append((f"song_search_q{qcap}_mode{mode}_{base_t.dtype}" + ("_filtered" if filtered else ""), fn,
+                        (arr(i32), base_t, arr(f32), arr(f32, 1), arr(f32, 1), i64, arr(i32, 1), i64, i64, i64, i64,
+                         arr(u32, 1), arr(i32, 1), arr(f32), arr(i32), arr(i32, 1), arr(i32, 1))))
     out.append(("song_prune_u8", prune(192, 32, 4).py_func,
                 (arr(u8), arr(f32, 1), i64, types.float64, arr(i32), arr(i32), arr(i32), i64, types.boolean,
                  arr(i32), arr(f32))))

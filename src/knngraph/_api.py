@@ -16,7 +16,7 @@ __all__ = ["knn", "knn_graph"]
 
 @runtime_docs
 def knn(base, queries, k: int, *, metric: str = "sqeuclidean", device="auto", select: str = "auto",
-        memory_limit=None, verbose: bool = True) -> KNNResult:
+        memory_limit=None, verbose: bool = True, filter=None) -> KNNResult:
     """Exact k nearest neighbours of each query among ``base``.
 
     Parameters
@@ -36,6 +36,7 @@ def knn(base, queries, k: int, *, metric: str = "sqeuclidean", device="auto", se
         GPU selection strategy (see :class:`knngraph.bruteforce.SearchParams`).
     {memory_limit}
     {verbose}
+    {filter}
 
     Returns
     -------
@@ -57,7 +58,7 @@ def knn(base, queries, k: int, *, metric: str = "sqeuclidean", device="auto", se
     exact = registry.get("exact").load()
     index = exact.build(exact.IndexParams(metric=metric), b, device=dev, verbose=verbose, _checked=True)
     return exact.search(index, queries, k, exact.SearchParams(select=select), device=device,
-                        memory_limit=memory_limit, verbose=verbose)
+                        memory_limit=memory_limit, verbose=verbose, filter=filter)
 
 
 @runtime_docs

@@ -165,6 +165,11 @@ RUNTIME_DOCS = {
         minus a margin (GPU), a quarter of RAM (CPU). Work is cut to fit.""",
     "verbose": """verbose : bool, default=True
         A progress bar for long work (only on a terminal).""",
+    "filter": """filter : array, optional
+        The ids that may be returned (also how deleted vectors are expressed): a boolean mask of length
+        n (True: allowed) or a bitset of ceil(n / 32) uint32 words, id i being bit i % 32 of word
+        i // 32 (:mod:`knngraph.primitives.filters`). Rows get -1 / inf where fewer than k ids are
+        allowed.""",
 }
 
 

@@ -264,3 +264,16 @@ def test_plan_column_sums_on_gpu_match_numpy(n, rng):
     x = (rng.standard_normal((n, 33)) * 10 + 1000).astype(np.float32)
     got = cp.asnumpy(_column_sums(cp.asarray(x), cp))
     np.testing.assert_allclose(got, x.astype(np.float64).sum(axis=0), rtol=1e-12)
+
+
+def test_filtered_exact_search_on_gpu_matches_cpu(sample):
+    import cupy as cp
+
+    mask = np.random.default_rng(2).random(len(sample.base)) < 0.2
+    d, i = knngraph.knn(sample.base, sample.queries, 10, device="cuda", verbose=False, filter=mask)
+    dc, ic = knngraph.knn(sample.base, sample.queries, 10, device="cpu", verbose=False, filter=mask)
+    np.testing.assert_array_equal(i, ic)
+    np.testing.assert_array_equal(d, dc)
+    d2, i2 = knngraph.knn(cp.asarray(sample.base), cp.asarray(sample.queries), 10, device="cuda", verbose=False,
+                          filter=cp.asarray(mask))
+    np.testing.assert_array_equal(i2.get(), ic)

@@ -117,3 +117,39 @@ def test_kernel_rows_and_entries_longer_than_a_warp(rng):
     np.testing.assert_array_equal(gi, ci)
     np.testing.assert_array_equal(gn, cn)
     np.testing.assert_array_equal(ge, ce)
+
+
+@pytest.mark.parametrize("dtype,dim,metric,visited,mode", [
+    (np.uint8, 12, "sqeuclidean", "hash", kn.MODE_PACKED_U8),
+    (np.float32, 7, "cosine", "bloom", kn.MODE_GENERIC),
+])
+def test_filtered_search_kernel_matches_cpu(dtype, dim, metric, visited, mode, rng):
+    """The filtered kernel returns the CPU path's allowed ids, id for id, with -1 / inf padding where
+    fewer than k allowed ids were met; a repeated entry point is offered once."""
+    from knngraph.primitives.filters import prepare_filter
+
+    x = _small(rng, dtype, 40, dim)
+    q = _small(rng, np.float32, 5, dim)
+    g = _graph(x, metric)
+    kind = distance_kind(metric)
+    xc = cpu_vectors(x)
+    inv_b = inverse_norms(xc) if metric == "cosine" else np.zeros(1, np.float32)
+    inv_q = inverse_norms(q) if metric == "cosine" else np.zeros(1, np.float32)
+    entries = np.array([3, 0, 17, 3], np.int32)
+    for allowed_ids in ([1, 5, 8, 13, 21, 22, 30, 31, 39], [7, 12]):
+        mask = np.zeros(40, bool)
+        mask[allowed_ids] = True
+        bits = prepare_filter(mask, 40).bits
+        ck, ci, cn, ce = search_cpu(g.indices, xc, q, inv_b, inv_q, kind, entries, 4, 6, visited, bits)
+        gk, gi, gn, ge = search_device(g.indices, x, q, inv_b, inv_q, kind, entries, 4, 6, visited, mode, xp=np,
+                                       max_warps=2, allowed=bits)
+        np.testing.assert_array_equal(gi, ci)
+        np.testing.assert_array_equal(gn, cn)
+        np.testing.assert_allclose(gk, ck, rtol=1e-5, atol=1e-6)
+        assert mask[ci[ci >= 0]].all()
+        assert np.isinf(ck[ci < 0]).all()
+        for row in ci:  # each id once
+            found = row[row >= 0]
+            assert len(set(found.tolist())) == len(found)
+        if len(allowed_ids) == 2:
+            assert (ci[:, 2:] == -1).all()

@@ -125,3 +125,27 @@ def test_bloom_hashing_batches_and_device_arrays(sample, rng):
     dhc, ihc = h.search(sample.queries, 10, song.SearchParams(queue_size=64), device="cpu", verbose=False)
     np.testing.assert_array_equal(ih, ihc)
     assert recall_at_k(ih, sample.gt_indices, 10, distances=dh, true_distances=sample.gt_distances) >= 0.75
+
+
+@pytest.mark.parametrize("share", [0.01, 0.1, 0.5, 0.9])
+def test_filtered_search_on_gpu_matches_cpu(sample, share):
+    """Filtered SONG on the GPU: the CPU path's ids (the walk at 10-90% allowed, the exact search over
+    the allowed vectors at 1%), no disallowed id, also with the bitset form and device inputs."""
+    import cupy as cp
+
+    raw = knngraph.knn_graph(sample.base, 64, device="cuda", verbose=False)
+    g = knngraph.optimize_graph(raw, sample.base, graph_degree=32, device="cuda")
+    index = song.from_graph(g.to_host(), sample.base, song.IndexParams(), device="cuda")
+    mask = np.random.default_rng(5).random(len(sample.base)) < share
+    sp = song.SearchParams(filtered_exact_ratio=100.0 if share == 0.01 else 0.0)
+    sg, sc = {}, {}
+    dg, ig = index.search(sample.queries, 10, sp, device="cuda", verbose=False, stats=sg, filter=mask)
+    dc, ic = index.search(sample.queries, 10, sp, device="cpu", verbose=False, stats=sc, filter=mask)
+    assert sg["filtered_path"] == sc["filtered_path"] == ("exact" if share == 0.01 else "graph")
+    np.testing.assert_array_equal(ig, ic)
+    assert mask[ig[ig >= 0]].all()
+    from knngraph.primitives.filters import prepare_filter
+
+    bits = cp.asarray(prepare_filter(mask, len(mask)).bits)
+    d2, i2 = song.search(index, cp.asarray(sample.queries), 10, sp, device="cuda", verbose=False, filter=bits)
+    np.testing.assert_array_equal(i2.get(), ig)

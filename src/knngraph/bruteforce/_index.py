@@ -15,6 +15,7 @@ from .._validate import check_finite, check_k, check_new_vectors, check_same_dim
 from ..graph import Graph
 from ..index import Index as IndexBase
 from ..index import KNNResult, assembling, load_index, runtime_docs, save_index
+from ..primitives.filters import prepare_filter
 from ._exact import plan_numerics
 from ._params import IndexParams, SearchParams
 
@@ -149,9 +150,34 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
     return Index(data, params, graph)
 
 
+def filtered_exact(dev: Device, base, queries, k, metric, allowed, *, select="auto", memory_limit=None,
+                   verbose=False, stats=None):
+    """(distances, ids) of the exact top-k among the ids ``allowed`` (:class:`AllowedIds`) holds, on the
+    implementation for ``dev``: the exact search over those vectors, ids mapped back; -1 / inf past the
+    number of allowed ids. Validated arrays in, NumPy or CuPy arrays out."""
+    xp = _xp_of(base) if dev.is_cuda else np
+    ids = allowed.ids()
+    if allowed.n_allowed == allowed.n:
+        d, i = _exact(dev, base, queries, k, metric, graph=False, select=select, memory_limit=memory_limit,
+                      verbose=verbose, stats=stats)
+        return d, i
+    subset = base[xp.asarray(ids)]  # the allowed vectors (a copy; a memory map is read here)
+    kk = min(k, allowed.n_allowed)
+    d, i = _exact(dev, subset, queries, kk, metric, graph=False, select=select, memory_limit=memory_limit,
+                  verbose=verbose, stats=stats)
+    qxp = _xp_of(i)
+    ids_q = qxp.asarray(ids.astype(np.int32))
+    i = ids_q[i]
+    if kk < k:
+        nq = i.shape[0]
+        i = qxp.concatenate([i, qxp.full((nq, k - kk), -1, qxp.int32)], axis=1)
+        d = qxp.concatenate([d, qxp.full((nq, k - kk), np.inf, qxp.float32)], axis=1)
+    return d, i
+
+
 @runtime_docs
 def search(index: Index, queries, k: int, params: SearchParams | None = None, *, device="auto",
-           memory_limit=None, verbose: bool = True) -> KNNResult:
+           memory_limit=None, verbose: bool = True, filter=None) -> KNNResult:
     """Exact top-``k`` of each query among the index's vectors.
 
     Parameters
@@ -165,6 +191,7 @@ def search(index: Index, queries, k: int, params: SearchParams | None = None, *,
     {device}
     {memory_limit}
     {verbose}
+    {filter}
 
     Returns
     -------
@@ -184,9 +211,14 @@ def search(index: Index, queries, k: int, params: SearchParams | None = None, *,
     q = check_vectors(queries, "queries", on_gpu=dev.is_cuda and is_device_array(queries))
     check_same_dim(base, q, "the index's vectors")
     k = check_k(k, base.shape[0])
+    allowed = prepare_filter(filter, base.shape[0])
     check_finite(q, "queries")
-    d, i = _exact(dev, base, q, k, index.metric, graph=False, select=params.select, memory_limit=memory_limit,
-                  verbose=verbose)
+    if allowed is not None:
+        d, i = filtered_exact(dev, base, q, k, index.metric, allowed, select=params.select,
+                              memory_limit=memory_limit, verbose=verbose)
+    else:
+        d, i = _exact(dev, base, q, k, index.metric, graph=False, select=params.select, memory_limit=memory_limit,
+                      verbose=verbose)
     return KNNResult(return_as(kind, d), return_as(kind, i))
 
 

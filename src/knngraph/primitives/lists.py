@@ -22,7 +22,7 @@ from __future__ import annotations
 from .compile import host_and_device
 
 __all__ = ["less", "sort_pairs", "dedup_sorted", "maxheap_push", "maxheap_replace_top", "maxheap_sort",
-           "smmh_push", "smmh_pop_min", "smmh_pop_max", "smmh_max_slot"]
+           "maxheap_offer_unique", "smmh_push", "smmh_pop_min", "smmh_pop_max", "smmh_max_slot"]
 
 
 @host_and_device
@@ -255,3 +255,19 @@ def maxheap_sort(tk, ti, off, m):
         ti[off + p] = li
 
 
+
+
+@host_and_device(inline=False, cache=True)
+def maxheap_offer_unique(tk, ti, off, m, cap, key, idx):
+    """Offer (key, idx) to a max-heap of m entries and capacity ``cap``, keeping the ``cap`` smallest by
+    (key, idx) and every id at most once; returns the new m. The duplicate check scans the heap only for
+    an entry that would be kept (a search offers the same id again after a visited set forgot it)."""
+    if m == cap and not (key < tk[off] or (key == tk[off] and idx < ti[off])):
+        return m
+    for t in range(m):
+        if ti[off + t] == idx:
+            return m
+    if m < cap:
+        return maxheap_push(tk, ti, off, m, key, idx)
+    maxheap_replace_top(tk, ti, off, m, key, idx)
+    return m

@@ -24,6 +24,7 @@ from ..graphops.prune import occlusion_factor
 from ..index import Index as IndexBase
 from ..index import KNNResult, assembling, load_index, runtime_docs, save_index
 from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms, report_distances
+from ..primitives.filters import prepare_filter
 from ._params import IndexParams, SearchParams
 from .hashing import RandomProjectionHasher
 
@@ -229,9 +230,11 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
 # search
 
 
-def _search_arrays(dev: Device, index: Index, queries, k, sp: SearchParams, *, verbose=True, stats=None):
-    """Run SONG on the index's arrays for ``dev`` (hashed: on codes, then an exact re-rank on the host).
-    Returns (reported distances, ids) as NumPy or CuPy arrays."""
+def _search_arrays(dev: Device, index: Index, queries, k, sp: SearchParams, *, verbose=True, stats=None,
+                   allowed_bits=None):
+    """Run SONG on the index's arrays for ``dev`` (hashed: on codes, then an exact re-rank on the host);
+    ``allowed_bits``: None or the bitset of the ids that may be returned. Returns (reported distances,
+    ids) as NumPy or CuPy arrays."""
     from .cpu import DIST_HAMMING, rerank_cpu
 
     g_ids, xb, inv_b, entries, codes = index._arrays(dev)
@@ -247,11 +250,12 @@ def _search_arrays(dev: Device, index: Index, queries, k, sp: SearchParams, *, v
             z = qxp.zeros(1, qxp.float32)
             out_k, out_i, nd, ne = impl.search(g_ids, codes, qcodes, z, DIST_HAMMING, entries, max(k, rerank),
                                                sp.queue_size, sp.visited, batch_size=sp.batch_size,
-                                               max_registers=sp.max_registers or None, verbose=verbose)
+                                               max_registers=sp.max_registers or None, verbose=verbose,
+                                               allowed=allowed_bits)
         else:
             out_k, out_i, nd, ne = impl.search(g_ids, xb, queries, inv_b, kind, entries, k, sp.queue_size, sp.visited,
                                                batch_size=sp.batch_size, max_registers=sp.max_registers or None,
-                                               verbose=verbose)
+                                               verbose=verbose, allowed=allowed_bits)
         if stats is not None:
             stats["distances_per_query"] = float(nd.mean()) if nd.size else 0.0
             stats["expansions_per_query"] = float(ne.mean()) if ne.size else 0.0
@@ -270,9 +274,40 @@ def _search_arrays(dev: Device, index: Index, queries, k, sp: SearchParams, *, v
     return dist, out_i
 
 
+def filtered_queue_size(queue_size: int, k: int, fraction: float) -> int:
+    """The queue of a graph walk that may return only a ``fraction`` of the ids: the k nearest allowed
+    vertices lie among about k / fraction nearest vertices, which the walk must cover, so the queue grows
+    to twice that when ``queue_size`` is smaller (at most 512)."""
+    return max(queue_size, min(512, int(np.ceil(2 * k / fraction))))
+
+
+def _filtered_search(dev, index, q, k, sp, allowed, *, verbose, stats):
+    """SONG search restricted to ``allowed`` (:class:`AllowedIds`). A graph walk computes about 20
+    distances per queue slot at random addresses; the exact search computes one per allowed vector in a
+    GEMM, several times cheaper each. So: the exact search over the allowed vectors when they number
+    fewer than ``sp.filtered_exact_ratio`` times the walk's queue, else the walk with the queue of
+    :func:`filtered_queue_size`, returning allowed ids only."""
+    queue = filtered_queue_size(sp.queue_size, k, allowed.fraction)
+    if allowed.n_allowed < sp.filtered_exact_ratio * queue:
+        from ..bruteforce._index import filtered_exact
+
+        t0 = time.perf_counter()
+        base = check_vectors(index.dataset, "dataset", on_gpu=dev.is_cuda and is_device_array(index.dataset))
+        d, i = filtered_exact(dev, base, q, k, index.metric, allowed, verbose=verbose)
+        if stats is not None:
+            stats.update(filtered_path="exact", allowed_fraction=allowed.fraction,
+                         seconds=time.perf_counter() - t0)
+        return d, i
+    sp = dataclasses.replace(sp, queue_size=queue)
+    d, i = _search_arrays(dev, index, q, k, sp, verbose=verbose, stats=stats, allowed_bits=allowed.bits)
+    if stats is not None:
+        stats.update(filtered_path="graph", allowed_fraction=allowed.fraction, queue_size=queue)
+    return d, i
+
+
 @runtime_docs
 def search(index: Index, queries, k: int, params: SearchParams | None = None, *, device="auto",
-           verbose: bool = True, stats: dict | None = None) -> KNNResult:
+           verbose: bool = True, stats: dict | None = None, filter=None) -> KNNResult:
     """Approximate top-``k`` of each query by SONG graph search (one GPU warp per query).
 
     Parameters
@@ -289,13 +324,20 @@ def search(index: Index, queries, k: int, params: SearchParams | None = None, *,
     {verbose}
     stats : dict, optional
         Filled with ``distances_per_query`` (mean number of distance computations),
-        ``expansions_per_query`` (mean number of vertices whose row was read) and ``seconds``.
+        ``expansions_per_query`` (mean number of vertices whose row was read) and ``seconds``; with a
+        filter also ``filtered_path`` ('graph' or 'exact') and ``allowed_fraction``.
+    {filter}
+        The graph walk still passes through vertices that are not allowed, with the queue grown to
+        about 2 k / (allowed share) (:func:`filtered_queue_size`); when fewer ids are allowed than
+        ``params.filtered_exact_ratio`` times that queue, the search is the exact one over the allowed
+        vectors (``stats['filtered_path']`` says which ran).
 
     Returns
     -------
     KNNResult
         ``(distances, indices)``, float32 / int32 of shape (n_queries, k), nearest first (ties by lower
-        id), -1 / inf where fewer than k vertices were reached; in the framework of ``queries``.
+        id), -1 / inf where fewer than k vertices were reached (or allowed); in the framework of
+        ``queries``.
     """
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.song.Index (song.build or song.from_graph), got "
@@ -308,8 +350,12 @@ def search(index: Index, queries, k: int, params: SearchParams | None = None, *,
     q = check_vectors(queries, "queries", on_gpu=dev.is_cuda and is_device_array(queries))
     check_same_dim(index.dataset, q, "the index's vectors")
     k = _check_k_queue(k, index.shape[0], sp)
+    allowed = prepare_filter(filter, index.shape[0])
     check_finite(q, "queries")
-    d, i = _search_arrays(dev, index, q, k, sp, verbose=verbose, stats=stats)
+    if allowed is not None:
+        d, i = _filtered_search(dev, index, q, k, sp, allowed, verbose=verbose, stats=stats)
+    else:
+        d, i = _search_arrays(dev, index, q, k, sp, verbose=verbose, stats=stats)
     return KNNResult(return_as(qkind, d), return_as(qkind, i))
 
 

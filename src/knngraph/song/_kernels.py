@@ -21,6 +21,10 @@ visited deletion the visited set is bounded by 2Q, so it fits there). Nothing is
 kernel. A warp takes its next query from a global counter when it finishes one (the number of
 expansions varies a lot between queries), so blocks never wait for their slowest warp.
 
+A filtered search (``filtered``, a compile-time flag: unfiltered kernels are unchanged) walks the same
+way and lane 0 also offers every candidate whose id the bitset allows to a max-heap of the k best
+allowed ids, which is returned instead of topk (the CPU path's ``_offer_allowed``).
+
 Stages are separated by ``syncwarp``: the parallel visited probes never overlap lane 0's writes.
 """
 
@@ -31,7 +35,7 @@ import functools
 import numpy as np
 from numba import cuda, float32, int32, uint32
 
-from ..primitives import lists, visited
+from ..primitives import filters, lists, visited
 from ..primitives.compile import cuda_version
 from ..primitives.constants import FULL_MASK, WARP
 from ..primitives.distances import DIST_COS, DIST_L2SQ
@@ -47,6 +51,8 @@ smmh_max_slot = cuda_version(lists.smmh_max_slot)
 maxheap_push = cuda_version(lists.maxheap_push)
 maxheap_replace_top = cuda_version(lists.maxheap_replace_top)
 maxheap_sort = cuda_version(lists.maxheap_sort)
+maxheap_offer_unique = cuda_version(lists.maxheap_offer_unique)
+is_allowed = cuda_version(filters.is_allowed)
 hash_contains = cuda_version(visited.hash_contains)
 hash_insert = cuda_version(visited.hash_insert)
 hash_delete = cuda_version(visited.hash_delete)
@@ -223,22 +229,34 @@ def _offer(c, cand, cdist, w, n, m, qsize, qk, qi, tk, ti, off, use_bloom, ht, b
     return n
 
 
-def _shared_bytes_per_warp(qcap, use_bloom, vsize, dpad):
-    return qcap * 16 + vsize * 4 + dpad * 4 + WARP * 8 + 16
+@cuda.jit(device=True, inline=True)
+def _offer_allowed(c, cand, cdist, w, allowed, rk, ri, roff, mr, k):
+    """Lane 0: offer the chunk's allowed candidates to the k best allowed ids; returns their number."""
+    for t in range(c):
+        v = cand[w, t]
+        if is_allowed(allowed, v):
+            mr = maxheap_offer_unique(rk, ri, roff, mr, k, cdist[w, t], v)
+    return mr
 
 
-def warps_per_block(qcap, use_bloom, vsize, dpad, max_warps=4):
-    per = _shared_bytes_per_warp(qcap, use_bloom, vsize, dpad)
+def _shared_bytes_per_warp(qcap, use_bloom, vsize, dpad, filtered=False):
+    return qcap * (24 if filtered else 16) + vsize * 4 + dpad * 4 + WARP * 8 + 16
+
+
+def warps_per_block(qcap, use_bloom, vsize, dpad, max_warps=4, filtered=False):
+    per = _shared_bytes_per_warp(qcap, use_bloom, vsize, dpad, filtered)
     return max(1, min(max_warps, SHARED_BUDGET // per))
 
 
 @functools.lru_cache(maxsize=None)
 def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, wpb: int,
-                  max_registers: int | None = None):
+                  max_registers: int | None = None, filtered: bool = False):
     """The search kernel for queue capacity ``qcap`` (runtime queue_size <= qcap), a visited set of
     ``vsize`` hash slots or Bloom words, a staged query row of ``dpad`` floats and a distance mode.
-    ``max_registers`` caps registers per thread (more resident warps, possibly some spilling)."""
+    ``max_registers`` caps registers per thread (more resident warps, possibly some spilling);
+    ``filtered`` builds the variant that returns only ids the ``allowed`` bitset holds (k <= qcap)."""
     QN = wpb * qcap
+    RN = wpb * qcap if filtered else 1
     HN = wpb * vsize if not use_bloom else 1
     BN = wpb * vsize if use_bloom else 1
     DP = max(dpad, 1)
@@ -253,12 +271,14 @@ def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, 
     jit = cuda.jit(max_registers=max_registers) if max_registers else cuda.jit
 
     @jit
-    def kernel(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, hshift, bnhash, counter, out_k,
-               out_i, out_nd, out_ne):
+    def kernel(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, hshift, bnhash, allowed, counter,
+               out_k, out_i, out_nd, out_ne):
         qk = cuda.shared.array(QN, dtype=float32)
         qi = cuda.shared.array(QN, dtype=int32)
         tk = cuda.shared.array(QN, dtype=float32)
         ti = cuda.shared.array(QN, dtype=int32)
+        rk = cuda.shared.array(RN, dtype=float32)
+        ri = cuda.shared.array(RN, dtype=int32)
         ht = cuda.shared.array(HN, dtype=int32)
         bw = cuda.shared.array(BN, dtype=uint32)
         qv = cuda.shared.array((wpb, DP), dtype=float32)
@@ -293,8 +313,9 @@ def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, 
             if kind == DIST_COS:
                 qinv = inv_q[j]
             cuda.syncwarp(FULL_MASK)
-            n = 0  # |q| and |topk|: meaningful in lane 0 only
+            n = 0  # |q|, |topk| and the number of allowed results: meaningful in lane 0 only
             m = 0
+            mr = 0
             nd = 0
             ne_ = 0
             u = int32(-1)
@@ -323,6 +344,8 @@ def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, 
                 # ---- stage 3: data-structure maintenance (lane 0), then the next expansion
                 if lane == 0:
                     nd += c
+                    if filtered:
+                        mr = _offer_allowed(c, cand, cdist, w, allowed, rk, ri, off, mr, k)
                     n = _offer(c, cand, cdist, w, n, m, qsize, qk, qi, tk, ti, off, use_bloom, ht, bw, voff,
                                hmask, hshift, bbits, bnhash)
                 step += 1
@@ -357,16 +380,24 @@ def search_kernel(qcap: int, use_bloom: bool, vsize: int, dpad: int, mode: int, 
                     cuda.syncwarp(FULL_MASK)  # lane 0's maintenance is visible to the next probes
             # results: topk sorted ascending, first k
             if lane == 0:
-                maxheap_sort(tk, ti, off, m)
-                ctl[w] = m
+                if filtered:
+                    maxheap_sort(rk, ri, off, mr)
+                    ctl[w] = mr
+                else:
+                    maxheap_sort(tk, ti, off, m)
+                    ctl[w] = m
                 out_nd[j] = nd
                 out_ne[j] = ne_
             cuda.syncwarp(FULL_MASK)
             mm = ctl[w]
             for t in range(lane, k, WARP):
                 if t < mm:
-                    out_k[j, t] = tk[off + t]
-                    out_i[j, t] = ti[off + t]
+                    if filtered:
+                        out_k[j, t] = rk[off + t]
+                        out_i[j, t] = ri[off + t]
+                    else:
+                        out_k[j, t] = tk[off + t]
+                        out_i[j, t] = ti[off + t]
                 else:
                     out_k[j, t] = INF
                     out_i[j, t] = -1

@@ -83,6 +83,11 @@ class SearchParams(Params):
     max_registers : int, default=0
         GPU only: cap on registers per thread of the search kernel (0: the compiler's choice). A cap
         lets more warps stay resident at the price of some spilling (``benchmarks/song_gpu.py``).
+    filtered_exact_ratio : float, default=100.0
+        Filtered searches only: when fewer ids are allowed than this many times the walk's queue, the
+        search is exact over the allowed vectors instead of a graph walk (a walk computes about 20
+        distances per queue slot, each several times dearer than a GEMM's); 0: always walk
+        (``benchmarks/filtered_search.py``).
     """
 
     queue_size: int = 64
@@ -90,7 +95,9 @@ class SearchParams(Params):
     rerank: int = 0
     batch_size: int = 0
     max_registers: int = 0
+    filtered_exact_ratio: float = 100.0
 
     _constraints = {"queue_size": Interval(1, MAX_QUEUE_SIZE), "visited": Options(("hash", "bloom")),
                     "rerank": Interval(0, MAX_QUEUE_SIZE), "batch_size": Interval(0, None),
-                    "max_registers": Interval(0, 255)}
+                    "max_registers": Interval(0, 255),
+                    "filtered_exact_ratio": Interval(0.0, None, integer=False)}

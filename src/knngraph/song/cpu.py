@@ -21,6 +21,11 @@ Per query (SONG, Algorithm 1 with the optimisations of section IV):
         if |q| = Q: visited.delete(q.pop_max())                            # visited deletion, IV-E
         q.push(v); visited.add(v)
 
+With a filter (``allowed``), the walk is the same: vertices that may not be returned still lead to those
+that may. Every candidate whose distance was computed is also offered to a third list, the k best
+allowed ids (a max-heap that keeps each id once, since a forgotten vertex can be offered again), which
+is returned instead of topk.
+
 With the hash table, visited = q U topk at all times (at most 2Q ids). Once topk is full an evicted
 vertex can never re-enter (its distance is >= topk.max from then on), so every vertex is expanded at
 most once and the loop ends. The chunking into 32 ids mirrors the GPU warp (one id per lane); the
@@ -35,8 +40,9 @@ from numba import prange, types
 from numba.extending import overload
 
 from ..primitives.distances import DIST_COS, cpu_distance, inverse_norms
-from ..primitives.lists import (maxheap_push, maxheap_replace_top, maxheap_sort, smmh_max_slot, smmh_pop_max,
-                                smmh_pop_min, smmh_push, sort_pairs)
+from ..primitives.filters import is_allowed
+from ..primitives.lists import (maxheap_offer_unique, maxheap_push, maxheap_replace_top, maxheap_sort, smmh_max_slot,
+                                smmh_pop_max, smmh_pop_min, smmh_push, sort_pairs)
 from ..primitives.visited import (bloom_contains, bloom_insert, bloom_shape, hash_capacity, hash_contains,
                                   hash_delete, hash_insert)
 
@@ -112,9 +118,18 @@ def _offer(c, cand, cd, n, m, qsize, qk, qi, tk, ti, use_bloom, ht, bw, hmask, h
     return n
 
 
+@numba.njit(cache=True)
+def _offer_allowed(c, cand, cd, allowed, rk, ri, mr, k):
+    """Offer a chunk's candidates to the k best allowed ids (filtered search); returns their number."""
+    for t in range(c):
+        if is_allowed(allowed, cand[t]):
+            mr = maxheap_offer_unique(rk, ri, 0, mr, k, cd[t], cand[t])
+    return mr
+
+
 @numba.njit(parallel=True, cache=True)
 def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, use_bloom, hslots, hshift,
-            bwords, bnhash, out_k, out_i, out_nd, out_ne):
+            bwords, bnhash, filtered, allowed, out_k, out_i, out_nd, out_ne):
     nq = queries.shape[0]
     deg = graph.shape[1]
     ne = entries.shape[0]
@@ -130,11 +145,14 @@ def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, use_blo
         bw = np.empty(bwords, np.uint32)
         cand = np.empty(CHUNK, np.int32)
         cd = np.empty(CHUNK, np.float32)
+        rk = np.empty(k if filtered else 1, np.float32)
+        ri = np.empty(k if filtered else 1, np.int32)
         for j in range(task * _QUERIES_PER_TASK, min(nq, (task + 1) * _QUERIES_PER_TASK)):
             ht[:] = -1
             bw[:] = 0
             n = 0
             m = 0
+            mr = 0
             nd = 0
             ne_ = 0
             # entry points, 32 at a time, like any other candidate chunk
@@ -148,6 +166,8 @@ def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, use_blo
                 for t in range(c):
                     cd[t] = _distance(kind, base, cand[t], queries, j, inv_b, inv_q)
                 nd += c
+                if filtered:
+                    mr = _offer_allowed(c, cand, cd, allowed, rk, ri, mr, k)
                 n = _offer(c, cand, cd, n, m, qsize, qk, qi, tk, ti, use_bloom, ht, bw, hmask, hshift, bbits, bnhash)
             while n > 0:
                 dk = qk[0]
@@ -173,7 +193,21 @@ def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, use_blo
                     for t in range(c):
                         cd[t] = _distance(kind, base, cand[t], queries, j, inv_b, inv_q)
                     nd += c
+                    if filtered:
+                        mr = _offer_allowed(c, cand, cd, allowed, rk, ri, mr, k)
                     n = _offer(c, cand, cd, n, m, qsize, qk, qi, tk, ti, use_bloom, ht, bw, hmask, hshift, bbits, bnhash)
+            if filtered:
+                maxheap_sort(rk, ri, 0, mr)
+                for t in range(k):
+                    if t < mr:
+                        out_k[j, t] = rk[t]
+                        out_i[j, t] = ri[t]
+                    else:
+                        out_k[j, t] = np.inf
+                        out_i[j, t] = -1
+                out_nd[j] = nd
+                out_ne[j] = ne_
+                continue
             maxheap_sort(tk, ti, 0, m)
             for t in range(k):
                 if t < m:
@@ -187,8 +221,9 @@ def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, qsize, use_blo
 
 
 
-def search_cpu(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_size, visited):
-    """Run the search for every query (host arrays, already validated).
+def search_cpu(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_size, visited, allowed=None):
+    """Run the search for every query (host arrays, already validated); ``allowed``: None or the uint32
+    bitset of the ids that may be returned (:mod:`knngraph.primitives.filters`).
 
     ``base`` is what the CPU kernels can read (see :func:`knngraph.primitives.distances.cpu_vectors`) or uint32 codes with
     ``kind=DIST_HAMMING``; ``queries`` float32 (or uint32 codes). Returns internal distances float32,
@@ -203,26 +238,28 @@ def search_cpu(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_s
     hslots, hshift = hash_capacity(queue_size)
     bwords, bnhash = bloom_shape(queue_size)
     use_bloom = visited == "bloom"
+    filtered = allowed is not None
+    bits = allowed if filtered else np.zeros(1, np.uint32)
     _search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_size, use_bloom,
-            hslots, hshift, bwords if use_bloom else 1, bnhash, out_k, out_i, out_nd, out_ne)
+            hslots, hshift, bwords if use_bloom else 1, bnhash, filtered, bits, out_k, out_i, out_nd, out_ne)
     return out_k, out_i, out_nd, out_ne
 
 
 def search(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, visited, *, batch_size=0,
-           max_registers=None, verbose=False):
+           max_registers=None, verbose=False, allowed=None):
     """Search every query: host arrays ``graph_ids``, ``base`` (what the CPU kernels can read, or uint32
     codes with ``kind=DIST_HAMMING``), ``inv_b`` (inverse norms for cosine, else a 1-element dummy),
     ``entries``; ``queries`` float (or uint32 codes). Returns internal distances float32, ids int32
     (both [nq, k], -1 / inf where fewer than k were found), distance computations and expanded vertices
-    per query. ``batch_size`` and ``max_registers`` are GPU settings, accepted for the same signature as
-    :func:`knngraph.song.cuda.search`."""
+    per query. ``allowed``: None or the uint32 bitset of the ids that may be returned. ``batch_size`` and
+    ``max_registers`` are GPU settings, accepted for the same signature as :func:`knngraph.song.cuda.search`."""
     if kind == DIST_HAMMING:
         q = np.ascontiguousarray(queries)
         inv_q = np.zeros(1, np.float32)
     else:
         q = np.ascontiguousarray(queries, dtype=np.float32)
         inv_q = inverse_norms(q) if kind == DIST_COS else np.zeros(1, np.float32)
-    return search_cpu(graph_ids, base, q, inv_b, inv_q, kind, entries, k, queue_size, visited)
+    return search_cpu(graph_ids, base, q, inv_b, inv_q, kind, entries, k, queue_size, visited, allowed)
 
 
 @numba.njit(parallel=True, cache=True)

@@ -38,7 +38,7 @@ def distance_mode(dtype, dim: int, hashed: bool) -> int:
 
 
 def kernel_for(queue_size: int, visited: str, dim: int, mode: int, max_warps: int = 4,
-               max_registers: int | None = None):
+               max_registers: int | None = None, filtered: bool = False):
     """(kernel, hash shift, Bloom hash count) for a search configuration."""
     qcap = queue_capacity(queue_size)
     use_bloom = visited == "bloom"
@@ -54,27 +54,30 @@ def kernel_for(queue_size: int, visited: str, dim: int, mode: int, max_warps: in
         dpad = 128 * ((dim // 4 + 31) // 32)
     else:
         dpad = dim
-    wpb = kn.warps_per_block(qcap, use_bloom, vsize, dpad, max_warps)
-    per_block = wpb * kn._shared_bytes_per_warp(qcap, use_bloom, vsize, dpad)
+    wpb = kn.warps_per_block(qcap, use_bloom, vsize, dpad, max_warps, filtered)
+    per_block = wpb * kn._shared_bytes_per_warp(qcap, use_bloom, vsize, dpad, filtered)
     if per_block > kn.SHARED_BUDGET:
         raise ValueError(f"queue_size={queue_size} with dim={dim} needs {per_block} bytes of shared memory per "
                          f"warp, more than the {kn.SHARED_BUDGET} a block may use; lower queue_size")
-    return kn.search_kernel(qcap, use_bloom, vsize, dpad, mode, wpb, max_registers), hshift, bnhash
+    return kn.search_kernel(qcap, use_bloom, vsize, dpad, mode, wpb, max_registers, filtered), hshift, bnhash
 
 
 def search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_size, visited, mode, *,
                   xp, batch_size: int = 0, max_warps: int = 4, sm_count: int = 1, verbose: bool = False,
-                  query_inv_fn=None, max_registers: int | None = None):
+                  query_inv_fn=None, max_registers: int | None = None, allowed=None):
     """Search every query on the device; returns device arrays (internal distances, ids, number of
     distance computations, number of expanded vertices).
 
     ``base`` is the vectors (or uint32 codes, mode HAMMING) on the device; ``queries`` may be on the host
     or the device and is streamed in batches of ``batch_size`` (0: all at once, at most 2^20).
     ``query_inv_fn(batch)`` gives a batch's inverse norms (cosine), else ``inv_q`` is passed through.
+    ``allowed``: None or the uint32 bitset (host or device) of the ids that may be returned.
     """
     nq = queries.shape[0]
     dim = queries.shape[1]
-    kern, hshift, bnhash = kernel_for(queue_size, visited, dim, mode, max_warps, max_registers)
+    filtered = allowed is not None
+    kern, hshift, bnhash = kernel_for(queue_size, visited, dim, mode, max_warps, max_registers, filtered)
+    bits = xp.asarray(allowed) if filtered else xp.zeros(1, xp.uint32)
     wpb = kern.warps_per_block
     if mode in (kn.MODE_PACKED_U8, kn.MODE_PACKED_I8):
         base_arg = base.view(xp.uint32)
@@ -97,13 +100,13 @@ def search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queu
             # enough blocks to fill the GPU; warps then pull queries from the counter
             blocks = int(max(1, min((e - s + wpb - 1) // wpb, sm_count * 32)))
             kern[blocks, wpb * kn.WARP](graph_ids, base_arg, qb, inv_b, qinv, kind, entries, k, queue_size, hshift,
-                                        bnhash, counter, out_k[s:e], out_i[s:e], out_nd[s:e], out_ne[s:e])
+                                        bnhash, bits, counter, out_k[s:e], out_i[s:e], out_nd[s:e], out_ne[s:e])
             bar.update(1)
     return out_k, out_i, out_nd, out_ne
 
 
 def search(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, visited, *, batch_size=0,
-           max_registers=None, verbose=False, xp=None):
+           max_registers=None, verbose=False, xp=None, allowed=None):
     """Search every query (see :func:`knngraph.song.cpu.search`): device arrays ``graph_ids``, ``base``
     (vectors, or uint32 codes with ``kind=DIST_HAMMING``), ``inv_b`` and ``entries``; ``queries`` on the
     host or the device, streamed in batches. Returns device arrays (internal distances, ids, distance
@@ -117,4 +120,4 @@ def search(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, visite
     inv_q = xp.zeros(1, xp.float32)
     return search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_size, visited, mode, xp=xp,
                          batch_size=batch_size, sm_count=sm_count, verbose=verbose, query_inv_fn=query_inv_fn,
-                         max_registers=max_registers)
+                         max_registers=max_registers, allowed=allowed)
