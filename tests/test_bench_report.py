@@ -108,3 +108,129 @@ def test_out_of_core_strategies_are_separate_points():
     rerun = {**clusters, "date": "2026-03-01"}
     kept = latest([pairs, clusters, rerun])
     assert len(kept) == 2 and pairs in kept and rerun in kept
+
+
+# ----------------------------------------------------------------------------------------------------
+# cuVS baselines and time per call (issue 12): hand-made lines as the GPU suite writes them
+
+from benchmarks.runner import report  # noqa: E402
+
+GPU_DATA = "sift-photos-450k"
+
+
+def _gpu_line(method, recall, qps, *, task="search", tag="", batch=None, search=None, build=None, call_s=None,
+              status="ok", note=None, **extra):
+    line = {"suite": "gpu", "tag": tag, "task": task, "method": method, "library": "cuvs" if "cuvs" in method else "knngraph",
+            "device": "cuda", "device_name": "NVIDIA H200", "threads": 16, "input": "device", "dataset": GPU_DATA,
+            "n": 450_000, "d": 128, "nq": 10_000, "dtype": "uint8", "metric": "sqeuclidean", "k": 10,
+            "build_params": build or {}, "search_params": search or {}, "batch_size": batch, "status": status,
+            "date": "2026-11-24T00:00:00+00:00", "command": "python -m benchmarks suite gpu --parts sift",
+            "env": {"cpu": "Xeon", "cpu_count": 16, "gpu": "NVIDIA H200", "versions": {"cuvs": "26.10.00"},
+                    "source": {"commit": "abc"}}}
+    if note:
+        line["note"] = note
+    if status == "ok":
+        searched = min(10_000, (batch or 10_000) * 1000)
+        line.update({"recall@10": recall, "recall@1": recall, "R@10": recall, "qps": qps, "nq_searched": searched,
+                     "search_s": searched / qps, "first_call_s": 0.5, "build_s": 2.0, "build_repeats": 3,
+                     "calls": -(-searched // (batch or 10_000)), "peak_host_bytes": 2**30, "peak_gpu_bytes": 2**29,
+                     **({"call_s": call_s} if call_s is not None else {}), **extra})
+    return line
+
+
+def _gpu_lines():
+    skipped = "cuvs is not installed (pip install cuvs-cu13 ...): skipped, not measured"
+    lines = [
+        _gpu_line("knngraph-song", 0.95, 2.16e6, search={"queue_size": 64}),
+        _gpu_line("knngraph-song", 0.99, 0.73e6, search={"queue_size": 128}),
+        _gpu_line("cuvs-cagra", 0.95, 4.59e6, search={"itopk_size": 64, "search_width": 1}),
+        _gpu_line("cuvs-cagra", 0.99, 1.56e6, search={"itopk_size": 256, "search_width": 1}),
+        _gpu_line("cuvs-cagra-on-knngraph", 0.99, 2.68e6, search={"itopk_size": 128, "search_width": 1}),
+        _gpu_line("cuvs-brute-force", None, None, status="skipped", note=skipped),
+    ]
+    for batch, song_ms, cagra_ms in ((1, 1.41, 0.42), (10, 1.67, 0.37), (100, 1.87, 0.59), (1000, 2.22, 0.68)):
+        lines.append(_gpu_line("knngraph-song", 0.96, batch / song_ms * 1e3, tag="batch", batch=batch,
+                               search={"queue_size": 64}, call_s=song_ms / 1e3))
+        lines.append(_gpu_line("cuvs-cagra", 0.955, batch / cagra_ms * 1e3, tag="batch", batch=batch,
+                               search={"itopk_size": 64, "search_width": 1}, call_s=cagra_ms / 1e3))
+        # a faster setting below the 0.95 floor must not be picked for that floor
+        lines.append(_gpu_line("cuvs-cagra", 0.90, batch / (cagra_ms / 2) * 1e3, tag="batch", batch=batch,
+                               search={"itopk_size": 32, "search_width": 1}, call_s=cagra_ms / 2e3))
+    graph = {**_gpu_line("cuvs-nn-descent", None, None, status="skipped"), "task": "graph", "k": 64, "status": "ok",
+             "build_s": 1.24, "build_repeats": 3, "warmup_s": 0.3, "graph_recall@10": 0.992, "graph_recall@64": 0.98,
+             "graph_recall_sample": 1000, "info": {"graph_degree": 65}}
+    lines += [graph, {**graph, "method": "knngraph-nndescent", "library": "knngraph", "build_s": 0.351,
+                      "graph_recall@10": 0.997, "build_params": {"max_iterations": 6}, "info": {"iterations": 6}}]
+    return lines
+
+
+GPU_FIGS = (
+    Figure("pareto_gpu_test", "pareto", "gpu pareto", "cuda", GPU_DATA, ("knngraph-song",),
+           ("cuvs-cagra", "cuvs-cagra-on-knngraph", "cuvs-brute-force")),
+    Figure("latency_gpu_test", "latency", "gpu latency", "cuda", GPU_DATA, ("knngraph-song",), ("cuvs-cagra",),
+           tags=("batch",)),
+    Figure("build_gpu_test", "build", "gpu build", "cuda", GPU_DATA, ("knngraph-nndescent",), ("cuvs-nn-descent",)),
+)
+
+
+def _cells(text, start):
+    """Cells of the first markdown table row of ``text`` that starts with ``start``."""
+    row = next(ln for ln in text.splitlines() if ln.startswith(start))
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
+def test_report_draws_cuvs_lines_and_time_per_call(tmp_path):
+    path = tmp_path / "bench_gpu.jsonl"
+    path.write_text("\n".join(json.dumps(ln) for ln in _gpu_lines()) + "\n")
+    text = generate([path], tmp_path / "REPORT.md", tmp_path / "fig", figures=GPU_FIGS).read_text()
+    for name in ("pareto_gpu_test", "latency_gpu_test", "build_gpu_test"):
+        assert (tmp_path / "fig" / f"{name}.png").stat().st_size > 1000
+    # cuVS's measured points are in the tables; the skipped baseline is named with its note
+    assert "| cuvs-cagra-on-knngraph |" in text and "2,680,000" in text and "4,590,000" in text
+    assert "cuvs-brute-force: skipped: cuvs is not installed" in text
+    # time per call at the same recall: at recall@10 >= 0.95 CAGRA's itopk 64 (0.42 ms at batch 1), not the
+    # faster itopk 32 that reaches only 0.90; knngraph's queue 64 at 1.41 ms
+    assert _cells(text, "| 0.95 | cuvs-cagra |")[2:] == [f"{ms} (itopk_size=64, search_width=1)"
+                                                          for ms in ("0.42", "0.37", "0.59", "0.68")]
+    assert _cells(text, "| 0.90 | cuvs-cagra |")[2] == "0.21 (itopk_size=32, search_width=1)"
+    assert _cells(text, "| 0.95 | knngraph-song |")[2:] == [f"{ms} (queue_size=64)" for ms in ("1.41", "1.67", "1.87",
+                                                                                                "2.22")]
+    assert _cells(text, "| 0.99 | knngraph-song |")[2:] == ["-"] * 4  # no batched setting reached 0.99
+    # the figure's table: batch 1 searched batch x max_calls of the 10,000 queries, at 1.41 ms per call
+    row = next(ln for ln in text.splitlines() if ln.startswith("| knngraph-song |") and "| 1 (1,000 queries) |" in ln)
+    cells = [c.strip() for c in row.strip().strip("|").split("|")]
+    assert cells[4:8] == ["0.96", "0.96", "709", "1.41"]  # recall@10, R@10, QPS, ms/call
+
+
+def test_cuvs_methods_get_their_own_colours():
+    rows = [ln for ln in _gpu_lines() if ln["status"] == "ok" and ln["tag"] == "batch"]
+    styled = {label: colour for label, _, colour, _, _ in report._styled(report._series(rows, "search_params"))}
+    assert set(styled) == {"knngraph-song", "cuvs-cagra (itopk_size=64)", "cuvs-cagra (itopk_size=32)"}
+    assert styled["cuvs-cagra (itopk_size=64)"] == styled["cuvs-cagra (itopk_size=32)"] != styled["knngraph-song"]
+    colours = [report._COLOURS[m] for m in ("cuvs-cagra", "cuvs-cagra-on-knngraph", "cuvs-nn-descent",
+                                            "cuvs-brute-force", "knngraph-song", "knngraph-exact", "torch-exact")]
+    assert len(set(colours)) == len(colours)
+
+
+def test_gpu_figures_require_cuvs_measured_or_skipped():
+    """The committed GPU figures name cuVS as baselines: a run without any cuVS line cannot make the
+    report; 'skipped' lines with the install note can."""
+    fig = next(f for f in report.FIGURES if f.name == "pareto_gpu_sift450k")
+    ok = [ln for ln in _gpu_lines() if "cuvs" not in ln["method"]]
+    ok += [_gpu_line("knngraph-exact", 1.0, 3e5), _gpu_line("torch-exact", 1.0, 1e5)]
+    problems = report.check(fig, ok)
+    assert {p.split("baseline ")[1].split(" ")[0] for p in problems} == {"cuvs-cagra", "cuvs-cagra-on-knngraph",
+                                                                        "cuvs-brute-force"}
+    skipped = [_gpu_line(m, None, None, status="skipped", note="cuvs is not installed")
+               for m in ("cuvs-cagra", "cuvs-cagra-on-knngraph", "cuvs-brute-force")]
+    assert report.check(fig, ok + skipped) == []
+    latency = next(f for f in report.FIGURES if f.name == "latency_gpu_sift450k")
+    assert latency.task == "search" and latency.tags == ("batch",)
+
+
+def test_time_per_call_of_lines_written_before_call_s():
+    old = _gpu_line("knngraph-song", 0.95, 1e5, tag="batch", batch=100)
+    for key in ("call_s", "calls", "nq_searched"):
+        old.pop(key, None)
+    assert report.call_seconds(old) == pytest.approx(old["search_s"] / 100)  # 10,000 queries in 100 calls
+    assert report.call_seconds({**old, "call_s": 0.002}) == 0.002

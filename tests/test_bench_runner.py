@@ -131,3 +131,181 @@ def test_cli_run_writes_lines(tmp_path, capsys):
     assert lines[0]["command"].startswith("python -m benchmarks")
     assert parse_sets(["hnswlib.ef=10,40", "hnswlib.M=16", "x.mode=fast"]) == {
         "hnswlib": {"ef": [10, 40], "M": [16]}, "x": {"mode": ["fast"]}}
+
+
+# ----------------------------------------------------------------------------------------------------
+# cuVS baselines and small-batch timing (issue 12)
+
+CUVS_TASKS = {"cuvs-cagra": ("search",), "cuvs-cagra-on-knngraph": ("search",), "cuvs-nn-descent": ("graph",),
+              "cuvs-brute-force": ("search", "graph")}
+
+
+def _cuvs_importable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("cuvs") is not None
+
+
+@pytest.mark.skipif(_cuvs_importable(), reason="cuVS is installed here: its runs are measured, not skipped")
+def test_missing_cuvs_gives_skipped_lines_with_the_install_note(tmp_path):
+    runner = Runner(tmp_path / "c.jsonl", threads=1)
+    for name, tasks in CUVS_TASKS.items():
+        assert methods.get(name).devices == ("cuda",)
+        for task in tasks:
+            (line,) = runner.run(RunSpec("sample", task, name, device="cuda"))
+            assert line["status"] == "skipped" and line["method"] == name and line["library"] == "cuvs"
+            assert "cuvs is not installed" in line["note"] and "cuvs-cu13" in line["note"]
+            assert "cuvs_device_install.sh" in line["note"]
+            assert "qps" not in line and "graph_recall@10" not in line
+    # a cuVS baseline asked for on the CPU is an error line naming the device, not a silent skip
+    (line,) = runner.run(RunSpec("sample", "search", "cuvs-cagra", device="cpu"))
+    assert line["status"] == "error" and "'cpu'" in line["note"]
+
+
+def test_cuvs_that_does_not_load_says_why(tmp_path, monkeypatch):
+    """Installed but broken (a wheel whose native library is not found): the note carries the loader's
+    message, so the GPU run's log says what to fix."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "cuvs" else real(name, *a))
+
+    def broken():
+        raise OSError("libcuvs_c.so: cannot open shared object file")
+
+    monkeypatch.setattr(methods, "cuvs_modules", broken)
+    runner = Runner(tmp_path / "b.jsonl", threads=1)
+    (line,) = runner.run(RunSpec("sample", "search", "cuvs-cagra", device="cuda"))
+    assert line["status"] == "skipped"
+    assert "installed but does not load (OSError: libcuvs_c.so: cannot open shared object file)" in line["note"]
+    assert "LD_LIBRARY_PATH" in line["note"]
+
+
+def test_self_column_is_dropped_from_cuvs_graphs():
+    """cuVS returns k + 1 neighbours per node; scoring drops the node itself, or the last column where
+    the node is absent, leaving k other nodes in order."""
+    ids = np.array([[0, 5, 6, 7], [3, 1, 2, 9], [4, 8, 6, 5]], dtype=np.uint32)  # rows 0 and 1 hold themselves
+    for name in ("cuvs-nn-descent", "cuvs-brute-force"):
+        out = methods.get(name).finish_graph(ids, 3)
+        np.testing.assert_array_equal(out, [[5, 6, 7], [3, 2, 9], [4, 8, 6]])
+    # other methods' graphs are scored as returned
+    assert methods.get("knngraph-exact").finish_graph(ids, 3) is ids
+
+
+class _ExactWithHoles(methods.Method):
+    """Exact top-k by NumPy, returned as uint32 with the last column set to CAGRA's 'no id' value."""
+
+    name = "exact-with-holes"
+    library = "numpy"
+    tasks = ("search",)
+    has_index = False
+
+    def search(self, ctx, index, queries, k):
+        x = index["base"].astype(np.float64)
+        q = np.asarray(queries, dtype=np.float64)
+        d = (q * q).sum(1)[:, None] - 2 * q @ x.T + (x * x).sum(1)[None, :]
+        ids = np.argsort(d, axis=1, kind="stable")[:, :k].astype(np.uint32)
+        ids[:, -1] = np.iinfo(np.uint32).max
+        return ids
+
+
+def test_ids_outside_the_base_count_as_misses(tmp_path, monkeypatch):
+    monkeypatch.setitem(methods.METHODS, _ExactWithHoles.name, _ExactWithHoles())
+    runner = Runner(tmp_path / "h.jsonl", threads=1)
+    (line,) = runner.run(RunSpec("sample:n=2000,nq=20", "search", _ExactWithHoles.name, repeats=1))
+    assert line["status"] == "ok", line.get("note")
+    assert line["recall@10"] == pytest.approx(0.9)  # 9 true neighbours of 10, the 'none' id a miss
+    assert line["recall@1"] == 1.0
+
+
+def test_batch_sizes_time_each_call(tmp_path):
+    """--batch-sizes on a CPU searcher: one line per batch size with the median time per call; with
+    --max-calls only the first batch x max_calls queries are searched, and batching does not change the
+    answers (the batch of 10 covers all 100 queries and scores as one call over all of them does)."""
+    out = tmp_path / "b.jsonl"
+    rc = bench_main(["run", "--dataset", "sample:n=4000,nq=100", "--method", "knngraph-song", "--threads", "2",
+                     "--set", "knngraph-song.graph=exact", "--set", "knngraph-song.graph_k=16",
+                     "--set", "knngraph-song.graph_degree=8", "--set", "knngraph-song.queue_size=64",
+                     "--set", "knngraph-song.visited=hash",  # a SearchParams field outside the default sweep
+                     "--batch-sizes", "1,10,all", "--max-calls", "25", "--repeats", "2", "--build-repeats", "1",
+                     "--out", str(out)])
+    assert rc == 0
+    by = {ln["batch_size"]: ln for ln in (json.loads(t) for t in out.read_text().splitlines())}
+    assert set(by) == {1, 10, None} and all(ln["status"] == "ok" for ln in by.values())
+    one, ten, whole = by[1], by[10], by[None]
+    assert (one["nq_searched"], one["calls"]) == (25, 25)
+    assert (ten["nq_searched"], ten["calls"]) == (100, 10)
+    assert (whole["nq_searched"], whole["calls"]) == (100, 1)
+    for ln in by.values():
+        assert ln["call_s"] > 0 and ln["call_p90_s"] >= ln["call_s"] and len(ln["search_all_s"]) == 2
+        assert ln["qps"] == pytest.approx(ln["nq_searched"] / ln["search_s"])
+        assert ln["first_call_s"] > 0 and ln["search_params"] == {"queue_size": 64, "visited": "hash"}
+    assert whole["call_s"] == whole["search_s"]
+    assert ten["recall@10"] == whole["recall@10"] >= 0.9
+    assert one["recall@10"] >= 0.9
+    with pytest.raises(SystemExit, match="positive integers"):
+        bench_main(["run", "--dataset", "sample", "--method", "knngraph-song", "--batch-sizes", "0",
+                    "--out", str(tmp_path / "x.jsonl")])
+
+
+def test_gpu_suite_puts_cuvs_next_to_knngraph():
+    """One `suite gpu --parts sift` run measures each cuVS baseline on the data, k and batch sizes of the
+    matching knngraph method; CAGRA-on-knngraph searches the graph of a knngraph-song run (song.build's
+    defaults: the exact intermediate_graph_degree-NN graph pruned to graph_degree)."""
+    from knngraph import song
+
+    from benchmarks.runner.suites import gpu_suite
+
+    specs = gpu_suite(("sift",))
+    by = {}
+    for s in specs:
+        by.setdefault((s.task, s.method, s.tag), []).append(s)
+    for name, tasks in CUVS_TASKS.items():
+        for task in tasks:
+            assert (task, name, "") in by, (task, name)
+    for name in ("knngraph-song", "cuvs-cagra", "cuvs-cagra-on-knngraph", "knngraph-exact", "cuvs-brute-force"):
+        (spec,) = by[("search", name, "batch")]
+        assert {1, 10, 100, 1000} <= set(spec.batch_sizes) and spec.max_calls == 1000
+        assert spec.dataset == "sift-photos-450k" and spec.device == "cuda"
+    defaults = song.IndexParams()
+    same_graph = {"graph": [defaults.build_algo], "graph_k": [defaults.intermediate_graph_degree],
+                  "graph_degree": [defaults.graph_degree]}
+    assert any(s.build == same_graph for s in by[("search", "knngraph-song", "")])
+    assert by[("search", "knngraph-song", "batch")][0].build == same_graph
+    assert all(s.build is None for s in by[("search", "cuvs-cagra-on-knngraph", "")])  # song.build's defaults
+    (cagra,) = by[("search", "cuvs-cagra", "")]
+    assert cagra.search["search_width"] == [1] and min(cagra.search["itopk_size"]) <= 16 <= 512 <= max(
+        cagra.search["itopk_size"])
+    assert methods.get("cuvs-cagra").build_sweep == {"graph_degree": [32], "intermediate_graph_degree": [64],
+                                                     "build_algo": ["nn_descent"]}
+    assert {s.k for s in by[("graph", "cuvs-nn-descent", "")]} == {s.k for s in by[("graph", "knngraph-nndescent", "")]}
+
+
+@pytest.mark.gpu
+def test_cuvs_baselines_on_the_gpu(tmp_path):
+    """On a GPU with cuVS (source /root/cuvs-env.sh on the lent machine): every cuVS baseline measures
+    real recall on the bundled SIFT sample, also in small batches."""
+    pytest.importorskip("cuvs", reason="cuVS not installed (see benchmarks.runner.methods.CUVS_HINT)")
+    assert methods.get("cuvs-cagra").missing() is None
+    runner = Runner(tmp_path / "g.jsonl", threads=1)
+    ds = "sample:nq=200"
+    lines = runner.run(RunSpec(ds, "search", "cuvs-brute-force", device="cuda", repeats=1))
+    lines += runner.run(RunSpec(ds, "search", "cuvs-cagra", device="cuda", repeats=1, build_repeats=1,
+                                search={"itopk_size": [64], "search_width": [1]}, batch_sizes=[None, 1, 10],
+                                max_calls=20))
+    lines += runner.run(RunSpec(ds, "search", "cuvs-cagra-on-knngraph", device="cuda", repeats=1, build_repeats=1,
+                                search={"itopk_size": [64], "search_width": [1]}))
+    lines += runner.run(RunSpec(ds, "search", "knngraph-song", device="cuda", repeats=1, build_repeats=1,
+                                build={"graph": ["exact"], "graph_k": [96], "graph_degree": [32]},
+                                search={"queue_size": [64]}, batch_sizes=[None, 1], max_calls=20))
+    lines += runner.run(RunSpec(ds, "graph", "cuvs-nn-descent", device="cuda", k=16, build_repeats=1))
+    lines += runner.run(RunSpec(ds, "graph", "cuvs-brute-force", device="cuda", k=16, build_repeats=1))
+    assert all(ln["status"] == "ok" for ln in lines), [ln.get("note") for ln in lines]
+    by = {(ln["task"], ln["method"], ln.get("batch_size")): ln for ln in lines}
+    assert by[("search", "cuvs-brute-force", None)]["recall@10"] == 1.0
+    for name in ("cuvs-cagra", "cuvs-cagra-on-knngraph", "knngraph-song"):
+        assert by[("search", name, None)]["recall@10"] >= 0.95, name
+    assert by[("search", "cuvs-cagra", 1)]["nq_searched"] == 20 and by[("search", "cuvs-cagra", 1)]["recall@10"] >= 0.9
+    assert by[("search", "cuvs-cagra-on-knngraph", None)]["info"]["knngraph_graph_degree"] == 32
+    assert by[("graph", "cuvs-nn-descent", None)]["graph_recall@10"] >= 0.9
+    assert by[("graph", "cuvs-brute-force", None)]["graph_recall@10"] == 1.0

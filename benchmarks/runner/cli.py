@@ -3,6 +3,8 @@
     python -m benchmarks list                                   # datasets, methods, what is installed
     python -m benchmarks run --dataset sift-photos-100k --task search \\
         --method knngraph-song --method hnswlib --set hnswlib.ef=10,40,160 --out out/mine.jsonl
+    python -m benchmarks run --dataset sift-photos-450k --device cuda --method knngraph-song --method cuvs-cagra \\
+        --batch-sizes 1,10,100,1000 --max-calls 1000 --out out/batches.jsonl   # time per call, small batches
     python -m benchmarks run --dataset synth:n=1m,d=128,nq=0 --task graph --method knngraph-nndescent \\
         --device cuda -k 32 --set knngraph-nndescent.memory_limit=quarter
     python -m benchmarks suite cpu --out benchmarks/results/bench_cpu_2cores.jsonl
@@ -51,6 +53,22 @@ def parse_sets(items) -> dict:
     return out
 
 
+def _batch_sizes(text: str) -> list:
+    """'1,10,all' -> [1, 10, None]; '' -> [None] (all queries in one call)."""
+    if not text:
+        return [None]
+    out = []
+    for item in text.split(","):
+        value = parse_value(item)
+        if value is None or (isinstance(value, str) and value.lower() == "all"):
+            out.append(None)
+        elif isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            out.append(value)
+        else:
+            raise SystemExit(f"--batch-sizes expects positive integers or 'all', got {item!r}")
+    return out
+
+
 def _threads(value) -> int:
     return int(value) if value else (os.cpu_count() or 1)
 
@@ -61,7 +79,7 @@ def cmd_list(args) -> int:
     print("methods (task, devices, installed):")
     for m in METHODS.values():
         miss = m.missing()
-        print(f"  {m.name:<20} {','.join(m.tasks):<14} {','.join(m.devices):<10} {'yes' if not miss else miss}")
+        print(f"  {m.name:<24} {','.join(m.tasks):<14} {','.join(m.devices):<10} {'yes' if not miss else miss}")
     print("datasets: sample, sift-photos-{20k,100k,450k,770k}, minilm-words, hdf5:PATH, "
           "bigann:base=P,query=Q,gt=G[,metric=M], synth:n=N,d=D[,seed=S,nq=Q]; options nq=, n=")
     return 0
@@ -78,7 +96,7 @@ def cmd_run(args) -> int:
             method = get(name)
             own = sets.get(name, {})
             if args.task == "search":
-                search = {p: v for p, v in own.items() if p in method.search_sweep}
+                search = {p: v for p, v in own.items() if p in method.search_sweep or p in method.search_keys}
                 build = {p: v for p, v in own.items() if p not in search}
                 spec = RunSpec(ds, "search", name, device=args.device, k=args.k,
                                build={**method.build_sweep, **build} if own else None,
@@ -88,7 +106,8 @@ def cmd_run(args) -> int:
                                graph={**method.graph_sweep, **own} if own else None)
             spec.repeats = args.repeats
             spec.build_repeats = args.build_repeats
-            spec.batch_sizes = [parse_value(b) for b in args.batch_sizes.split(",")] if args.batch_sizes else [None]
+            spec.batch_sizes = _batch_sizes(args.batch_sizes)
+            spec.max_calls = args.max_calls
             spec.input = args.input
             spec.tag = args.tag
             runner.run(spec)
@@ -157,7 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", help="METHOD.PARAM=V1,V2: sweep values (repeatable); a parameter "
                                                   "the method sweeps at search time is a search parameter, others "
                                                   "are build parameters")
-    p.add_argument("--batch-sizes", default="", help="queries per search call, comma-separated (default: all)")
+    p.add_argument("--batch-sizes", default="", help="queries per search call, comma-separated, 'all' for one call "
+                                                     "(default: all); each call is timed alone, the line gives the "
+                                                     "median time per call (call_s)")
+    p.add_argument("--max-calls", type=int, default=None, help="with --batch-sizes: search only the first "
+                                                              "batch x max-calls queries (default: all)")
     p.add_argument("--repeats", type=int, default=3, help="timed search calls (median)")
     p.add_argument("--build-repeats", type=int, default=3, help="timed builds (median)")
     p.add_argument("--input", choices=("device", "host"), default="device", help="GPU runs: data on the GPU or host")

@@ -196,7 +196,7 @@ class GpuPeak:
 # packages whose versions go into every JSON line (distribution name -> import name)
 _LIBRARIES = {"knngraph": "knngraph", "numpy": "numpy", "numba": "numba", "numba-cuda": "numba_cuda",
               "cupy": "cupy", "torch": "torch", "pynndescent": "pynndescent", "hnswlib": "hnswlib",
-              "faiss-cpu": "faiss", "scikit-learn": "sklearn", "matplotlib": "matplotlib"}
+              "faiss-cpu": "faiss", "scikit-learn": "sklearn", "matplotlib": "matplotlib", "cuvs": "cuvs"}
 
 
 def library_versions() -> dict:
@@ -205,7 +205,8 @@ def library_versions() -> dict:
     out = {"python": platform.python_version()}
     for dist, module in _LIBRARIES.items():
         version = None
-        for name in (dist, f"{dist}-cuda12x", f"{dist}-cuda13x") if dist == "cupy" else (dist,):
+        names = {"cupy": (dist, f"{dist}-cuda12x", f"{dist}-cuda13x"), "cuvs": (dist, f"{dist}-cu13", f"{dist}-cu12")}
+        for name in names.get(dist, (dist,)):
             try:
                 version = importlib.metadata.version(name)
                 break

@@ -14,6 +14,13 @@ Inputs: on ``device="cuda"`` knngraph and PyTorch receive the base and queries a
 arrays, uploaded once per dataset outside the timings) unless a run asks for ``input="host"``; CPU
 libraries receive NumPy arrays. Conversions a library needs (uint8 / float16 -> float32, normalising
 for cosine) happen inside the timed build or search call, since users pay them too.
+
+The cuVS baselines (``cuvs-cagra``, ``cuvs-cagra-on-knngraph``, ``cuvs-nn-descent``, ``cuvs-brute-force``)
+run only on ``device="cuda"`` and only where cuVS is installed and loads; cuVS is no dependency of
+knngraph (not in any extra, not in CI). They receive the CuPy arrays as they are (cuVS reads
+``__cuda_array_interface__``) and return cuVS's device arrays, which the runner copies to the host after
+the clock stops. cuVS allocates through RMM, not CuPy's pool, so ``peak_gpu_bytes`` does not see what it
+holds.
 """
 
 from __future__ import annotations
@@ -88,6 +95,8 @@ class Method:
     build_sweep: dict = {}
     search_sweep: dict = {}
     graph_sweep: dict = {}
+    #: further search parameters (not swept by default) that ``--set`` must route to the search
+    search_keys: tuple = ()
 
     def missing(self) -> str | None:
         """None when usable, else the note written in the ``skipped`` line."""
@@ -106,6 +115,12 @@ class Method:
     def graph(self, ctx: Context, base, metric: str, k: int, **params):
         """(ids (n, k) of each node's k nearest other nodes, info dict) (timed as the build)."""
         raise NotImplementedError
+
+    def finish_graph(self, ids, k: int):
+        """The ids of :meth:`graph` as scored, after the timed call: the place for bookkeeping that only
+        makes libraries comparable (e.g. dropping the node itself where a library counts it as its own
+        neighbour). Default: unchanged."""
+        return ids
 
     def index_info(self, index) -> dict:
         """Facts about a built index worth recording (degree, iterations, ...)."""
@@ -187,6 +202,12 @@ class KnngraphGraphSearcher(Method):
         self.name = f"knngraph-{algorithm.name}"
         self.__doc__ = f"knngraph's {algorithm.summary}."
 
+    @property
+    def search_keys(self):
+        import dataclasses
+
+        return tuple(f.name for f in dataclasses.fields(self.algorithm.load().SearchParams))
+
     def build(self, ctx, base, metric, graph="nndescent", graph_k=64, graph_degree=32):
         import dataclasses
 
@@ -217,7 +238,7 @@ def knngraph_methods() -> list:
             out.append(KnngraphExact(algorithm))
         elif algorithm.searches_graphs:
             out.append(KnngraphGraphSearcher(algorithm))
-        elif algorithm.builds_graphs:
+        elif algorithm.builds_graphs and not algorithm.search_graph:  # search graphs: benchmarks/grnnd_*.py
             out.append(KnngraphGraphBuilder(algorithm))
     return out
 
@@ -466,8 +487,266 @@ class TorchExact(Method):
         return ids.int(), {}
 
 
+# --------------------------------------------------------------------------------------------------
+# NVIDIA cuVS (the GPU reference: CAGRA, NN-Descent, brute force)
+
+#: where the install note of a skipped cuVS line points
+CUVS_HINT = ("pip install cuvs-cu13 (or cuvs-cu12, matching the CUDA driver); on the lent GPU machine: "
+             "../shared/tools/cuvs_wheels.sh, ../shared/tools/cuvs_device_install.sh, then source /root/cuvs-env.sh")
+
+# vector dtypes each cuVS entry point takes (others are converted to float32 inside the timed call)
+_CAGRA_DTYPES = ("float32", "float16", "int8", "uint8")
+_NND_DTYPES = ("float32", "float16", "int8", "uint8")
+_BRUTE_DTYPES = ("float32", "float16")
+
+
+#: RMM_POOL["on"]: whether cuVS allocates from an RMM pool (set on first use; None before, False if RMM refused)
+RMM_POOL: dict = {"on": None}
+
+
+def cuvs_modules():
+    """(cagra, nn_descent, brute_force) of ``cuvs.neighbors``, after loading libcuvs' shared library
+    (wheels installed with ``--target`` do not find it on their own) and, once, giving cuVS a pooled
+    allocator (:func:`_rmm_pool`)."""
+    try:
+        import libcuvs
+    except ImportError:
+        libcuvs = None  # conda builds and older wheels load the library when cuvs is imported
+    if libcuvs is not None and hasattr(libcuvs, "load_library"):
+        libcuvs.load_library()
+    from cuvs.neighbors import brute_force, cagra, nn_descent
+
+    if RMM_POOL["on"] is None:
+        RMM_POOL["on"] = _rmm_pool()
+    return cagra, nn_descent, brute_force
+
+
+def _rmm_pool() -> bool:
+    """Route cuVS's allocations (through RMM) to a growing pool, as knngraph's go to CuPy's pool: without
+    one every search call would pay cudaMalloc / cudaFree for its outputs and workspace (cuVS's docs
+    recommend a pool for repeated searches). Starts at 256 MiB and grows on demand. False if RMM refuses."""
+    try:
+        import rmm
+
+        rmm.mr.set_current_device_resource(rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(),
+                                                                      initial_pool_size=2**28))
+        return True
+    except Exception:
+        return False
+
+
+def cuvs_array(x, metric: str, dtypes, cosine: str = "inner_product", like=None):
+    """(CuPy array cuVS takes, cuVS metric name) for ``x`` (NumPy, CuPy, anything with
+    ``__cuda_array_interface__``; host arrays are uploaded here, inside the timed call).
+
+    ``cosine='inner_product'``: cosine data is normalised (float16 stays float16) and searched by inner
+    product, the same order (entry points whose cosine support is not certain: CAGRA, NN-Descent);
+    ``cosine='cosine'`` passes the metric through (brute force). Euclidean ranks as squared Euclidean.
+    A dtype outside ``dtypes`` becomes float32 (exact for 8-bit values); ``like`` forces the dtype of an
+    index's vectors onto its queries."""
+    import cupy as cp
+
+    a = cp.asarray(x)
+    if metric == "cosine" and cosine == "inner_product":
+        f = a.astype(cp.float32)
+        norms = cp.linalg.norm(f, axis=1, keepdims=True)
+        f /= cp.where(norms == 0, cp.float32(1), norms)
+        a = f.astype(cp.float16) if a.dtype == cp.float16 else f
+        metric = "inner_product"
+    elif metric == "euclidean":
+        metric = "sqeuclidean"
+    want = cp.dtype(like) if like is not None else (a.dtype if a.dtype.name in dtypes else cp.dtype(cp.float32))
+    if a.dtype != want:
+        a = a.astype(want)
+    return cp.ascontiguousarray(a), metric
+
+
+def _uint32_graph(indices):
+    """A knngraph graph's int32 ids (-1 = no edge) as the uint32 table CAGRA's ``from_graph`` takes:
+    a missing edge repeats the row's first neighbour (the node itself when the row is empty), since
+    CAGRA has no 'no edge' value. Returns (table, number of edges filled)."""
+    import cupy as cp
+
+    ids = cp.asarray(indices)
+    holes = int((ids < 0).sum())
+    if holes:
+        first = ids[:, :1]
+        first = cp.where(first < 0, cp.arange(ids.shape[0], dtype=ids.dtype)[:, None], first)
+        ids = cp.where(ids < 0, first, ids)
+    return cp.ascontiguousarray(ids.astype(cp.uint32)), holes
+
+
+class _Cuvs(Method):
+    """Common ground of the cuVS baselines: availability (installed, loadable, a GPU) and versions."""
+
+    library = "cuvs"
+    module = "cuvs"
+    install_hint = CUVS_HINT
+    devices = ("cuda",)
+
+    def missing(self):
+        note = super().missing()
+        if note:
+            return note
+        try:
+            cuvs_modules()
+        except Exception as exc:  # a wheel without its native libraries, a CUDA mismatch, ...
+            return (f"cuVS is installed but does not load ({type(exc).__name__}: {exc}); check LD_LIBRARY_PATH / "
+                    f"LD_PRELOAD ({CUVS_HINT}): skipped, not measured")
+        try:
+            import cupy
+
+            if cupy.cuda.runtime.getDeviceCount() < 1:
+                return "no CUDA device for cuVS: skipped, not measured"
+        except Exception as exc:
+            return f"no usable CUDA device for cuVS ({type(exc).__name__}: {exc}): skipped, not measured"
+        return None
+
+    def index_info(self, index):
+        return {"rmm_pool": RMM_POOL["on"]}
+
+    @staticmethod
+    def _resources() -> dict:
+        """``resources=`` for cuVS calls: one ``cuvs.common.Resources`` per index, reused by its searches (as
+        a service keeps it; otherwise every call makes its own and synchronises it). Empty where the
+        release has no such class. The runner synchronises the whole device before the clock stops."""
+        try:
+            from cuvs.common import Resources
+        except ImportError:
+            return {}
+        return {"resources": Resources()}
+
+    @staticmethod
+    def _search_params(index, cls, **params):
+        """A ``SearchParams`` made once per index and setting (as a user keeps it between calls)."""
+        key = tuple(sorted(params.items()))
+        cache = index.setdefault("search_params", {})
+        if key not in cache:
+            cache[key] = cls(**params)
+        return cache[key]
+
+
+class CuvsCagra(_Cuvs):
+    """cuVS CAGRA on its own graph: ``cagra.build`` (``graph_degree``, ``intermediate_graph_degree``,
+    ``build_algo`` 'nn_descent' / 'ivf_pq' / 'iterative_cagra_search', further ``IndexParams`` fields as
+    build parameters) and ``cagra.search`` (``itopk_size``, ``search_width``, further ``SearchParams``
+    fields such as ``algo`` or ``max_iterations`` as search parameters). Data stays in its dtype (float32,
+    float16, int8, uint8); cosine is searched as inner product over normalised vectors."""
+
+    name = "cuvs-cagra"
+    tasks = ("search",)
+    build_sweep = {"graph_degree": [32], "intermediate_graph_degree": [64], "build_algo": ["nn_descent"]}
+    search_sweep = {"itopk_size": [16, 32, 64, 128, 256, 512], "search_width": [1]}
+    search_keys = ("algo", "max_iterations", "min_iterations", "team_size", "thread_block_size", "max_queries",
+                   "hashmap_mode", "persistent")
+
+    def build(self, ctx, base, metric, graph_degree=32, intermediate_graph_degree=64, build_algo="nn_descent",
+              **params):
+        cagra = cuvs_modules()[0]
+        x, cmetric = cuvs_array(base, metric, _CAGRA_DTYPES)
+        ip = cagra.IndexParams(metric=cmetric, graph_degree=graph_degree,
+                               intermediate_graph_degree=max(intermediate_graph_degree, graph_degree),
+                               build_algo=build_algo, **params)
+        res = self._resources()
+        return {"index": cagra.build(ip, x, **res), "vectors": x, "metric": metric, "dtype": x.dtype.name, "res": res}
+
+    def search(self, ctx, index, queries, k, itopk_size=64, search_width=1, **params):
+        cagra = cuvs_modules()[0]
+        q, _ = cuvs_array(queries, index["metric"], _CAGRA_DTYPES, like=index["dtype"])
+        sp = self._search_params(index, cagra.SearchParams, itopk_size=max(itopk_size, k), search_width=search_width,
+                                 **params)
+        _, ids = cagra.search(sp, index["index"], q, k, **index["res"])
+        return ids  # uint32 (int64 in some releases) on the GPU; the runner scores ids outside [0, n) as misses
+
+    def index_info(self, index):
+        info = {**super().index_info(index), "dtype": index["dtype"]}
+        try:
+            info["graph_degree"] = int(index["index"].graph_degree)
+        except Exception:
+            pass
+        info.update(index.get("info", {}))
+        return info
+
+
+class CuvsCagraOnKnngraph(CuvsCagra):
+    """CAGRA's searcher over knngraph's prepared graph: ``knngraph.song.build`` (build parameters are
+    fields of ``knngraph.song.IndexParams``; the defaults give the graph knngraph's own GPU searcher uses:
+    exact ``intermediate_graph_degree``-NN graph pruned by ``optimize_graph`` to ``graph_degree``), then
+    ``cagra.from_graph`` over that graph and the vectors. The build time covers both steps."""
+
+    name = "cuvs-cagra-on-knngraph"
+    build_sweep = {}
+
+    def build(self, ctx, base, metric, **params):
+        import knngraph.song as song
+
+        cagra = cuvs_modules()[0]
+        params.setdefault("seed", ctx.seed)
+        graph = song.build(song.IndexParams(metric=metric, **params), base, device=ctx.device, verbose=False).graph
+        table, holes = _uint32_graph(graph.indices)
+        x, cmetric = cuvs_array(base, metric, _CAGRA_DTYPES)
+        res = self._resources()
+        index = cagra.from_graph(table, x, metric=cmetric, **res)
+        # the graph and vectors stay referenced: from_graph may keep views of them
+        return {"index": index, "vectors": x, "graph": table, "metric": metric, "dtype": x.dtype.name, "res": res,
+                "info": {"knngraph_graph_degree": int(table.shape[1]), "edges_filled": holes}}
+
+
+class CuvsNNDescent(_Cuvs):
+    """cuVS NN-Descent k-NN graph (``nn_descent.build``; build parameters are ``nn_descent.IndexParams``
+    fields such as ``max_iterations`` or ``intermediate_graph_degree``, cuVS's defaults otherwise). It is
+    asked for ``k + 1`` neighbours per node, since cuVS counts a node as its own neighbour: the runner
+    then drops each row's own id (:meth:`finish_graph`, outside the timed call) so that every method is
+    scored on k other nodes."""
+
+    name = "cuvs-nn-descent"
+    tasks = ("graph",)
+
+    def graph(self, ctx, base, metric, k, **params):
+        nn_descent = cuvs_modules()[1]
+        x, cmetric = cuvs_array(base, metric, _NND_DTYPES)
+        index = nn_descent.build(nn_descent.IndexParams(metric=cmetric, graph_degree=k + 1, **params), x)
+        return index.graph, {"graph_degree": k + 1, "rmm_pool": RMM_POOL["on"]}
+
+    def finish_graph(self, ids, k):
+        return strip_self(ids, k)
+
+
+class CuvsBruteForce(_Cuvs):
+    """cuVS exact search (``brute_force.build`` + ``search``; float32 / float16 data, 8-bit data is
+    converted to float32 inside the timed calls) and the exact k-NN graph (the base searched against
+    itself for k + 1 neighbours, each row's own id dropped outside the timed call)."""
+
+    name = "cuvs-brute-force"
+    tasks = ("search", "graph")
+    has_index = False
+
+    def build(self, ctx, base, metric):
+        brute_force = cuvs_modules()[2]
+        x, cmetric = cuvs_array(base, metric, _BRUTE_DTYPES, cosine="cosine")
+        res = self._resources()
+        return {"index": brute_force.build(x, metric=cmetric, **res), "vectors": x, "metric": metric,
+                "dtype": x.dtype.name, "res": res}
+
+    def search(self, ctx, index, queries, k):
+        brute_force = cuvs_modules()[2]
+        q, _ = cuvs_array(queries, index["metric"], _BRUTE_DTYPES, cosine="cosine", like=index["dtype"])
+        _, ids = brute_force.search(index["index"], q, k, **index["res"])
+        return ids
+
+    def graph(self, ctx, base, metric, k):
+        index = self.build(ctx, base, metric)
+        return self.search(ctx, index, index["vectors"], k + 1), {"rmm_pool": RMM_POOL["on"]}
+
+    def finish_graph(self, ids, k):
+        return strip_self(ids, k)
+
+
+CUVS_METHODS = (CuvsCagra(), CuvsCagraOnKnngraph(), CuvsNNDescent(), CuvsBruteForce())
+
 METHODS: dict[str, Method] = {m.name: m for m in (*knngraph_methods(), Pynndescent(),
-                                                  Hnswlib(), FaissFlat(), FaissHNSW(), FaissIVF(), TorchExact())}
+                                                  Hnswlib(), FaissFlat(), FaissHNSW(), FaissIVF(), TorchExact(),
+                                                  *CUVS_METHODS)}
 
 
 def get(name: str) -> Method:

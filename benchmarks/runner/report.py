@@ -31,9 +31,9 @@ class Figure:
     ----------
     name : str
         File stem of the PNG.
-    kind : {'pareto', 'build', 'batch', 'scaling'}
+    kind : {'pareto', 'build', 'batch', 'latency', 'scaling'}
         recall@10 against queries per second / build time against graph recall@10 / queries per second
-        against batch size / build time against n.
+        against batch size / time per call against batch size / build time against n.
     title : str
     device : {'cpu', 'cuda'}
     dataset : str
@@ -62,10 +62,13 @@ class Figure:
 
     @property
     def task(self) -> str:
-        return "search" if self.kind in ("pareto", "batch") else "graph"
+        return "search" if self.kind in ("pareto", "batch", "latency") else "graph"
 
 
 CPU_BASELINES_SEARCH = ("faiss-flat", "faiss-hnsw", "faiss-ivf", "hnswlib", "pynndescent")
+#: the GPU reference (measured, or 'skipped' with the install note where cuVS is absent)
+GPU_BASELINES_SEARCH = ("torch-exact", "cuvs-brute-force", "cuvs-cagra", "cuvs-cagra-on-knngraph")
+GPU_BASELINES_GRAPH = ("torch-exact", "cuvs-brute-force", "cuvs-nn-descent")
 
 FIGURES: tuple[Figure, ...] = (
     Figure("pareto_cpu_sift100k", "pareto", "sift-photos 100k, CPU: recall@10 against queries per second", "cpu",
@@ -77,11 +80,13 @@ FIGURES: tuple[Figure, ...] = (
     Figure("build_cpu_minilm", "build", "minilm-words (cosine), CPU: k=32 graph build time against graph recall@10",
            "cpu", "minilm-words", ("knngraph-nndescent", "knngraph-exact"), ("pynndescent",)),
     Figure("pareto_gpu_sift450k", "pareto", "sift-photos 450k, GPU: recall@10 against queries per second", "cuda",
-           "sift-photos-450k", ("knngraph-exact", "knngraph-song"), ("torch-exact",)),
+           "sift-photos-450k", ("knngraph-exact", "knngraph-song"), GPU_BASELINES_SEARCH),
     Figure("build_gpu_sift450k", "build", "sift-photos 450k, GPU: k=64 graph build time against graph recall@10",
-           "cuda", "sift-photos-450k", ("knngraph-nndescent", "knngraph-exact"), ("torch-exact",)),
+           "cuda", "sift-photos-450k", ("knngraph-nndescent", "knngraph-exact"), GPU_BASELINES_GRAPH),
     Figure("batch_gpu_sift450k", "batch", "sift-photos 450k, GPU: queries per second against queries per call",
-           "cuda", "sift-photos-450k", ("knngraph-exact", "knngraph-song"), ("torch-exact",), tags=("batch",)),
+           "cuda", "sift-photos-450k", ("knngraph-exact", "knngraph-song"), GPU_BASELINES_SEARCH, tags=("batch",)),
+    Figure("latency_gpu_sift450k", "latency", "sift-photos 450k, GPU: time per call against queries per call",
+           "cuda", "sift-photos-450k", ("knngraph-exact", "knngraph-song"), GPU_BASELINES_SEARCH, tags=("batch",)),
     Figure("scaling_gpu_synth", "scaling", "Synthetic Gaussian mixture, 128-d, GPU: k=32 graph build time against n",
            "cuda", "synth:", ("knngraph-nndescent",), tags=("scaling", "ooc", "ooc-probe"), min_n=10_000,
            max_n=10_000_000),
@@ -165,7 +170,7 @@ def check(fig: Figure, lines) -> list[str]:
         if not any(r["method"] == m for r in ok) and not any(
                 r["method"] == m and r.get("status") == "skipped" and r.get("note") for r in rows):
             problems.append(f"{fig.name}: baseline {m} neither measured nor skipped with a note")
-    if fig.kind == "batch":
+    if fig.kind in ("batch", "latency"):
         for m in fig.required:
             sizes = {r.get("batch_size") for r in ok if r["method"] == m}
             if len(sizes) < 2:
@@ -185,7 +190,8 @@ def check(fig: Figure, lines) -> list[str]:
 
 _COLOURS = {"knngraph-song": "#d62728", "knngraph-exact": "#1f77b4", "knngraph-nndescent": "#ff7f0e",
             "hnswlib": "#2ca02c", "faiss-hnsw": "#9467bd", "faiss-ivf": "#8c564b", "faiss-flat": "#7f7f7f",
-            "pynndescent": "#e377c2", "torch-exact": "#17becf"}
+            "pynndescent": "#e377c2", "torch-exact": "#17becf", "cuvs-cagra": "#76b900",
+            "cuvs-cagra-on-knngraph": "#3d6b00", "cuvs-nn-descent": "#bcbd22", "cuvs-brute-force": "#393b79"}
 
 
 def _params_label(params: dict, vary: set) -> str:
@@ -272,6 +278,18 @@ def draw(fig: Figure, rows, path: Path) -> Path:
         ax.set_yscale("log")
         ax.set_xlabel("queries per call (log)")
         ax.set_ylabel("queries per second (log)")
+    elif fig.kind == "latency":
+        for label, rs, colour, ls, marker in _styled(_series(ok, "search_params")):
+            rs = sorted(rs, key=lambda r: r["batch_size"] or r["nq"])
+            xs, ys = [r["batch_size"] or r["nq"] for r in rs], [call_seconds(r) * 1e3 for r in rs]
+            ax.plot(xs, ys, marker=marker, color=colour, ls=ls, label=label)
+            for x, y, r in zip(xs, ys, rs):  # calls compare only at the same recall: print it at each point
+                ax.annotate(f"{r['recall@' + str(r['k'])]:.3f}", (x, y), fontsize=6, color=colour,
+                            textcoords="offset points", xytext=(3, -9))
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("queries per call (log)")
+        ax.set_ylabel("milliseconds per call, median (log); labels: recall@10")
     elif fig.kind == "scaling":
         series = {"NN-Descent, in GPU memory": ("knngraph-nndescent", "scaling", None, "o-"),
                   "exact graph (GEMM + selection)": ("knngraph-exact", "scaling", None, "^:")}
@@ -304,6 +322,16 @@ def draw(fig: Figure, rows, path: Path) -> Path:
     f.savefig(path, dpi=110)
     plt.close(f)
     return path
+
+
+def call_seconds(r) -> float:
+    """Seconds per search call of a line: ``call_s`` (median over calls); lines written before that field
+    existed: the pass time over its number of calls."""
+    if r.get("call_s") is not None:
+        return r["call_s"]
+    nq = r.get("nq_searched") or r["nq"]
+    calls = r.get("calls") or -(-nq // (r.get("batch_size") or nq))
+    return r["search_s"] / calls
 
 
 def _ooc_strategy(r) -> str | None:
@@ -384,14 +412,16 @@ def _search_table(rows) -> list[str]:
     body = []
     for r in rows:
         info = _params(r.get("info"))
+        searched = r.get("nq_searched") or r["nq"]
         body.append([r["method"], _params(r.get("build_params")) + (f" ({info})" if info else ""),
                      _params(r.get("search_params")),
-                     r.get("batch_size") or r["nq"], _fmt(r.get(f"recall@{r['k']}"), 4), _fmt(r.get("R@10"), 4),
-                     _fmt(r["qps"]), _fmt(r.get("search_s")), _fmt(r.get("first_call_s")),
+                     f"{r.get('batch_size') or r['nq']}" + (f" ({searched:,} queries)" if searched != r["nq"] else ""),
+                     _fmt(r.get(f"recall@{r['k']}"), 4), _fmt(r.get("R@10"), 4),
+                     _fmt(r["qps"]), _fmt(call_seconds(r) * 1e3), _fmt(r.get("search_s")), _fmt(r.get("first_call_s")),
                      f"{_fmt(r.get('build_s'))}" + (f" ({r['build_repeats']}x)" if r.get("build_s") else ""),
                      _gib(r.get("peak_host_bytes")), _gib(r.get("peak_gpu_bytes"))])
-    return _table(["method", "build", "search", "queries/call", "recall@10", "R@10", "QPS", "search s", "first call s",
-                   "build s (runs)", "peak host GiB", "peak GPU GiB"], body)
+    return _table(["method", "build", "search", "queries/call", "recall@10", "R@10", "QPS", "ms/call", "search s",
+                   "first call s", "build s (runs)", "peak host GiB", "peak GPU GiB"], body)
 
 
 def _graph_table(rows) -> list[str]:
@@ -479,7 +509,9 @@ def generate(results, out_md: Path, figures_dir: Path, figures=FIGURES) -> Path:
             "them); nothing is typed in by hand. Timing protocol: a warm-up call first (its time is the "
             "'first call' column: JIT compilation), then the median of the timed calls; GPU work is "
             "synchronised before each clock read; searches answer all queries (10,000 for sift-photos, "
-            "5,000 for minilm-words) in one call unless the batch column says otherwise; build times are the "
+            "5,000 for minilm-words) in one call unless the batch column says otherwise (then each call is timed "
+            "alone, the GPU synchronised before and after it, 'ms/call' is the median over calls, and a pass makes "
+            "at most 1,000 calls, so batch 1 searches the first 1,000 queries, as the column says); build times are the "
             "median of the number of timed builds shown as (Nx), after an untimed warm-up build on the first "
             "20,000 rows (the CPU suite times its index builds once to stay near 20 minutes on 2 cores). "
             "Peak host memory is the benchmark process's resident-set peak (dataset included); peak GPU "
@@ -493,7 +525,7 @@ def generate(results, out_md: Path, figures_dir: Path, figures=FIGURES) -> Path:
         png = draw(fig, ok, Path(figures_dir) / f"{fig.name}.png")
         md += [f"## {fig.title}", "", f"![{fig.name}]({(rel / png.name).as_posix()})", ""]
         md += _provenance(ok)
-        if fig.kind in ("pareto", "batch"):
+        if fig.kind in ("pareto", "batch", "latency"):
             md += [""] + _search_table(ok)
         else:
             md += [""] + _graph_table(ok)
@@ -525,6 +557,8 @@ def _summary(figures, lines) -> list[str]:
                     cells.append(f"{_fmt(r['qps'])} ({_params(r.get('search_params')) or 'exact'})" if r else "-")
                 body.append([fig.dataset, where, m] + cells)
         md += _table(["dataset", "where", "method", "QPS @ 0.90", "QPS @ 0.95", "QPS @ 0.99"], body) + [""]
+    for fig in (f for f in figures if f.kind == "latency"):
+        md += _latency_summary(fig, [r for r in _select(fig, lines) if r.get("status") == "ok"])
     builds = [f for f in figures if f.kind == "build"]
     if builds:
         md += ["Fastest measured graph build (median time) reaching graph recall@10 >= 0.95 / 0.99:", ""]
@@ -562,6 +596,27 @@ def _summary(figures, lines) -> list[str]:
                    + (f" The same data built in GPU memory: {_fmt(same[r['n']]['build_s'])} s, graph recall@10 "
                       f"{_fmt(same[r['n']]['graph_recall@10'], 4)}." if r["n"] in same else ""), ""]
     return md
+
+
+def _latency_summary(fig, ok, thresholds=(0.90, 0.95, 0.99)) -> list[str]:
+    """Milliseconds per call at each batch size: for each method and recall floor, the fastest measured
+    setting whose recall@10 reaches it (issue 12 compares searchers at the same recall)."""
+    sizes = sorted({r.get("batch_size") or r["nq"] for r in ok})
+    if not sizes:
+        return []
+    body = []
+    for t in thresholds:
+        for m in sorted({r["method"] for r in ok}):
+            cells = []
+            for b in sizes:
+                hit = [r for r in ok if r["method"] == m and (r.get("batch_size") or r["nq"]) == b
+                       and (r.get(f"recall@{r['k']}") or 0) >= t]
+                r = min(hit, key=call_seconds) if hit else None
+                cells.append(f"{_fmt(call_seconds(r) * 1e3)} ({_params(r.get('search_params')) or 'exact'})" if r else "-")
+            body.append([f"{t:.2f}", m] + cells)
+    return ([f"{fig.dataset}, GPU: milliseconds per search call (median over calls, each call synchronised) at "
+             "each batch size, for the fastest setting reaching the recall@10 floor (\"-\": no setting reached it):",
+             ""] + _table(["recall@10 >=", "method"] + [f"batch {b:,}" for b in sizes], body) + [""])
 
 
 def _machines(cpu_rows, gpu_rows) -> list[str]:

@@ -12,9 +12,15 @@ Fields of a line (``None`` where they do not apply):
   ``batch_size`` (queries per call; None = all in one call);
 * build: ``build_s`` (median of ``build_repeats`` timed builds), ``build_all_s``, ``warmup_s`` and
   ``warmup_rows`` (the untimed first build, on the first ``warmup_rows`` rows: JIT compilation), ``info``;
-* search: ``search_s`` (median of ``search_repeats`` timed calls over all queries), ``search_all_s``,
-  ``first_call_s`` (the warm-up call), ``qps`` (= nq / search_s);
-* quality: ``recall@k``, ``recall@1``, ``R@k`` (search); ``graph_recall@10``, ``graph_recall@k`` and
+* search: ``search_s`` (median of ``search_repeats`` timed passes over the queries searched),
+  ``search_all_s``, ``first_call_s`` (the warm-up call), ``qps`` (= nq_searched / search_s), ``nq_searched``
+  (all queries, or ``batch_size x max_calls`` of them), ``calls`` (calls per pass), ``call_s`` and
+  ``call_p90_s`` (median and 90th percentile of the time of one call, over every call of every timed
+  pass). With a ``batch_size`` each call is timed on its own, the GPU synchronised before and after it
+  (a caller waits for each batch's answer), and the warm-up is the first call alone; without one a pass
+  is a single call (``call_s`` = its time);
+* quality: ``recall@k``, ``recall@1``, ``R@k`` (search, over the queries searched; an id outside
+  [0, n), e.g. CAGRA's "none" value, counts as a miss); ``graph_recall@10``, ``graph_recall@k`` and
   ``graph_recall_sample`` (graph: recall of the rows of a fixed random sample of nodes against their exact
   neighbours, self excluded) -- definitions in DESIGN.md, ties at the true k-th distance count as correct;
 * memory: ``peak_host_bytes`` (process resident-set peak, dataset included) and ``peak_gpu_bytes``
@@ -39,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from . import data as data_mod
-from .measure import GpuPeak, HostPeak, environment, now, sync, time_calls
+from .measure import GpuPeak, HostPeak, Timing, environment, now, sync, time_calls
 from .methods import Context, get
 
 __all__ = ["RunSpec", "Runner", "WARMUP_ROWS", "GRAPH_SAMPLE"]
@@ -69,6 +75,9 @@ class RunSpec:
         ``graph`` for the graph task).
     batch_sizes : list, default=[None]
         Queries per search call (None: all at once); each is its own line.
+    max_calls : int, optional
+        With a batch size: search only the first ``batch_size x max_calls`` queries (bounds the time of
+        batch sizes 1, 10, ...; recall is then over those queries, ``nq_searched`` says how many).
     repeats : int, default=3
         Timed search calls per point (median reported).
     build_repeats : int, default=3
@@ -97,6 +106,7 @@ class RunSpec:
     search: dict | None = None
     graph: dict | None = None
     batch_sizes: list = dataclasses.field(default_factory=lambda: [None])
+    max_calls: int | None = None
     repeats: int = 3
     build_repeats: int = 3
     build_warmup: str = "subset"
@@ -238,7 +248,7 @@ class Runner:
             fh.write(text + "\n")
         self.lines.append(json.loads(text))
         brief = {key: line.get(key) for key in ("task", "method", "dataset", "n", "status", "build_params",
-                                                   "search_params", "batch_size", "build_s", "qps", f"recall@{line.get('k')}",
+                                                   "search_params", "batch_size", "build_s", "qps", "call_s", f"recall@{line.get('k')}",
                                                    "graph_recall@10", "note") if line.get(key) is not None}
         self.log(json.dumps(brief, default=_jsonable))
         return line
@@ -326,19 +336,23 @@ class Runner:
                     line = {**head, "search_params": sp, "batch_size": batch, **build, "info": info}
                     try:
                         self._reset_peaks()
-                        step = batch or ds.nq
-
-                        def call():
-                            return [method.search(ctx, index, queries[s:s + step], k, **sp)
-                                    for s in range(0, ds.nq, step)]
-
-                        t = time_calls(call, spec.repeats, warmup=True)
+                        if batch is None:
+                            t = time_calls(lambda: method.search(ctx, index, queries, k, **sp), spec.repeats,
+                                           warmup=True)
+                            m, results, calls = ds.nq, [t.result], {"calls": 1, "call_s": t.median_s,
+                                                                    "call_p90_s": _percentile(t.all_s, 90)}
+                        else:
+                            m, t, results, calls = self._time_batches(
+                                lambda s, e: method.search(ctx, index, queries[s:e], k, **sp), ds.nq, int(batch),
+                                spec.repeats, spec.max_calls)
                         host_search, gpu_search = self._peaks()
-                        ids = np.concatenate([_host(r) for r in t.result]).astype(np.int64)[:, :k]
-                        dist = data_mod.exact_distances(ds.base, ds.queries, ids, ds.metric)
-                        line.update(self._search_quality(ids, dist, gt_ids, gt_dist, k))
+                        ids = np.concatenate([_host(r) for r in results]).astype(np.int64)[:, :k]
+                        results = t.result = None
+                        ids[(ids < 0) | (ids >= ds.n)] = -1  # e.g. CAGRA's 0xFFFFFFFF: no id found
+                        dist = data_mod.exact_distances(ds.base, ds.queries[:m], ids, ds.metric)
+                        line.update(self._search_quality(ids, dist, gt_ids[:m], gt_dist[:m], k))
                         line.update(search_s=t.median_s, search_all_s=t.all_s, search_repeats=len(t.all_s),
-                                    first_call_s=t.first_call_s, qps=ds.nq / t.median_s,
+                                    first_call_s=t.first_call_s, qps=m / t.median_s, nq_searched=m, **calls,
                                     peak_host_bytes_build=host_build, peak_host_bytes_search=host_search,
                                     peak_gpu_bytes_build=gpu_build, peak_gpu_bytes_search=gpu_search,
                                     peak_host_bytes=_max(host_build, host_search),
@@ -348,6 +362,37 @@ class Runner:
                         self._error(line, exc)
             index = None
             self._free_gpu()
+
+    @staticmethod
+    def _time_batches(call, nq: int, batch: int, repeats: int, max_calls: int | None):
+        """Search the first ``nq_searched`` queries in calls ``call(start, end)`` of ``batch`` queries,
+        each call timed alone between GPU synchronisations: one untimed-in-the-median warm-up call, then
+        ``repeats`` passes. Returns (nq_searched, Timing of the passes (a pass = sum of its calls), results
+        of the last pass, per-call fields of the line)."""
+        if batch < 1:
+            raise ValueError(f"batch size must be >= 1, got {batch}")
+        m = nq if max_calls is None else min(nq, batch * int(max_calls))
+        starts = range(0, m, batch)
+        sync()
+        t0 = time.perf_counter()
+        call(0, min(batch, m))
+        sync()
+        first = time.perf_counter() - t0
+        passes, per_call, results = [], [], []
+        for _ in range(max(1, repeats)):
+            results = []
+            total = 0.0
+            for s in starts:
+                sync()
+                t0 = time.perf_counter()
+                results.append(call(s, min(s + batch, m)))
+                sync()
+                dt = time.perf_counter() - t0
+                per_call.append(dt)
+                total += dt
+            passes.append(total)
+        fields = {"calls": len(starts), "call_s": float(np.median(per_call)), "call_p90_s": _percentile(per_call, 90)}
+        return m, Timing(float(np.median(passes)), passes, first, None), results, fields
 
     @staticmethod
     def _search_quality(ids, dist, gt_ids, gt_dist, k) -> dict:
@@ -372,7 +417,8 @@ class Runner:
                                    warmup=False)
                 host_peak, gpu_peak = self._peaks()
                 ids, info = t.result
-                ids = _host(ids).astype(np.int64)
+                ids = _host(method.finish_graph(ids, k)).astype(np.int64)
+                ids[(ids < 0) | (ids >= ds.n)] = -1
                 t.result = None
                 self._free_gpu()
                 line.update(self._graph_quality(ds, ids, k))
@@ -432,6 +478,10 @@ class Runner:
             torch = sys.modules["torch"]
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 torch.cuda.empty_cache()
+
+
+def _percentile(values, q) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
 
 
 def _max(a, b):

@@ -10,8 +10,13 @@ every dataset and sweep so a whole suite runs in a minute or two: it checks the 
 
 Parts of the GPU suite (``--parts``):
 
-* ``sift``: sift-photos 450k, exact k-NN (knngraph vs PyTorch GEMM + topk), SONG search curves on an
-  exact and an NN-Descent graph, batch-size sweep, k=64 graphs (exact, PyTorch, NN-Descent sweep);
+* ``sift``: sift-photos 450k, exact k-NN (knngraph vs PyTorch GEMM + topk and cuVS brute force), SONG
+  search curves on the exact 96-NN graph pruned to degree 32 (``song.build``'s defaults) and on an
+  NN-Descent graph, next to cuVS CAGRA on its own graph (NN-Descent build, degree 32) and CAGRA's searcher
+  on knngraph's exact-96 graph (``cuvs-cagra-on-knngraph``: the same graph as the first SONG curve);
+  batch sizes 1, 10, 100, 1000 (at most 1000 calls each) and all 10,000 for exact search, SONG and both
+  CAGRAs (time per call); k=64 graphs (exact, PyTorch, cuVS brute force, NN-Descent sweep, cuVS
+  NN-Descent). Without cuVS its runs write 'skipped' lines with the install note.
 * ``scaling``: NN-Descent k=32 build time and graph recall on the synthetic Gaussian mixture, 128-d,
   n = 10k ... 10M, data in host memory; the exact graph up to 1M for comparison;
 * ``ooc``: the same builder with ``memory_limit`` = a quarter of the data size (out-of-core; the default
@@ -74,20 +79,37 @@ def gpu_suite(parts=DEFAULT_GPU_PARTS, quick: bool = False, device: str = "cuda"
     sift = "sample:nq=300" if quick else "sift-photos-450k"
     if "sift" in parts:
         q_sizes = [16, 32] if quick else [16, 32, 48, 64, 96, 128, 256]
-        batches = [50, 300] if quick else [100, 1000, 10000]
+        itopk = [16, 32] if quick else [16, 32, 48, 64, 96, 128, 256, 512]
+        batches = [1, 10, 300] if quick else [1, 10, 100, 1000, 10000]
+        max_calls = 5 if quick else 1000
+        small = {"batch_sizes": batches, "max_calls": max_calls, "tag": "batch", "build_repeats": 1}
+        # song.build's defaults: the graph knngraph's GPU searcher uses and cuvs-cagra-on-knngraph searches
+        song_graph = {"graph": ["exact"], "graph_k": [96], "graph_degree": [32]}
+        cagra = {"itopk_size": itopk, "search_width": [1]}
         specs += [
             RunSpec(sift, "search", "knngraph-exact", device=device),
             RunSpec(sift, "search", "torch-exact", device=device),
+            RunSpec(sift, "search", "cuvs-brute-force", device=device),
+            RunSpec(sift, "search", "knngraph-song", device=device, search={"queue_size": q_sizes}, build=song_graph),
             RunSpec(sift, "search", "knngraph-song", device=device, search={"queue_size": q_sizes},
-                    build={"graph": ["exact", "nndescent"], "graph_k": [64], "graph_degree": [32]}),
-            RunSpec(sift, "search", "knngraph-exact", device=device, batch_sizes=batches, tag="batch"),
-            RunSpec(sift, "search", "torch-exact", device=device, batch_sizes=batches, tag="batch"),
-            RunSpec(sift, "search", "knngraph-song", device=device, search={"queue_size": [64]}, batch_sizes=batches,
-                    build={"graph": ["nndescent"], "graph_k": [64], "graph_degree": [32]}, build_repeats=1, tag="batch"),
+                    build={"graph": ["nndescent"], "graph_k": [64], "graph_degree": [32]}),
+            RunSpec(sift, "search", "cuvs-cagra-on-knngraph", device=device, search=cagra),
+            RunSpec(sift, "search", "cuvs-cagra", device=device, search=cagra),
+            RunSpec(sift, "search", "knngraph-exact", device=device, **small),
+            RunSpec(sift, "search", "torch-exact", device=device, **small),
+            RunSpec(sift, "search", "cuvs-brute-force", device=device, **small),
+            RunSpec(sift, "search", "knngraph-song", device=device, search={"queue_size": [32, 64, 128]},
+                    build=song_graph, **small),
+            RunSpec(sift, "search", "cuvs-cagra-on-knngraph", device=device,
+                    search={"itopk_size": [32, 64, 128], "search_width": [1]}, **small),
+            RunSpec(sift, "search", "cuvs-cagra", device=device, search={"itopk_size": [32, 64, 128], "search_width": [1]},
+                    **small),
             RunSpec(sift, "graph", "knngraph-exact", device=device, k=64),
             RunSpec(sift, "graph", "torch-exact", device=device, k=64),
+            RunSpec(sift, "graph", "cuvs-brute-force", device=device, k=64),
             RunSpec(sift, "graph", "knngraph-nndescent", device=device, k=64,
                     graph={"sample_size": [16, 32], "max_iterations": [4, 6, 8, 12, 20]}),
+            RunSpec(sift, "graph", "cuvs-nn-descent", device=device, k=64),
         ]
     sizes = [2_000, 5_000, 20_000] if quick else list(SCALING_SIZES)
     if "scaling" in parts:

@@ -22,11 +22,22 @@ import numpy as np
 
 from ._device import quiet_launches
 
-__all__ = ["launch"]
+__all__ = ["launch", "compiled_functions", "PreparedLaunch", "flat_array", "flatten", "raw_launch_enabled"]
+
+#: (entry name, CuPy function) of every kernel compiled here, for profiling (registers, spills)
+_COMPILED: list = []
+
+
+def compiled_functions() -> list:
+    """(entry name, CuPy function) of the kernels compiled so far (``num_regs``, ``local_size_bytes``...)."""
+    return list(_COMPILED)
 
 
 def _raw_enabled() -> bool:
     return os.environ.get("KNNGRAPH_RAW_LAUNCH", "1") != "0"
+
+
+raw_launch_enabled = _raw_enabled
 
 
 def _arg_type(arg):
@@ -80,9 +91,47 @@ def _compiled(kernel, signature, device_id, max_registers=None):
             fh.write(ptx)
         module = cp.RawModule(path=path)
         fn = module.get_function(entry)
+        _COMPILED.append((entry, fn))
     finally:
         os.unlink(path)
     return fn, module
+
+
+def flat_array(ptr: int, shape: tuple, itemsize: int) -> list:
+    """The flattened data model of a C-contiguous device array at ``ptr`` (see the module docs), without
+    making an array object: for views a caller would otherwise build on every launch."""
+    size = 1
+    for s in shape:
+        size *= s
+    strides = []
+    step = itemsize
+    for s in reversed(shape):
+        strides.append(step)
+        step *= s
+    return ([np.uint64(0), np.uint64(0), np.int64(size), np.int64(itemsize), np.uint64(ptr)]
+            + [np.int64(s) for s in shape] + [np.int64(s) for s in reversed(strides)])
+
+
+class PreparedLaunch:
+    """A raw launch of one kernel specialisation, compiled once from example arguments; a call takes the
+    arguments already flattened (:func:`flatten` / :func:`flat_array`), so repeated small launches pay
+    only CuPy's launch. The numba launch path (``KNNGRAPH_RAW_LAUNCH=0``) is not available here."""
+
+    def __init__(self, kernel, example_args, max_registers=None):
+        import cupy as cp
+
+        signature = tuple(_arg_type(a) for a in example_args)
+        self.fn, self._module = _compiled(kernel, signature, cp.cuda.Device().id, max_registers)
+
+    def __call__(self, blocks: int, threads: int, flat_args: tuple, stream=None) -> None:
+        self.fn((blocks,), (threads,), flat_args, stream=stream)
+
+
+def flatten(arg) -> list:
+    """The values a raw launch passes for one argument."""
+    out: list = []
+    _flatten(arg, out)
+    return out
 
 
 def launch(kernel, blocks: int, threads: int, args, stream=None, max_registers=None) -> None:

@@ -1,8 +1,9 @@
-"""SONG on a real GPU (marker ``gpu``; scripts/gpu_check.sh runs these with KNNGRAPH_GPU_TESTS=1).
+"""SONG's kernel on a real GPU (marker ``gpu``; scripts/gpu_check.sh runs these with
+KNNGRAPH_GPU_TESTS=1); the fast searcher has tests/song/test_beam_gpu.py.
 
-sift-photos 450k comes from $KNNGRAPH_DEVICE_DATA (scripts/prepare_device_data.py). The GPU and CPU
-paths run the same algorithm; on uint8 data every distance is an exact integer in float32, so they
-must return the same ids."""
+sift-photos 450k comes from $KNNGRAPH_DEVICE_DATA (scripts/prepare_device_data.py). With
+``algo='song'`` the GPU and CPU paths run the same algorithm; on uint8 data every distance is an exact
+integer in float32, so they must return the same ids."""
 
 import os
 from pathlib import Path
@@ -57,7 +58,8 @@ def test_sift450k_recall_and_same_ids_as_cpu():
     g = prepared_sift450k(base)
     index = song.from_graph(g, base, song.IndexParams(), device="cuda")
     stats = {}
-    d, i = index.search(queries, 10, song.SearchParams(queue_size=64), device="cuda", verbose=False, stats=stats)
+    d, i = index.search(queries, 10, song.SearchParams(queue_size=64, algo="song"), device="cuda", verbose=False,
+                        stats=stats)
     assert isinstance(i, np.ndarray) and i.shape == (10000, 10) and i.dtype == np.int32
     gt_d = _true_dist(base, queries, gt[:, :10])
     r = recall_at_k(i, gt[:, :10], 10, distances=d, true_distances=gt_d)
@@ -87,7 +89,7 @@ def test_dtypes_and_metrics_match_cpu(dtype, metric, rng):
     queries = random_vectors(rng, 200, 40, dtype)
     g = knngraph.optimize_graph(knngraph.knn_graph(base, 24, metric=metric, device="cpu", verbose=False), base,
                                 graph_degree=16, device="cpu")
-    sp = song.SearchParams(queue_size=32)
+    sp = song.SearchParams(queue_size=32, algo="song")
     dg, ig = song.search(song.from_graph(g, base, device="cuda"), queries, 10, sp, device="cuda", verbose=False)
     dc, ic = song.search(song.from_graph(g, base, device="cpu"), queries, 10, sp, device="cpu", verbose=False)
     if np.dtype(dtype).kind in "iu" and metric in ("sqeuclidean", "inner_product"):
@@ -105,13 +107,14 @@ def test_bloom_hashing_batches_and_device_arrays(sample, rng):
     g = knngraph.optimize_graph(raw, sample.base, graph_degree=32, device="cuda")
     index = song.from_graph(g.to_host(), sample.base, song.IndexParams(), device="cuda")
     for visited in ("hash", "bloom"):
-        sp = song.SearchParams(queue_size=32, visited=visited)
+        sp = song.SearchParams(queue_size=32, visited=visited, algo="song")
         dg, ig = index.search(sample.queries, 10, sp, device="cuda", verbose=False)
         dc, ic = index.search(sample.queries, 10, sp, device="cpu", verbose=False)
         np.testing.assert_array_equal(ig, ic)
-    db, ib = index.search(sample.queries, 10, song.SearchParams(queue_size=32, batch_size=173), device="cuda",
+    db, ib = index.search(sample.queries, 10, song.SearchParams(queue_size=32, batch_size=173, algo="song"),
+                          device="cuda", verbose=False)
+    da, ia = index.search(sample.queries, 10, song.SearchParams(queue_size=32, algo="song"), device="cuda",
                           verbose=False)
-    da, ia = index.search(sample.queries, 10, song.SearchParams(queue_size=32), device="cuda", verbose=False)
     np.testing.assert_array_equal(ib, ia)
     # device inputs: used in place, results come back as CuPy
     dq = cp.asarray(sample.queries)
@@ -121,7 +124,8 @@ def test_bloom_hashing_batches_and_device_arrays(sample, rng):
     assert recall_at_k(i2.get(), sample.gt_indices, 10, distances=d2.get(), true_distances=sample.gt_distances) >= 0.95
     # hashed index: Hamming search on the GPU, exact re-rank on the host; same ids as the CPU path
     h = song.from_graph(g.to_host(), sample.base, song.IndexParams(hash_bits=256), device="cuda")
-    dh, ih = h.search(sample.queries, 10, song.SearchParams(queue_size=64), device="cuda", verbose=False)
+    dh, ih = h.search(sample.queries, 10, song.SearchParams(queue_size=64, algo="song"), device="cuda",
+                      verbose=False)
     dhc, ihc = h.search(sample.queries, 10, song.SearchParams(queue_size=64), device="cpu", verbose=False)
     np.testing.assert_array_equal(ih, ihc)
     assert recall_at_k(ih, sample.gt_indices, 10, distances=dh, true_distances=sample.gt_distances) >= 0.75

@@ -13,10 +13,12 @@ from .._progress import progress
 from ..primitives.constants import pow2_at_least
 from ..primitives.distances import DIST_COS, inverse_norms
 from ..primitives.visited import bloom_shape, hash_capacity
+from . import _beam_kernels as bk
 from . import _kernels as kn
 from .cpu import DIST_HAMMING
 
-__all__ = ["search", "search_device", "queue_capacity", "kernel_for", "distance_mode"]
+__all__ = ["search", "search_device", "search_beam_device", "beam_config", "BeamPlan", "queue_capacity", "kernel_for",
+           "distance_mode", "beam_mode", "square_norms"]
 
 #: queue_size is rounded up to one of these compile-time capacities (one kernel build per capacity)
 _MIN_QCAP = 32
@@ -103,6 +105,122 @@ def search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queu
                                         bnhash, bits, counter, out_k[s:e], out_i[s:e], out_nd[s:e], out_ne[s:e])
             bar.update(1)
     return out_k, out_i, out_nd, out_ne
+
+
+# --------------------------------------------------------------------------------------------------
+# the fast searcher (``_beam_kernels``)
+
+
+def beam_mode(base_dtype, query_dtype, dim: int) -> int:
+    """dp4a modes for 8-bit vectors searched with queries of the same dtype (dim % 4 == 0), else generic."""
+    b, q = np.dtype(base_dtype), np.dtype(query_dtype)
+    if dim % 4 == 0 and b == q == np.uint8:
+        return bk.MODE_DP4A_U8
+    if dim % 4 == 0 and b == q == np.int8:
+        return bk.MODE_DP4A_I8
+    return bk.MODE_GENERIC
+
+
+def square_norms(base, xp):
+    """int32 squared norms of 8-bit vectors (the dp4a L2 distance is ||x||^2 + ||q||^2 - 2 <x, q>)."""
+    return (base.astype(xp.int32) ** 2).sum(axis=1, dtype=xp.int32)
+
+
+def beam_config(queue_size: int, dim: int, mode: int, max_warps: int = 4):
+    """(kernel, warps per block) of the fast searcher for a queue size, dimension and mode."""
+    qcap = queue_capacity(queue_size)
+    hsize = pow2_at_least(4 * qcap, 512)
+    qwords = dim // 4 if mode != bk.MODE_GENERIC else dim
+    row_units = qwords
+    tsize = bk.team_size(row_units, 4 if mode != bk.MODE_GENERIC else 8)
+    per = bk.shared_bytes_per_warp(qcap, hsize, qwords)
+    if per > bk.SHARED_BUDGET:
+        raise ValueError(f"queue_size={queue_size} with dim={dim} needs {per} bytes of shared memory per warp, "
+                         f"more than the {bk.SHARED_BUDGET} a block may use; lower queue_size")
+    wpb = bk.warps_per_block(qcap, hsize, qwords, max_warps)
+    return bk.beam_kernel(qcap, hsize, qwords, mode, tsize, wpb), wpb
+
+
+def search_beam_device(graph_ids, base, queries, norms, inv_q, kind, entries, k, queue_size, mode, *, xp,
+                       max_warps: int = 4, sm_count: int = 1, out=None, launch=None, report=0):
+    """Search every query with the fast kernel; returns device arrays (internal distances, ids, number of
+    distance computations, number of expanded vertices). ``queries`` is on the device, float32 (generic
+    mode) or of the vectors' 8-bit dtype (dp4a modes); ``norms``: int32 squared norms (dp4a L2),
+    inverse norms (cosine) or a 1-element dummy. ``out``: optional (distances, ids, distance counts,
+    expansion counts) arrays to fill. ``launch(kernel, blocks, threads, args)``: how to launch (default:
+    numba's launch, which the simulator runs). ``report``: :func:`_beam_kernels.report_code` of the metric
+    to return reported distances (default: internal ones)."""
+    nq = queries.shape[0]
+    dim = queries.shape[1]
+    kern, wpb = beam_config(queue_size, dim, mode, max_warps)
+    if mode != bk.MODE_GENERIC:
+        base_arg = base.view(xp.uint32)
+        q_arg = queries.view(xp.uint32)
+    else:
+        base_arg = base
+        q_arg = queries
+    if out is None:
+        out = (xp.empty((nq, k), xp.float32), xp.empty((nq, k), xp.int32), xp.empty(nq, xp.int32),
+               xp.empty(nq, xp.int32))
+    out_k, out_i, out_nd, out_ne = out
+    counter = xp.zeros(1, xp.int32)
+    blocks = int(max(1, min((nq + wpb - 1) // wpb, sm_count * 16)))
+    args = (graph_ids, base_arg, q_arg, norms, inv_q, int(kind), entries, int(k), int(queue_size), int(report),
+            counter, out_k, out_i, out_nd, out_ne)
+    if launch is None:
+        kern[blocks, wpb * bk.WARP](*args)
+    else:
+        launch(kern, blocks, wpb * bk.WARP, args)
+    return out_k, out_i, out_nd, out_ne
+
+
+class BeamPlan:
+    """One configuration of the fast searcher over one index, prepared once: the kernel compiled for its
+    argument types, the launch shape, the flattened arguments that do not change between calls and a
+    query counter. A call only flattens the queries and outputs, clears the counter and launches, so a
+    small batch costs little more than the launch itself (``_index._beam_search`` keeps plans in the
+    index's cache)."""
+
+    def __init__(self, graph_ids, base, norms, entries, kind, k, queue_size, mode, report, dim, sm_count,
+                 max_registers=None):
+        import cupy as cp
+
+        from .._cuda_launch import PreparedLaunch, flatten
+
+        self.kern, self.wpb = beam_config(queue_size, dim, mode)
+        self.qwords = dim // 4 if mode != bk.MODE_GENERIC else dim
+        self.k = k
+        self.sm_count = sm_count
+        base_arg = base.view(cp.uint32) if mode != bk.MODE_GENERIC else base
+        self.counter = cp.zeros(1, cp.int32)
+        q_example = cp.empty((1, self.qwords), cp.uint32 if mode != bk.MODE_GENERIC else cp.float32)
+        f1 = cp.zeros(1, cp.float32)
+        i1 = cp.zeros(1, cp.int32)
+        example = (graph_ids, base_arg, q_example, norms, f1, int(kind), entries, int(k), int(queue_size),
+                   int(report), self.counter, cp.empty((1, k), cp.float32), cp.empty((1, k), cp.int32), i1, i1)
+        self.launch = PreparedLaunch(self.kern, example, max_registers)
+        self._head = flatten(graph_ids) + flatten(base_arg)
+        self._norms = flatten(norms)
+        self._middle = (flatten(int(kind)) + flatten(entries) + flatten(int(k)) + flatten(int(queue_size))
+                        + flatten(int(report)) + flatten(self.counter))
+        self._keep = (base_arg, graph_ids, norms, entries)  # the arrays the flattened pointers point into
+
+    def __call__(self, queries, inv_q, out_k, out_i, out_nd, out_ne) -> None:
+        """Search C-contiguous device ``queries`` (float32, or the vectors' 8-bit dtype in dp4a modes) into
+        the C-contiguous outputs, on the current stream."""
+        import cupy as cp
+
+        from .._cuda_launch import flat_array, flatten
+
+        nq = queries.shape[0]
+        stream = cp.cuda.get_current_stream()
+        cp.cuda.runtime.memsetAsync(self.counter.data.ptr, 0, 4, stream.ptr)
+        k = self.k
+        flat = (self._head + flat_array(queries.data.ptr, (nq, self.qwords), 4) + self._norms + flatten(inv_q)
+                + self._middle + flat_array(out_k.data.ptr, (nq, k), 4) + flat_array(out_i.data.ptr, (nq, k), 4)
+                + flat_array(out_nd.data.ptr, (nq,), 4) + flat_array(out_ne.data.ptr, (nq,), 4))
+        blocks = max(1, min((nq + self.wpb - 1) // self.wpb, self.sm_count * 16))
+        self.launch(blocks, self.wpb * bk.WARP, tuple(flat), stream)
 
 
 def search(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, visited, *, batch_size=0,

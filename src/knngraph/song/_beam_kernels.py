@@ -1,0 +1,550 @@
+"""The fast GPU searcher (numba-cuda): warp-per-query best-first search over a sorted candidate list.
+
+SONG's kernel (``_kernels.py``) follows the paper: lane 0 alone keeps a bounded priority queue, a top-k
+heap and a visited table with deletion, one candidate at a time (SONG section IV-A). Profiles show that
+serial maintenance, not the distance computation, bounds its speed: dozens of heap operations per
+expansion while 31 lanes wait. This kernel keeps the same search (best-first from shared entry points
+over any graph, stopping when the ``queue_size`` nearest vertices found are all expanded) with every
+stage done by the whole warp:
+
+* **one sorted list** of the ``queue_size`` nearest vertices seen, (distance, id) ascending, an
+  "expanded" mark folded into the id. The next vertex to expand is the first unmarked one (a ballot per
+  32 entries); the search ends when there is none. This list is both SONG's queue and its top-k;
+* **candidates in chunks of 32** (a neighbour row, or the entry points): lane t takes id t, claims it in
+  the visited table with an atomic compare-and-swap (so each id's distance is computed once, also when a
+  row repeats an id), the claimed ids are compacted by ballot;
+* **teams of lanes per distance**: T lanes (T = 1..32, chosen from the row length) compute one
+  candidate's distance with coalesced word loads and a ``log2 T``-step shuffle reduction, so 32/T
+  candidates are in flight per step and two steps' loads are issued together. For 8-bit vectors whose
+  queries have the same dtype, four dimensions take one ``dp4a`` instruction (integer dot products;
+  L2 as ||x||^2 + ||q||^2 - 2<x, q> with the integer norms of the vectors kept by the index: exact);
+* **merge by rank**: the chunk is sorted by a bitonic network across the lanes (registers and
+  shuffles), then every element of the list and of the chunk finds its place in the merged order by a
+  binary search in the other (merge path), and is written to the other half of a double buffer;
+* **a visited table that is reset, not grown**: open addressing in shared memory, cleared when half
+  full and refilled with the list's ids. Ids that fell off the list may be computed again later, but
+  cannot re-enter it (the list's last entry only improves), so results equal those of a table that
+  never forgets: the search is deterministic and matches the reference walk
+  (``tests/song/test_beam_sim.py``).
+
+A warp takes its next query from a global counter when it finishes one. Nothing is allocated in the
+kernel: the list, the chunk, the table and the query live in shared memory slices sized by compile-time
+capacities; per-thread state is a fixed number of scalars.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import config, cuda, float32, int32, uint32
+
+from ..primitives.constants import FULL_MASK, WARP
+from ..primitives.distances import DIST_COS, DIST_IP, DIST_L2SQ
+from ..primitives.warp import finish_query_device, less_device
+
+INF = float32(np.inf)
+#: id of an empty list slot (sorts after every vertex at distance inf)
+PAD = int32(2**31 - 1)
+EMPTY = int32(-1)
+
+MODE_GENERIC = 0   # any dtype: element loads, float32 arithmetic
+MODE_DP4A_U8 = 1   # uint8 vectors and queries, dim % 4 == 0: uint32 words, dp4a
+MODE_DP4A_I8 = 2   # int8 likewise
+
+#: shared memory one block may use (static allocations stay under the 48 KiB default limit)
+SHARED_BUDGET = 48 * 1024
+_HMUL = 2654435761
+
+
+# --------------------------------------------------------------------------------------------------
+# dp4a: four 8-bit products summed into an int32 in one instruction (PTX ``dp4a``); plain Python in
+# the simulator
+
+
+def _dp4a_python(signed):
+    def dp4a(a, b, c):
+        a = int(a) & 0xFFFFFFFF
+        b = int(b) & 0xFFFFFFFF
+        acc = int(c)
+        for s in range(4):
+            x = (a >> (8 * s)) & 255
+            y = (b >> (8 * s)) & 255
+            if signed:
+                x = x - 256 if x >= 128 else x
+                y = y - 256 if y >= 128 else y
+            acc += x * y
+        return int32(acc)
+
+    return dp4a
+
+
+def _dp4a_ptx(signed):
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    op = "s32.s32" if signed else "u32.u32"
+
+    @intrinsic
+    def dp4a(typingctx, a, b, c):
+        sig = types.int32(a, b, c)
+
+        def codegen(context, builder, signature, args):
+            i32 = ir.IntType(32)
+            vals = [context.cast(builder, v, t, types.int32) for v, t in zip(args, signature.args)]
+            asm = ir.InlineAsm(ir.FunctionType(i32, [i32, i32, i32]), f"dp4a.{op} $0, $1, $2, $3;", "=r,r,r,r")
+            return builder.call(asm, vals)
+
+        return sig, codegen
+
+    return dp4a
+
+
+if config.ENABLE_CUDASIM:
+    dp4a_u8 = _dp4a_python(False)
+    dp4a_i8 = _dp4a_python(True)
+else:  # pragma: no cover - needs numba's CUDA target
+    dp4a_u8 = _dp4a_ptx(False)
+    dp4a_i8 = _dp4a_ptx(True)
+
+
+# --------------------------------------------------------------------------------------------------
+# small pieces
+
+
+@cuda.jit(device=True, inline=True)
+def raw_id(e):
+    """The vertex id of a list entry (expanded entries hold -id - 2)."""
+    return -e - 2 if e < 0 else e
+
+
+@cuda.jit(device=True, inline=True)
+def team_sum(acc, team_size):
+    """Sum over the aligned group of ``team_size`` lanes (a power of two <= 32); all lanes get it."""
+    off = team_size // 2
+    while off > 0:
+        acc += cuda.shfl_xor_sync(FULL_MASK, acc, off)
+        off //= 2
+    return acc
+
+
+@cuda.jit(device=True, inline=True)
+def warp_sort32(key, vid, lane):
+    """Bitonic sort of one (key, id) per lane across the warp, ascending by (key, id) (lane 0 smallest)."""
+    size = 2
+    while size <= WARP:
+        stride = size // 2
+        while stride > 0:
+            ok = cuda.shfl_xor_sync(FULL_MASK, key, stride)
+            oi = cuda.shfl_xor_sync(FULL_MASK, vid, stride)
+            lower = (lane & stride) == 0
+            ascending = (lane & size) == 0
+            # the lower lane of an ascending pair (or the upper of a descending one) keeps the smaller
+            if lower == ascending:
+                take = less_device(ok, oi, key, vid)
+            else:
+                take = less_device(key, vid, ok, oi)
+            if take:
+                key = ok
+                vid = oi
+            stride //= 2
+        size *= 2
+    return key, vid
+
+
+@cuda.jit(device=True, inline=True)
+def claim(ht, voff, hmask, v):
+    """Insert id ``v`` into the visited table; True if it was not there (this lane claimed it)."""
+    p = ((int(v) * _HMUL) & 0xFFFFFFFF) >> 7
+    while True:
+        s = voff + (p & hmask)
+        old = cuda.atomic.cas(ht, s, EMPTY, int32(v))
+        if old == EMPTY:
+            return True
+        if old == v:
+            return False
+        p += 1
+
+
+@cuda.jit(device=True, inline=True)
+def count_less_chunk(ck, ci, coff, c, key, vid):
+    """How many of the c sorted chunk entries ck/ci[coff:coff+c] are below (key, vid)."""
+    if not less_device(ck[coff], ci[coff], key, vid):
+        return 0  # the common case near the list's front
+    lo = 1
+    hi = c
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if less_device(ck[coff + mid], ci[coff + mid], key, vid):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@cuda.jit(device=True, inline=True)
+def count_not_above_list(lk, li, loff, m, key, vid):
+    """How many of the m sorted list entries lk/li[loff:loff+m] are below (key, vid) or equal to it."""
+    lo = 0
+    hi = m
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if not less_device(key, vid, lk[loff + mid], raw_id(li[loff + mid])):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+#: what the kernel writes out (``report`` argument): the internal distance, or what a metric reports
+REPORT_INTERNAL = 0
+REPORT_SQRT = 1      # euclidean
+REPORT_CLIP02 = 2    # cosine, in [0, 2]
+REPORT_NONNEG = 3    # sqeuclidean, >= 0
+
+
+def report_code(metric: str) -> int:
+    """The ``report`` argument giving ``metric``'s reported distances (as :func:`report_distances`)."""
+    return {"euclidean": REPORT_SQRT, "cosine": REPORT_CLIP02, "sqeuclidean": REPORT_NONNEG}.get(metric,
+                                                                                              REPORT_INTERNAL)
+
+
+@cuda.jit(device=True, inline=True)
+def report_distance(report, d):
+    if report == REPORT_SQRT:
+        return math.sqrt(max(d, float32(0.0)))
+    if report == REPORT_CLIP02:
+        return min(max(d, float32(0.0)), float32(2.0))
+    if report == REPORT_NONNEG:
+        return max(d, float32(0.0))
+    return d
+
+
+# --------------------------------------------------------------------------------------------------
+# distances of the compacted chunk cand[w, :c] (results in cdist[w, :c])
+
+
+@cuda.jit(device=True, inline=True)
+def _slot(cand, w, s, c):
+    """Candidate ``s`` of the chunk, or the first one (a harmless duplicate load) past its end."""
+    return cand[w, s] if s < c else cand[w, 0]
+
+
+@cuda.jit(device=True, inline=True)
+def _distances_generic(kind, base, qv, w, cand, cdist, c, inv_b, qinv, team, member, tsize, nteams):
+    """Each team computes four candidates per pass (their loads in flight together): team ``team`` takes
+    slots s0 + team + {0, 1, 2, 3} * nteams; member m sums dimensions m, m + T, ..."""
+    dim = base.shape[1]
+    s0 = int32(0)
+    while s0 < c:
+        s1 = s0 + team
+        v1 = _slot(cand, w, s1, c)
+        v2 = _slot(cand, w, s1 + nteams, c)
+        v3 = _slot(cand, w, s1 + 2 * nteams, c)
+        v4 = _slot(cand, w, s1 + 3 * nteams, c)
+        a1 = float32(0.0)
+        a2 = float32(0.0)
+        a3 = float32(0.0)
+        a4 = float32(0.0)
+        t = member
+        while t < dim:
+            qt = qv[w, t]
+            x1 = float32(base[v1, t])
+            x2 = float32(base[v2, t])
+            x3 = float32(base[v3, t])
+            x4 = float32(base[v4, t])
+            if kind == DIST_L2SQ:
+                x1 -= qt
+                x2 -= qt
+                x3 -= qt
+                x4 -= qt
+                a1 += x1 * x1
+                a2 += x2 * x2
+                a3 += x3 * x3
+                a4 += x4 * x4
+            else:
+                a1 += x1 * qt
+                a2 += x2 * qt
+                a3 += x3 * qt
+                a4 += x4 * qt
+            t += tsize
+        a1 = team_sum(a1, tsize)
+        a2 = team_sum(a2, tsize)
+        a3 = team_sum(a3, tsize)
+        a4 = team_sum(a4, tsize)
+        if member == 0:
+            if s1 < c:
+                cdist[w, s1] = finish_query_device(kind, a1, inv_b, v1, qinv)
+            if s1 + nteams < c:
+                cdist[w, s1 + nteams] = finish_query_device(kind, a2, inv_b, v2, qinv)
+            if s1 + 2 * nteams < c:
+                cdist[w, s1 + 2 * nteams] = finish_query_device(kind, a3, inv_b, v3, qinv)
+            if s1 + 3 * nteams < c:
+                cdist[w, s1 + 3 * nteams] = finish_query_device(kind, a4, inv_b, v4, qinv)
+        s0 += 4 * nteams
+
+
+@cuda.jit(device=True, inline=True)
+def _finish_dp4a(kind, dot, nb, v, qn, qinv):
+    if kind == DIST_L2SQ:
+        return float32(nb[v] + qn - 2 * dot)
+    if kind == DIST_IP:
+        return -float32(dot)
+    return float32(1.0) - float32(dot) * nb[v] * qinv
+
+
+@cuda.jit(device=True, inline=True)
+def _dp4a(signed, x, q, acc):
+    if signed:
+        return dp4a_i8(x, q, acc)
+    return dp4a_u8(x, q, acc)
+
+
+@cuda.jit(device=True, inline=True)
+def _distances_dp4a(kind, words, qw, w, cand, cdist, c, nb, qn, qinv, team, member, tsize, nteams, signed):
+    """As :func:`_distances_generic` on 4-byte words, one ``dp4a`` per word and candidate."""
+    nwords = words.shape[1]
+    s0 = int32(0)
+    while s0 < c:
+        s1 = s0 + team
+        v1 = _slot(cand, w, s1, c)
+        v2 = _slot(cand, w, s1 + nteams, c)
+        v3 = _slot(cand, w, s1 + 2 * nteams, c)
+        v4 = _slot(cand, w, s1 + 3 * nteams, c)
+        a1 = int32(0)
+        a2 = int32(0)
+        a3 = int32(0)
+        a4 = int32(0)
+        t = member
+        while t < nwords:
+            q = qw[w, t]
+            a1 = _dp4a(signed, words[v1, t], q, a1)
+            a2 = _dp4a(signed, words[v2, t], q, a2)
+            a3 = _dp4a(signed, words[v3, t], q, a3)
+            a4 = _dp4a(signed, words[v4, t], q, a4)
+            t += tsize
+        a1 = team_sum(a1, tsize)
+        a2 = team_sum(a2, tsize)
+        a3 = team_sum(a3, tsize)
+        a4 = team_sum(a4, tsize)
+        if member == 0:
+            if s1 < c:
+                cdist[w, s1] = _finish_dp4a(kind, a1, nb, v1, qn, qinv)
+            if s1 + nteams < c:
+                cdist[w, s1 + nteams] = _finish_dp4a(kind, a2, nb, v2, qn, qinv)
+            if s1 + 2 * nteams < c:
+                cdist[w, s1 + 2 * nteams] = _finish_dp4a(kind, a3, nb, v3, qn, qinv)
+            if s1 + 3 * nteams < c:
+                cdist[w, s1 + 3 * nteams] = _finish_dp4a(kind, a4, nb, v4, qn, qinv)
+        s0 += 4 * nteams
+
+
+# --------------------------------------------------------------------------------------------------
+# the kernel
+
+
+def shared_bytes_per_warp(qcap: int, hsize: int, qwords: int) -> int:
+    """Shared memory of one warp: the double-buffered list, the chunk, the visited table, the query."""
+    return qcap * 16 + WARP * 16 + hsize * 4 + qwords * 4 + 16
+
+
+def warps_per_block(qcap: int, hsize: int, qwords: int, max_warps: int = 4) -> int:
+    return max(1, min(max_warps, SHARED_BUDGET // shared_bytes_per_warp(qcap, hsize, qwords)))
+
+
+def team_size(row_units: int, per_lane: int = 4) -> int:
+    """Lanes per distance: a power of two giving each lane about ``per_lane`` loads per vector row of
+    ``row_units`` loads (between 1 and 32)."""
+    t = 1
+    while t < 32 and t * per_lane < row_units:
+        t *= 2
+    return t
+
+
+@functools.lru_cache(maxsize=None)
+def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, wpb: int):
+    """The search kernel for list capacity ``qcap`` (runtime queue_size <= qcap), a visited table of
+    ``hsize`` slots (a power of two), a staged query of ``qwords`` 4-byte words, a distance mode and
+    ``tsize`` lanes per distance."""
+    LN = 2 * wpb * qcap
+    HN = wpb * hsize
+    CN = wpb * WARP
+    QWU = max(qwords, 1) if mode != MODE_GENERIC else 1   # the query as uint32 words (dp4a modes)
+    QWF = max(qwords, 1) if mode == MODE_GENERIC else 1   # or as float32 values
+    nteams = WARP // tsize
+    signed = mode == MODE_DP4A_I8
+    dp4a = mode != MODE_GENERIC
+    hmask = hsize - 1
+    reset_at = hsize // 2 - WARP
+
+    @cuda.jit
+    def kernel(graph, base, queries, norms, inv_q, kind, entries, k, qsize, report, counter, out_k, out_i, out_nd,
+               out_ne):
+        lk = cuda.shared.array(LN, dtype=float32)
+        li = cuda.shared.array(LN, dtype=int32)
+        ht = cuda.shared.array(HN, dtype=int32)
+        qw = cuda.shared.array((wpb, QWU), dtype=uint32)
+        qv = cuda.shared.array((wpb, QWF), dtype=float32)
+        cand = cuda.shared.array((wpb, WARP), dtype=int32)
+        cdist = cuda.shared.array((wpb, WARP), dtype=float32)
+        ck = cuda.shared.array(CN, dtype=float32)
+        ci = cuda.shared.array(CN, dtype=int32)
+        w = cuda.threadIdx.x // WARP
+        lane = cuda.threadIdx.x % WARP
+        team = lane // tsize
+        member = lane % tsize
+        voff = w * hsize
+        coff = w * WARP
+        nq = queries.shape[0]
+        deg = graph.shape[1]
+        ne = entries.shape[0]
+        while True:
+            jj = 0
+            if lane == 0:
+                jj = cuda.atomic.add(counter, 0, 1)
+            j = cuda.shfl_sync(FULL_MASK, jj, 0)
+            if j >= nq:
+                return
+            # stage the query; empty list (buffer 0) and visited table
+            qn = int32(0)
+            for t in range(lane, queries.shape[1], WARP):
+                if dp4a:
+                    x = queries[j, t]
+                    qw[w, t] = x
+                    if signed:
+                        qn = dp4a_i8(x, x, qn)
+                    else:
+                        qn = dp4a_u8(x, x, qn)
+                else:
+                    qv[w, t] = queries[j, t]
+            if dp4a:
+                qn = team_sum(qn, WARP)
+            qinv = float32(0.0)
+            if kind == DIST_COS:
+                qinv = inv_q[j]
+            cur = 0
+            loff = (2 * w) * qcap
+            for t in range(lane, qcap, WARP):
+                lk[loff + t] = INF
+                li[loff + t] = PAD
+            for t in range(lane, hsize, WARP):
+                ht[voff + t] = EMPTY
+            filled = 0  # ids in the visited table (same value in every lane)
+            nd = 0
+            nexp = 0
+            cuda.syncwarp(FULL_MASK)
+            u = int32(-1)
+            step = 0
+            while True:
+                # ---- the next chunk: entry points (u < 0) or row u, 32 ids from ``step``
+                v = int32(-1)
+                t = step + lane
+                if u < 0:
+                    if t < ne:
+                        v = entries[t]
+                elif t < deg:
+                    v = graph[u, t]
+                step += WARP
+                more = step < (ne if u < 0 else deg)
+                if filled > reset_at:
+                    # the table is half full: keep only the list's ids (see the module docs)
+                    cuda.syncwarp(FULL_MASK)
+                    for t2 in range(lane, hsize, WARP):
+                        ht[voff + t2] = EMPTY
+                    cuda.syncwarp(FULL_MASK)
+                    for t2 in range(lane, qsize, WARP):
+                        e = li[loff + t2]
+                        if e != PAD:
+                            claim(ht, voff, hmask, raw_id(e))
+                    filled = qsize
+                    cuda.syncwarp(FULL_MASK)
+                ok = v >= 0
+                if ok:
+                    ok = claim(ht, voff, hmask, v)
+                vote = cuda.ballot_sync(FULL_MASK, ok)
+                c = cuda.popc(vote)
+                filled += c
+                if ok:
+                    cand[w, cuda.popc(vote & cuda.lanemask_lt())] = v
+                cuda.syncwarp(FULL_MASK)
+                if c > 0:
+                    nd += c
+                    # ---- distances
+                    if dp4a:
+                        _distances_dp4a(kind, base, qw, w, cand, cdist, c, norms, qn, qinv, team, member, tsize,
+                                        nteams, signed)
+                    else:
+                        _distances_generic(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize,
+                                           nteams)
+                    cuda.syncwarp(FULL_MASK)
+                    # ---- sort the chunk, then merge it into the list by rank
+                    key = INF
+                    vid = PAD
+                    if lane < c:
+                        key = cdist[w, lane]
+                        vid = cand[w, lane]
+                    key, vid = warp_sort32(key, vid, lane)
+                    ck[coff + lane] = key
+                    ci[coff + lane] = vid
+                    cuda.syncwarp(FULL_MASK)
+                    # skip the merge when the chunk's best does not beat the list's last entry
+                    wk = lk[loff + qsize - 1]
+                    wi = raw_id(li[loff + qsize - 1])
+                    if less_device(ck[coff], ci[coff], wk, wi):
+                        noff = (2 * w + 1 - cur) * qcap
+                        t2 = lane
+                        while t2 < qsize:
+                            ek = lk[loff + t2]
+                            ei = li[loff + t2]
+                            pos = t2 + count_less_chunk(ck, ci, coff, c, ek, raw_id(ei))
+                            if pos < qsize:
+                                lk[noff + pos] = ek
+                                li[noff + pos] = ei
+                            t2 += WARP
+                        if lane < c:
+                            pos = lane + count_not_above_list(lk, li, loff, qsize, key, vid)
+                            if pos < qsize:
+                                lk[noff + pos] = key
+                                li[noff + pos] = vid
+                        cur = 1 - cur
+                        loff = noff
+                    cuda.syncwarp(FULL_MASK)
+                if not more:
+                    # ---- expand the first unexpanded vertex of the list, or stop
+                    u = int32(-1)
+                    b = int32(0)
+                    while b < qsize:
+                        t2 = b + lane
+                        e = li[loff + t2] if t2 < qsize else int32(-1)
+                        vote = cuda.ballot_sync(FULL_MASK, e >= 0 and e != PAD)
+                        if vote != 0:
+                            pos = b + cuda.ffs(vote) - 1
+                            u = li[loff + pos]
+                            cuda.syncwarp(FULL_MASK)
+                            if lane == 0:
+                                li[loff + pos] = -u - 2
+                            break
+                        b += WARP
+                    cuda.syncwarp(FULL_MASK)
+                    if u < 0:
+                        break
+                    nexp += 1
+                    step = 0
+            # ---- results: the first k entries
+            for t in range(lane, k, WARP):
+                e = li[loff + t] if t < qsize else PAD
+                if e != PAD:
+                    out_k[j, t] = report_distance(report, lk[loff + t])
+                    out_i[j, t] = raw_id(e)
+                else:
+                    out_k[j, t] = INF
+                    out_i[j, t] = -1
+            if lane == 0:
+                out_nd[j] = nd
+                out_ne[j] = nexp
+            cuda.syncwarp(FULL_MASK)
+
+    kernel.warps_per_block = wpb
+    return kernel

@@ -1,0 +1,103 @@
+"""The fast GPU searcher (``SearchParams(algo='beam')``, the GPU default) on a real GPU (marker ``gpu``).
+
+On 8-bit vectors with queries of the same dtype the kernel's distances are exact integers (dp4a), so it
+must return exactly what the plain-Python walk of tests/song/test_beam_sim.py returns."""
+
+import numpy as np
+import pytest
+
+import knngraph
+from knngraph import metrics, song
+from knngraph.evaluate import recall_at_k
+from knngraph.primitives.distances import distance_kind, inverse_norms
+
+from .conftest import random_vectors
+from .test_beam_sim import reference_walk
+from .test_song_gpu import _sift450k, _true_dist, prepared_sift450k
+
+pytestmark = pytest.mark.gpu
+
+
+def test_sift450k_recall_exact_distances_and_reference_ids():
+    base, queries, gt = _sift450k()
+    g = prepared_sift450k(base)
+    index = song.from_graph(g, base, song.IndexParams(), device="cuda")
+    gt_d = _true_dist(base, queries, gt[:, :10])
+    floors = {32: 0.93, 64: 0.98, 128: 0.99}
+    for queue, floor in floors.items():
+        stats = {}
+        d, i = index.search(queries, 10, song.SearchParams(queue_size=queue), device="cuda", verbose=False,
+                            stats=stats)
+        assert stats["algo"] == "beam"
+        r = recall_at_k(i, gt[:, :10], 10, distances=d, true_distances=gt_d)
+        assert r >= floor, (queue, r)
+        np.testing.assert_array_equal(d[:200], _true_dist(base, queries[:200], i[:200]))
+    for j in range(0, 10000, 500):  # the walk of the reference, id for id (queue 64)
+        rd, ri, rn, rexp = reference_walk(g.indices, base, queries[j], distance_kind("sqeuclidean"),
+                                          index.entry_points, 10, 64)
+        d1, i1 = index.search(queries[j:j + 1], 10, song.SearchParams(queue_size=64), device="cuda",
+                              verbose=False)
+        np.testing.assert_array_equal(i1[0], ri)
+        np.testing.assert_array_equal(d1[0], rd.astype(np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.int8])
+@pytest.mark.parametrize("metric", metrics.METRICS)
+def test_dtypes_and_metrics_against_reference(dtype, metric, rng):
+    base = random_vectors(rng, 3000, 40, dtype)
+    queries = random_vectors(rng, 50, 40, dtype)
+    g = knngraph.optimize_graph(knngraph.knn_graph(base, 24, metric=metric, device="cpu", verbose=False), base,
+                                graph_degree=16, device="cpu")
+    index = song.from_graph(g, base, device="cuda")
+    dg, ig = song.search(index, queries, 10, song.SearchParams(queue_size=32, algo="beam"), device="cuda",
+                         verbose=False)
+    kind = distance_kind(metric)
+    xf = base.astype(np.float32)
+    inv_b = inverse_norms(xf)
+    inv_q = inverse_norms(queries.astype(np.float32))
+    ref = [reference_walk(g.indices, base, queries[j], kind, index.entry_points, 10, 32, inv_b, inv_q[j])
+           for j in range(len(queries))]
+    ri = np.stack([r[1] for r in ref])
+    rd = np.stack([r[0] for r in ref])
+    if np.dtype(dtype).kind in "iu" and metric in ("sqeuclidean", "inner_product"):
+        np.testing.assert_array_equal(ig, ri)  # exact integer arithmetic
+        np.testing.assert_array_equal(dg, rd.astype(np.float32))
+    else:  # float rounding may order near-ties differently
+        assert recall_at_k(ig, ri, 10) >= 0.97
+        expect = np.sqrt(np.maximum(rd[:, 0], 0)) if metric == "euclidean" else rd[:, 0]
+        np.testing.assert_allclose(dg[:, 0], expect, rtol=1e-3, atol=1e-3)
+    assert (dg >= 0).all() or metric == "inner_product"
+
+
+def test_device_queries_out_arrays_small_batches_and_errors(sample):
+    import cupy as cp
+
+    g = knngraph.optimize_graph(knngraph.knn_graph(sample.base, 64, device="cuda", verbose=False), sample.base,
+                                graph_degree=32, device="cuda")
+    index = song.from_graph(g, cp.asarray(sample.base), device="cuda")
+    sp = song.SearchParams(queue_size=64)
+    d, i = index.search(sample.queries, 10, sp, device="cuda", verbose=False)
+    assert recall_at_k(i, sample.gt_indices, 10, distances=d, true_distances=sample.gt_distances) >= 0.98
+    # device queries in place, preallocated outputs filled and returned
+    dq = cp.asarray(sample.queries)
+    out = (cp.empty((len(dq), 10), cp.float32), cp.empty((len(dq), 10), cp.int32))
+    d2, i2 = index.search(dq, 10, sp, device="cuda", verbose=False, out=out)
+    assert d2 is out[0] and i2 is out[1]
+    np.testing.assert_array_equal(i2.get(), i)
+    # any batch size gives the same rows
+    for b in (1, 10, 100):
+        db, ib = index.search(sample.queries[:b], 10, sp, device="cuda", verbose=False)
+        np.testing.assert_array_equal(ib, i[:b])
+    # float queries against uint8 vectors: float arithmetic, same results on this integral data
+    df, i_f = index.search(sample.queries.astype(np.float32), 10, sp, device="cuda", verbose=False)
+    assert recall_at_k(i_f, i, 10) >= 0.999
+    # non-finite device queries are refused
+    bad = dq.astype(cp.float32)
+    bad[3, 5] = cp.nan
+    with pytest.raises(ValueError, match="queries row 3 contains NaN"):
+        index.search(bad, 10, sp, device="cuda", verbose=False)
+    with pytest.raises(ValueError, match=r"out\[0\] \(distances\) must have shape"):
+        index.search(dq, 10, sp, device="cuda", verbose=False, out=(cp.empty((2, 10), cp.float32), out[1]))
+    with pytest.raises(ValueError, match="algo='beam' does not support a filter"):
+        index.search(dq, 10, song.SearchParams(algo="beam"), device="cuda", verbose=False,
+                     filter=np.ones(len(sample.base), bool))

@@ -1,0 +1,159 @@
+"""The fast GPU searcher (``song/_beam_kernels.py``) in the numba CUDA simulator, on tiny inputs, against
+a plain-Python walk of the same search (best-first over a sorted list of queue_size entries, expand the
+first unexpanded, stop when there is none; a visited set that never forgets).
+
+Inputs are small integers, so distances are exact in float32 and int32: ids, distances and the numbers
+of distance computations and expansions must agree exactly. The kernel's visited table is reset when
+half full; small tables force many resets here, which must not change any result."""
+
+import numpy as np
+import pytest
+
+import knngraph
+from knngraph.primitives.distances import DIST_COS, DIST_IP, DIST_L2SQ, cpu_vectors, distance_kind, inverse_norms
+from knngraph.song import _beam_kernels as bk
+from knngraph.song.cuda import beam_mode, search_beam_device, square_norms
+
+pytestmark = pytest.mark.sim
+
+
+def reference_walk(graph, x, q, kind, entries, k, queue_size, inv_b=None, inv_q=None):
+    """(distances, ids, distance computations, expansions) of one query, in plain Python."""
+    xf = x.astype(np.float64)
+    qf = q.astype(np.float64)
+
+    def dist(v):
+        dot = float(xf[v] @ qf)
+        if kind == DIST_L2SQ:
+            return float(((xf[v] - qf) ** 2).sum())
+        if kind == DIST_IP:
+            return -dot
+        return 1.0 - dot * float(inv_b[v]) * float(inv_q)
+
+    seen = set()
+    lst = []  # (distance, id, expanded)
+    nd = 0
+    ne = 0
+
+    def offer(ids):
+        nonlocal lst, nd
+        for v in ids:
+            if v < 0 or v in seen:
+                continue
+            seen.add(v)
+            nd += 1
+            lst.append((dist(v), v, False))
+        lst = sorted(lst, key=lambda e: (e[0], e[1]))[:queue_size]
+
+    offer([int(e) for e in entries])
+    while True:
+        pos = next((p for p, e in enumerate(lst) if not e[2]), None)
+        if pos is None:
+            break
+        d, u, _ = lst[pos]
+        lst[pos] = (d, u, True)
+        ne += 1
+        offer([int(v) for v in graph[u]])
+    out_d = np.full(k, np.inf)
+    out_i = np.full(k, -1)
+    for t, (d, v, _) in enumerate(lst[:k]):
+        out_d[t], out_i[t] = d, v
+    return out_d, out_i, nd, ne
+
+
+def _small(rng, dtype, n, d):
+    if np.dtype(dtype) == np.uint8:
+        return rng.integers(0, 13, (n, d)).astype(dtype)
+    return rng.integers(-6, 7, (n, d)).astype(dtype)
+
+
+def _graph(x, metric, degree):
+    g = knngraph.knn_graph(x, 12, metric=metric, device="cpu", verbose=False)
+    return knngraph.optimize_graph(g, x, degree, device="cpu")
+
+
+def _run(graph_ids, x, q, metric, entries, k, queue_size, max_warps=2):
+    kind = distance_kind(metric)
+    mode = beam_mode(x.dtype, q.dtype, x.shape[1])
+    if mode != bk.MODE_GENERIC:
+        norms = square_norms(x, np) if kind == DIST_L2SQ else (
+            inverse_norms(cpu_vectors(x)) if kind == DIST_COS else np.zeros(1, np.float32))
+        qq = np.ascontiguousarray(q)
+    else:
+        norms = inverse_norms(cpu_vectors(x)) if kind == DIST_COS else np.zeros(1, np.float32)
+        qq = np.ascontiguousarray(q, dtype=np.float32)
+    inv_q = inverse_norms(q.astype(np.float32)) if kind == DIST_COS else np.zeros(1, np.float32)
+    return mode, search_beam_device(graph_ids, x, qq, norms, inv_q, kind, entries, k, queue_size, mode, xp=np,
+                                    max_warps=max_warps)
+
+
+@pytest.mark.parametrize("dtype,qdtype,dim,metric,degree,mode", [
+    (np.uint8, np.uint8, 12, "sqeuclidean", 6, bk.MODE_DP4A_U8),
+    (np.int8, np.int8, 8, "inner_product", 5, bk.MODE_DP4A_I8),
+    (np.uint8, np.uint8, 8, "cosine", 6, bk.MODE_DP4A_U8),
+    (np.uint8, np.float32, 12, "sqeuclidean", 6, bk.MODE_GENERIC),  # float queries: element loads
+    (np.float32, np.float32, 7, "cosine", 6, bk.MODE_GENERIC),
+    (np.float16, np.float32, 9, "euclidean", 40, bk.MODE_GENERIC),  # rows longer than one chunk
+])
+def test_beam_kernel_matches_reference_walk(dtype, qdtype, dim, metric, degree, mode, rng):
+    x = _small(rng, dtype, 48, dim)
+    q = _small(rng, qdtype if qdtype != np.float32 else np.int8, 3, dim).astype(qdtype)
+    g = _graph(x, metric, degree)
+    kind = distance_kind(metric)
+    entries = np.array([3, 0, 17, 3], np.int32)  # a repeated entry point is computed once
+    k, queue = 4, 6
+    got_mode, (gk, gi, gn, ge) = _run(g.indices, x, q, metric, entries, k, queue)
+    assert got_mode == mode
+    inv_b = inverse_norms(cpu_vectors(x).astype(np.float32))
+    inv_q = inverse_norms(q.astype(np.float32))
+    for j in range(q.shape[0]):
+        rd, ri, rn, rexp = reference_walk(g.indices, x, q[j], kind, entries, k, queue, inv_b, inv_q[j])
+        np.testing.assert_array_equal(gi[j], ri)
+        assert gn[j] == rn and ge[j] == rexp
+        if metric == "cosine":
+            np.testing.assert_allclose(gk[j], rd, rtol=1e-5, atol=1e-5)
+        else:
+            np.testing.assert_array_equal(gk[j], rd.astype(np.float32))
+
+
+def test_beam_kernel_on_complete_graph_is_exact(rng):
+    # every vertex links to every other: the walk computes every distance, so the result is exact
+    n, d = 40, 8
+    x = _small(rng, np.uint8, n, d)
+    q = _small(rng, np.uint8, 2, d)
+    ids = np.array([[v for v in range(n) if v != u] for u in range(n)], np.int32)
+    _, (gk, gi, gn, _) = _run(ids, x, q, "sqeuclidean", np.array([0], np.int32), 5, 8, max_warps=1)
+    dist = ((x[None].astype(np.int64) - q[:, None].astype(np.int64)) ** 2).sum(-1)
+    for j in range(2):
+        order = np.lexsort((np.arange(n), dist[j]))[:5]
+        np.testing.assert_array_equal(gi[j], order)
+        np.testing.assert_array_equal(gk[j], dist[j][order])
+        assert gn[j] == n
+
+
+def test_beam_kernel_pads_when_few_vertices_reachable():
+    # two vertices linked to each other only: k=4 gets two results and -1 / inf after them
+    x = np.array([[0, 0, 0, 0], [1, 1, 1, 1], [9, 9, 9, 9]], np.uint8)
+    ids = np.array([[1, -1], [0, -1], [-1, -1]], np.int32)
+    q = np.array([[0, 0, 0, 1]], np.uint8)
+    _, (gk, gi, _, ge) = _run(ids, x, q, "sqeuclidean", np.array([0], np.int32), 4, 4, max_warps=1)
+    np.testing.assert_array_equal(gi[0], [0, 1, -1, -1])
+    np.testing.assert_array_equal(gk[0], [1, 3, np.inf, np.inf])
+    assert ge[0] == 2
+
+
+def test_visited_table_resets_do_not_change_results(rng):
+    # queue 32 gets a 512-slot table, reset after 224 claims; a walk on a random 32-regular graph of 600
+    # vertices claims several hundred ids, so the table is reset several times during each search
+    n, d = 600, 4
+    x = _small(rng, np.uint8, n, d)
+    q = _small(rng, np.uint8, 2, d)
+    ids = np.stack([rng.choice(np.delete(np.arange(n), u), 32, replace=False) for u in range(n)]).astype(np.int32)
+    _, (gk, gi, gn, ge) = _run(ids, x, q, "sqeuclidean", np.array([5], np.int32), 3, 32, max_warps=1)
+    for j in range(2):
+        rd, ri, rn, rexp = reference_walk(ids, x, q[j], DIST_L2SQ, np.array([5]), 3, 32)
+        assert rn > 2 * (512 // 2 - 32)  # the table was reset at least twice
+        np.testing.assert_array_equal(gi[j], ri)
+        np.testing.assert_array_equal(gk[j], rd.astype(np.float32))
+        assert ge[j] == rexp
+        assert gn[j] >= rn  # ids that fell off the list may be computed again after a reset
