@@ -96,6 +96,7 @@ def main():
     ap.add_argument("--dataset", choices=["sift", "minilm"], default="sift")
     ap.add_argument("--minilm-dir", default="/root/minilm")
     ap.add_argument("--no-cuvs", action="store_true")
+    ap.add_argument("--algos", default="beam,song", help="knngraph searchers to sweep")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--calls", type=int, default=50, help="calls per small-batch point")
     args = ap.parse_args()
@@ -140,7 +141,8 @@ def main():
     curves = {}
 
     # 2. batch 10k, knngraph
-    for algo, queues in (("beam", BEAM_QUEUES), ("song", SONG_QUEUES)):
+    for algo, queues in [(a, q) for a, q in (("beam", BEAM_QUEUES), ("song", SONG_QUEUES))
+                         if a in args.algos.split(",")]:
         name = f"knngraph-{algo}"
         curves[name] = []
         for qs in queues:
@@ -171,16 +173,25 @@ def main():
             log.write(part="cuvs", skipped=f"cuVS not importable: {type(exc).__name__}: {exc}")
     cagra_indexes = {}
     if cagra is not None:
-        cmetric = {"sqeuclidean": "sqeuclidean", "cosine": "cosine"}[metric]
+        # cosine: CAGRA searches normalised vectors by inner product (its cosine path crashed on float16
+        # here: an illegal address inside cuVS 26.10); its ids are scored, not its distances
+        cmetric = {"sqeuclidean": "sqeuclidean", "cosine": "inner_product"}[metric]
+        if metric == "cosine":
+            xf = xb.astype(cp.float32)
+            xb_c = (xf / cp.maximum(cp.linalg.norm(xf, axis=1, keepdims=True), 1e-30)).astype(xb.dtype)
+            qf = xq.astype(cp.float32)
+            xq_c = (qf / cp.maximum(cp.linalg.norm(qf, axis=1, keepdims=True), 1e-30)).astype(xq.dtype)
+        else:
+            xb_c, xq_c = xb, xq
         t0 = time.perf_counter()
-        cagra_indexes["cagra-on-knngraph"] = cagra.from_graph(cp.asarray(graph.indices).astype(cp.uint32), xb,
+        cagra_indexes["cagra-on-knngraph"] = cagra.from_graph(cp.asarray(graph.indices).astype(cp.uint32), xb_c,
                                                               metric=cmetric)
         sync()
         log.write(part="graph", method="cagra.from_graph", build_s=time.perf_counter() - t0)
         t0 = time.perf_counter()
         cagra_indexes["cagra-own-graph"] = cagra.build(
             cagra.IndexParams(metric=cmetric, graph_degree=32, intermediate_graph_degree=64, build_algo="nn_descent"),
-            xb)
+            xb_c)
         sync()
         log.write(part="graph", method="cagra.build nn_descent 64->32", build_s=time.perf_counter() - t0)
         for name, cidx in cagra_indexes.items():
@@ -191,13 +202,14 @@ def main():
                 i_out = cp.empty((nq, 10), cp.uint32)
 
                 def run(sp=sp, cidx=cidx, d_out=d_out, i_out=i_out):
-                    return cagra.search(sp, cidx, xq, 10, neighbors=i_out, distances=d_out)
+                    return cagra.search(sp, cidx, xq_c, 10, neighbors=i_out, distances=d_out)
 
                 secs = per_call(run, args.repeats)
-                dist = d_out.get()
+                ids = i_out.get().astype(np.int64)
                 if metric == "sqeuclidean":
-                    dist = np.maximum(dist, 0)
-                r = score(i_out.get().astype(np.int64), dist)
+                    r = score(ids, np.maximum(d_out.get(), 0))
+                else:
+                    r = recall_at_k(ids, gt, 10)
                 curves[name].append((r, nq / secs, it))
                 log.write(part="batch10k", method=name, itopk_size=it, recall=r, qps=nq / secs, seconds=secs)
 
@@ -222,14 +234,22 @@ def main():
                 song.search(index, qd, 10, sp, device="cuda", verbose=False, out=o)
                 host_times.append(time.perf_counter() - t0)
                 sync()
+            # the recall of this batch size (the search width depends on it): every query, b at a time
+            parts = [song.search(index, queries[s0:s0 + b], 10, sp, device="cuda", verbose=False)
+                     for s0 in range(0, nq, b)]
+            ids = np.concatenate([p[1] for p in parts])
+            dists = np.concatenate([p[0] for p in parts])
+            stats = {}
+            song.search(index, qd, 10, sp, device="cuda", verbose=False, stats=stats)
             log.write(part="small_batch", method="knngraph-beam", target=target, queue_size=qs, recall_10k=r,
-                      batch=b, ms_per_call_device_io=t_dev * 1e3, ms_per_call_host_io=t_host * 1e3,
+                      batch=b, recall_at_batch=score(ids, dists), search_width=stats.get("search_width"),
+                      ms_per_call_device_io=t_dev * 1e3, ms_per_call_host_io=t_host * 1e3,
                       host_ms_per_call=statistics.median(host_times) * 1e3)
         for name, cidx in cagra_indexes.items():
             r, _, it = nearest(curves[name], target)
             sp = cagra.SearchParams(itopk_size=it)
             for b in BATCHES:
-                qd = xq[:b]
+                qd = xq_c[:b]
                 d_out = cp.empty((b, 10), cp.float32)
                 i_out = cp.empty((b, 10), cp.uint32)
                 t_dev = per_call(lambda: cagra.search(sp, cidx, qd, 10, neighbors=i_out, distances=d_out), args.calls)

@@ -240,3 +240,86 @@ def test_demo_json(capsys):
     code, out, _ = run(capsys, "demo", "--device", "cpu", "--json")
     res = json.loads(out)
     assert code == 0 and res["exact_search"]["recall@10"] == 1.0 and res["device"] == "cpu"
+
+
+@pytest.fixture
+def angular_file(tmp_path, sample):
+    """An ann-benchmarks file (distance='angular') of real SIFT vectors, each scaled by a random factor so
+    that their true cosine neighbours (numpy brute force) differ from their euclidean ones."""
+    scale = np.random.default_rng(7).uniform(0.3, 3.0, (3000, 1)).astype(np.float32)
+    train = np.asarray(sample.base[:3000], np.float32) * scale
+    test = np.asarray(sample.queries[:60], np.float32)
+    unit = train / np.linalg.norm(train, axis=1, keepdims=True)
+    cos = 1.0 - (test / np.linalg.norm(test, axis=1, keepdims=True)) @ unit.T
+    neighbors = np.argsort(cos, axis=1, kind="stable")[:, :10].astype(np.int32)
+    distances = np.take_along_axis(cos, neighbors, 1).astype(np.float32)
+    path = tmp_path / "sift-angular.hdf5"
+    io.write_ann_benchmarks(path, train, test, neighbors, distances, "cosine")
+    return path, neighbors
+
+
+def test_knn_on_an_ann_benchmarks_file_uses_test_queries_and_its_metric(capsys, tmp_path, angular_file):
+    path, neighbors = angular_file
+    out_ids, out_d = str(tmp_path / "ids.ibin"), str(tmp_path / "d.fbin")
+    code, out, _ = run(capsys, "knn", str(path), str(path), "-k", "10", "--out", out_ids, "--out-distances", out_d,
+                       "--device", "cpu", "--json")
+    res = json.loads(out)
+    assert code == 0 and res["n_queries"] == 60 and res["metric"] == "cosine"  # 'test', not 'train'
+    # scored against the file's own 'neighbors' (and 'distances', counting ties)
+    code, out, _ = run(capsys, "eval", out_ids, str(path), "-k", "10", "--result-distances", out_d, "--json")
+    res = json.loads(out)
+    assert code == 0 and res["recall"] == 1.0 and res["ties_counted"] and res["rows"] == 60
+    # an explicit --metric wins over the file's (and scores low against its cosine truth)
+    code, out, _ = run(capsys, "knn", str(path), str(path), "-k", "10", "--out", out_ids, "--metric", "sqeuclidean",
+                       "--device", "cpu", "--json")
+    assert code == 0 and json.loads(out)["metric"] == "sqeuclidean"
+    code, out, _ = run(capsys, "eval", out_ids, str(path), "-k", "10", "--truth-dataset", "neighbors", "--json")
+    assert code == 0 and json.loads(out)["recall"] < 0.5 and not json.loads(out)["ties_counted"]
+
+
+def test_eval_truth_dataset_errors(capsys, tmp_path, angular_file):
+    path, neighbors = angular_file
+    io.write(tmp_path / "ids.ibin", neighbors)
+    one_error(capsys, ["eval", str(tmp_path / "ids.ibin"), str(tmp_path / "ids.ibin"), "--truth-dataset", "neighbors"],
+              2, "--truth-dataset applies to an HDF5 TRUTH", "eval")
+    one_error(capsys, ["eval", str(tmp_path / "ids.ibin"), str(path), "--truth-dataset", "distances"],
+              2, "holds float32 data, but ids must be integers", "eval")
+
+
+def test_choice_options_are_checked_by_argparse(capsys):
+    one_error(capsys, ["knn", "b.fbin", "-k", "3", "--out", "x.ibin", "--select", "bubble"], 2,
+              "argument --select: invalid choice: 'bubble'", "knn")
+    one_error(capsys, ["build", "b.fbin", "-k", "3", "--out", "g.knng", "--method", "song"], 2,
+              "argument --method: invalid choice: 'song'", "build")
+
+
+@pytest.mark.slow
+def test_warmup_leaves_nothing_to_compile(capsys, sample):
+    """After ``knngraph warmup``, building and searching (threaded and serial kernels) compiles nothing."""
+    from knngraph.cli import _Timer
+    from knngraph.primitives.compile import SERIAL_BELOW
+
+    code, out, _ = run(capsys, "warmup", "--dtype", "uint8", "--device", "cpu", "--json")
+    res = json.loads(out)
+    assert code == 0 and res["task"] == "warmup" and res["dtypes"] == ["uint8"] and res["compile_seconds"] >= 0
+    x = np.asarray(sample.base[:SERIAL_BELOW + 500])
+    with _Timer() as t:
+        for rows in (x[:700], x):
+            g = knngraph.knn_graph(rows, 12, method="nndescent", device="cpu", verbose=False)
+            knngraph.knn(rows, sample.queries[:20], 5, device="cpu", verbose=False)
+    assert g.n == x.shape[0] and t.compiled == 0
+
+
+def test_build_and_search_on_an_ann_benchmarks_file_use_its_metric(capsys, tmp_path, angular_file):
+    path, neighbors = angular_file
+    code, out, _ = run(capsys, "build", str(path), "-k", "16", "--out", str(tmp_path / "g.knng"), "--device", "cpu",
+                       "--json")
+    assert code == 0 and json.loads(out)["metric"] == "cosine"
+    assert knngraph.Graph.load(tmp_path / "g.knng").metric == "cosine"
+    ids = str(tmp_path / "ids.ibin")
+    code, out, _ = run(capsys, "search", str(path), str(path), "-k", "10", "--out", ids, "--queue-size", "64",
+                       "--device", "cpu", "--json")
+    res = json.loads(out)
+    assert code == 0 and res["metric"] == "cosine" and res["n_queries"] == 60
+    code, out, _ = run(capsys, "eval", ids, str(path), "-k", "10", "--json")
+    assert code == 0 and json.loads(out)["recall"] >= 0.9

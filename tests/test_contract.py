@@ -103,8 +103,12 @@ def test_builders_take_every_dtype_and_metric(method, dtype, metric):
     assert not (g.indices == np.arange(x.shape[0])[:, None]).any(), "a node is never its own neighbour"
     # the distances are the metric's (float64 reference, float32 tolerance)
     ref = pairwise_distances(x.astype(np.float64), x.astype(np.float64), metric)
-    want = np.take_along_axis(ref, g.indices.astype(np.int64), 1)
+    want = np.take_along_axis(ref, np.maximum(g.indices, 0).astype(np.int64), 1)
+    want[g.indices < 0] = np.inf                        # search graphs pad rows with -1 / inf
     np.testing.assert_allclose(g.distances, want, rtol=2e-3, atol=2e-3 * (1 + np.abs(ref).max()))
+    if registry.get(method).search_graph:
+        _check_search_graph(g, x, ref, metric)
+        return
     # and the lists are (close to) the true ones: exact for 'exact'; NN-Descent on 240 points near exact
     # (inner product is no metric: neighbourhoods are not transitive and NN-Descent finds fewer)
     np.fill_diagonal(ref, np.inf)
@@ -112,6 +116,26 @@ def test_builders_take_every_dtype_and_metric(method, dtype, metric):
     hit = g.distances <= truth[:, None] * (1 + 1e-3) + 1e-3 * (1 + np.abs(truth[:, None]))
     floor = 1.0 if method == "exact" else (0.85 if metric == "inner_product" else 0.95)
     assert hit.mean() >= floor, hit.mean()
+
+
+def _check_search_graph(g, x, ref, metric):
+    """A pruned search graph (registry ``search_graph``): every row keeps the RNG rule (for kept n1
+    nearer than n2: d(n1, n2) >= d(v, n2)), and every graph searcher finds most true neighbours on it at
+    its default search settings (a degree-6 RNG graph of 240 points keeps about 3 edges per node)."""
+    tol = 2e-3 * (1 + np.abs(ref).max())
+    for v, row in enumerate(g.indices):
+        kept = row[row >= 0]
+        assert len(kept) >= 1 and len(set(kept.tolist())) == len(kept) and v not in kept
+        for a in range(len(kept)):
+            for b in range(a + 1, len(kept)):
+                assert ref[kept[a], kept[b]] >= ref[v, kept[b]] - tol, (v, kept[a], kept[b])
+    q = _data(x.dtype.name, n=20, seed=9)
+    truth = np.sort(pairwise_distances(q.astype(np.float64), x.astype(np.float64), metric), axis=1)[:, 4]
+    for searcher in GRAPH_SEARCHERS:
+        mod = registry.get(searcher).load()
+        d, _ = mod.search(mod.from_graph(g, x, device="cpu"), q, 5, device="cpu")
+        hit = d <= truth[:, None] * (1 + 1e-3) + 1e-3 * (1 + np.abs(truth[:, None]))
+        assert hit.mean() >= 0.7, (searcher, hit.mean())
 
 
 @pytest.mark.parametrize("method", BUILDERS)
@@ -149,6 +173,9 @@ def test_builder_extend_adds_rows(method):
     assert bigger.shape == (300, 8) and index.shape == (250, 8)
     _check_result_form(bigger.graph.distances, bigger.graph.indices, 300, 6, 300)
     ref = pairwise_distances(x, x)
+    if registry.get(method).search_graph:
+        _check_search_graph(bigger.graph, x, ref, "sqeuclidean")
+        return
     np.fill_diagonal(ref, np.inf)
     truth = np.sort(ref, axis=1)[:, 5]
     assert (bigger.graph.distances <= truth[:, None] * (1 + 1e-4) + 1e-5).mean() >= 0.95
@@ -161,8 +188,14 @@ def _search_index(name, x, metric):
     mod = registry.get(name).load()
     if name == "exact":
         return mod, mod.build(mod.IndexParams(metric=metric), x, device="cpu")
-    params = mod.IndexParams(metric=metric, graph_degree=12, intermediate_graph_degree=24)
+    params = _index_params(mod, metric=metric, graph_degree=12, intermediate_graph_degree=24)
     return mod, mod.build(params, x, device="cpu", verbose=False)
+
+
+def _index_params(mod, **fields):
+    """``mod.IndexParams`` with the given fields it has (GGNN builds no intermediate k-NN graph)."""
+    names = {f.name for f in dataclasses.fields(mod.IndexParams)}
+    return mod.IndexParams(**{k: v for k, v in fields.items() if k in names})
 
 
 @pytest.mark.parametrize("metric", METRICS)
@@ -228,7 +261,7 @@ def test_graph_searcher_pads_with_minus_one_and_inf(searcher):
 def test_graph_searcher_same_seed_same_result(searcher):
     x = _data("float32", n=300, seed=2)
     mod = registry.get(searcher).load()
-    params = mod.IndexParams(graph_degree=8, intermediate_graph_degree=16, seed=4)
+    params = _index_params(mod, graph_degree=8, intermediate_graph_degree=16, seed=4)
     r1 = mod.search(mod.build(params, x, device="cpu", verbose=False), x[:20], 5, device="cpu")
     r2 = mod.search(mod.build(params, x, device="cpu", verbose=False), x[:20], 5, device="cpu")
     assert np.array_equal(r1.indices, r2.indices)

@@ -10,7 +10,7 @@ import pytest
 import knngraph
 
 MODULES = ["knngraph._api", "knngraph.evaluate", "knngraph.bruteforce._index", "knngraph.metrics", "knngraph.io",
-           "knngraph.graph"]
+           "knngraph.graph", "knngraph.handoff", "knngraph.sklearn", "knngraph.ggnn._index"]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -22,7 +22,7 @@ def test_doctests(name):
 
 def _params_classes():
     found = []
-    for mod_name in ["knngraph.bruteforce", "knngraph.nndescent", "knngraph.song"]:
+    for mod_name in ["knngraph.bruteforce", "knngraph.nndescent", "knngraph.song", "knngraph.ggnn"]:
         try:
             mod = importlib.import_module(mod_name)
         except ImportError:

@@ -22,7 +22,8 @@ import numpy as np
 
 from ._device import quiet_launches
 
-__all__ = ["launch", "compiled_functions", "PreparedLaunch", "flat_array", "flatten", "raw_launch_enabled"]
+__all__ = ["launch", "compiled_functions", "PreparedLaunch", "flat_array", "flatten", "raw_launch_enabled",
+           "cached_ptx", "ptx_cache_dir"]
 
 #: (entry name, CuPy function) of every kernel compiled here, for profiling (registers, spills)
 _COMPILED: list = []
@@ -70,16 +71,93 @@ def _flatten(arg, out: list) -> None:
         out.append(np.float64(arg))
 
 
+@functools.lru_cache(maxsize=1)
+def _source_digest() -> str:
+    """Digest of knngraph's own source files and the compiler's version: part of every PTX cache key, so
+    a changed kernel (or any helper it calls) is never served from an older build."""
+    import hashlib
+
+    import numba
+
+    h = hashlib.sha256(numba.__version__.encode())
+    try:
+        import numba_cuda
+
+        h.update(numba_cuda.__version__.encode())
+    except Exception:  # noqa: BLE001
+        pass
+    root = os.path.dirname(os.path.abspath(__file__))
+    for dirpath, _, files in sorted(os.walk(root)):
+        for f in sorted(files):
+            if f.endswith(".py"):
+                with open(os.path.join(dirpath, f), "rb") as fh:
+                    h.update(f.encode() + fh.read())
+    return h.hexdigest()
+
+
+def ptx_cache_dir() -> str | None:
+    """Where compiled PTX is kept between processes: ``$KNNGRAPH_CACHE_DIR/ptx`` or
+    ``~/.cache/knngraph/ptx``; None when ``KNNGRAPH_CACHE_DIR`` is set to an empty string (no cache)."""
+    base = os.environ.get("KNNGRAPH_CACHE_DIR")
+    if base == "":
+        return None
+    if base is None:
+        base = os.path.join(os.path.expanduser("~"), ".cache", "knngraph")
+    return os.path.join(base, "ptx")
+
+
+def _closure_key(fn) -> str:
+    cells = fn.__closure__ or ()
+    vals = []
+    for c in cells:
+        v = c.cell_contents
+        vals.append(repr(v) if isinstance(v, (int, float, bool, str, tuple, type(None))) else getattr(v, "__qualname__",
+                                                                                                        repr(type(v))))
+    return repr((fn.__module__, fn.__qualname__, vals))
+
+
+def cached_ptx(kernel_fn, signature, cc, compile_fn) -> str:
+    """The PTX of ``kernel_fn`` (a plain Python kernel function) for ``signature`` and compute capability
+    ``cc``: read from :func:`ptx_cache_dir` when an identical build (same knngraph source, compiler,
+    closure constants, signature and device) was made before, else ``compile_fn()`` and stored
+    (atomically; a cache that cannot be written is skipped)."""
+    import hashlib
+
+    d = ptx_cache_dir()
+    if d is None:
+        return compile_fn()
+    key = hashlib.sha256(repr((_source_digest(), _closure_key(kernel_fn), repr(signature), cc)).encode()).hexdigest()
+    path = os.path.join(d, key[:40] + ".ptx")
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        pass
+    ptx = compile_fn()
+    try:
+        os.makedirs(d, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(ptx)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return ptx
+
+
 @functools.lru_cache(maxsize=None)
 def _compiled(kernel, signature, device_id, max_registers=None):
-    """(CuPy function, module) for ``kernel`` specialised to ``signature`` on the current device.
+    """(CuPy function, module) for ``kernel`` specialised to ``signature`` on the current device; the
+    PTX comes from the disk cache (:func:`cached_ptx`) after the first build.
 
     ``max_registers`` adds a ``.maxnreg`` directive to the entry (more resident warps per SM for
     latency-bound kernels, at the risk of spills)."""
     import cupy as cp
     from numba import cuda
 
-    ptx, _ = cuda.compile_ptx_for_current_device(kernel.py_func, signature, device=False)
+    cc = cp.cuda.Device(device_id).compute_capability
+    ptx = cached_ptx(kernel.py_func, signature, cc,
+                     lambda: cuda.compile_ptx_for_current_device(kernel.py_func, signature, device=False)[0])
     entry = re.search(r"\.entry\s+([\w$]+)\s*\(", ptx).group(1)
     if max_registers:
         start = ptx.index(".entry " + entry)

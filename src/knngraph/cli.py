@@ -38,6 +38,7 @@ import argparse
 import dataclasses
 import importlib
 import json
+import logging
 import math
 import os
 import platform
@@ -48,6 +49,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["main", "build_parser"]
+
+_log = logging.getLogger("knngraph.cli")
 
 
 def _emit(args, payload: dict, text_lines) -> None:
@@ -64,6 +67,29 @@ def _jsonable(o):
     if isinstance(o, Path):
         return str(o)
     return repr(o)
+
+
+class _Timer:
+    """Wall seconds of a block less the seconds numba spent compiling knngraph's kernels inside it (a first
+    run: :func:`knngraph.primitives.compile.compile_seconds`), so that reported timings are those of a
+    warm run; ``compiled`` holds the compilation, reported apart (``note``)."""
+
+    def __enter__(self):
+        from .primitives.compile import compile_seconds
+
+        self._c0, self._t0 = compile_seconds(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        from .primitives.compile import compile_seconds
+
+        self.compiled = compile_seconds() - self._c0
+        self.seconds = max(time.perf_counter() - self._t0 - self.compiled, 1e-9)
+        return False
+
+    @property
+    def note(self) -> str:
+        return f" (+ {self.compiled:.1f} s compiling kernels, first run only)" if self.compiled >= 0.05 else ""
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -193,11 +219,32 @@ def _reading(path, read):
         raise CommandError(message, status=1, type_name=type(exc).__name__) from exc
 
 
-def _read_vectors(path, dataset=None, label="BASE"):
+def _read_vectors(path, dataset=None, label="BASE", *, default_dataset=None):
+    """The vectors of ``path``; for an HDF5 file its ``dataset`` (else ``default_dataset``, else ``train``)."""
     from . import io
 
     _check_input(path, label, vectors=True, dataset=dataset)
+    if dataset is None and default_dataset is not None and io.is_hdf5(path):
+        dataset = default_dataset
     return _reading(path, lambda: io.read(path, dataset=dataset) if dataset else io.read(path))
+
+
+def _file_metric(args, path, option="--metric"):
+    """``args.metric`` when given; else the metric an ann-benchmarks file names in its ``distance``
+    attribute (logged); else sqeuclidean. A given metric that differs from the file's is logged too."""
+    from . import io
+
+    file_metric = None
+    if path is not None and io.is_hdf5(path) and Path(str(path)).is_file():
+        file_metric = _reading(path, lambda: io.ann_benchmarks_metric(path))
+    if args.metric is None:
+        if file_metric is not None:
+            _log.info("%s: metric %s, from the file's 'distance' attribute", path, file_metric)
+        return file_metric or "sqeuclidean"
+    if file_metric is not None and file_metric != args.metric:
+        _log.warning("%s: the file's 'distance' attribute says %s, but %s %s was given", path, file_metric,
+                     option, args.metric)
+    return args.metric
 
 
 def _read_graph(path, label="GRAPH"):
@@ -361,45 +408,46 @@ def cmd_knn(args) -> int:
     _check_outputs(args, ("graph", "ids") if args.queries is None else ("ids",))
     if args.queries is not None:
         _check_input(args.queries, "QUERIES", vectors=True, dataset=args.query_dataset)
+    args.metric = _file_metric(args, args.base)
     base = _read_vectors(args.base, args.base_dataset)
-    t0 = time.perf_counter()
     if args.queries is None:
-        g = knngraph.knn_graph(base, args.k, method="exact", metric=args.metric, device=args.device,
-                               memory_limit=args.memory_limit, verbose=not args.quiet)
-        seconds = time.perf_counter() - t0
+        with _Timer() as t:
+            g = knngraph.knn_graph(base, args.k, method="exact", metric=args.metric, device=args.device,
+                                   memory_limit=args.memory_limit, verbose=not args.quiet)
         _write_graph_or_ids(args, g)
-        payload = {"task": "graph", "n": int(base.shape[0]), "k": args.k, "metric": g.metric, "seconds": seconds,
-                   "device": g.info.get("device"), "out": args.out}
-        _emit(args, payload, [f"exact {args.k}-NN graph of {base.shape[0]} vectors in {seconds:.2f} s "
+        payload = {"task": "graph", "n": int(base.shape[0]), "k": args.k, "metric": g.metric, "seconds": t.seconds,
+                   "compile_seconds": t.compiled, "device": g.info.get("device"), "out": args.out}
+        _emit(args, payload, [f"exact {args.k}-NN graph of {base.shape[0]} vectors in {t.seconds:.2f} s{t.note} "
                               f"({payload['device']}) -> {args.out}"])
         return 0
-    queries = _read_vectors(args.queries, args.query_dataset, "QUERIES")
-    d, i = knngraph.knn(base, queries, args.k, metric=args.metric, device=args.device, select=args.select,
-                        memory_limit=args.memory_limit, verbose=not args.quiet)
-    seconds = time.perf_counter() - t0
+    queries = _read_vectors(args.queries, args.query_dataset, "QUERIES", default_dataset="test")
+    with _Timer() as t:
+        d, i = knngraph.knn(base, queries, args.k, metric=args.metric, device=args.device, select=args.select,
+                            memory_limit=args.memory_limit, verbose=not args.quiet)
+    seconds = t.seconds
     _write_ids(args, np.asarray(i), np.asarray(d))
     payload = {"task": "search", "n": int(base.shape[0]), "n_queries": int(queries.shape[0]), "k": args.k,
                "metric": knngraph.metrics.canonical_metric(args.metric), "seconds": seconds,
-               "queries_per_second": queries.shape[0] / seconds, "out": args.out}
+               "compile_seconds": t.compiled, "queries_per_second": queries.shape[0] / seconds, "out": args.out}
     _emit(args, payload, [f"exact top-{args.k} of {queries.shape[0]} queries among {base.shape[0]} vectors in "
-                          f"{seconds:.2f} s ({payload['queries_per_second']:.0f} queries/s) -> {args.out}"])
+                          f"{seconds:.2f} s{t.note} ({payload['queries_per_second']:.0f} queries/s) -> {args.out}"])
     return 0
 
 
 # ---------------------------------------------------------------------------------------------- eval
 
 
-def _read_ids(path, label):
+def _read_ids(path, label, dataset=None):
     """Ids from a vector file: its data must be integers (a float file is most likely distances)."""
-    ids = np.asarray(_read_vectors(path, label=label))
+    ids = np.asarray(_read_vectors(path, dataset, label=label))
     if ids.dtype.kind not in "iu":
         raise ValueError(f"{label} {path}: holds {ids.dtype} data, but ids must be integers (a distances file "
                          f"given as ids?)")
     return ids
 
 
-def _read_distances(path, label, ids_shape, ids_label):
-    dist = np.asarray(_read_vectors(path, label=label))
+def _read_distances(path, label, ids_shape, ids_label, dataset=None):
+    dist = np.asarray(_read_vectors(path, dataset, label=label))
     if dist.dtype.kind not in "iuf":
         raise ValueError(f"{label} {path}: holds {dist.dtype} data, but distances must be numbers")
     if dist.shape != ids_shape:
@@ -407,15 +455,15 @@ def _read_distances(path, label, ids_shape, ids_label):
     return dist
 
 
-def _read_ids_and_distances(path, distances_path, label):
+def _read_ids_and_distances(path, distances_path, label, dataset=None, distances_dataset=None):
     """(ids, distances or None, Graph or None) of a result/truth: a graph file, or an ids file plus an
-    optional distances file."""
+    optional distances file (for HDF5 files: the datasets named)."""
     if _is_graph_file(path):
         g = _read_graph(path, label)
         return g.indices, g.distances, g
-    ids = _read_ids(path, label)
-    dist = _read_distances(distances_path, f"--{label.lower()}-distances", ids.shape, f"{label} {path}") \
-        if distances_path else None
+    ids = _read_ids(path, label, dataset)
+    dist = _read_distances(distances_path, f"--{label.lower()}-distances", ids.shape, f"{label} {path}",
+                           distances_dataset) if distances_path else None
     return ids, dist, None
 
 
@@ -439,6 +487,8 @@ def _check_eval_arguments(args) -> None:
         raise ValueError("--sample applies with --base (TRUTH is evaluated on all rows)")
     if args.truth is not None and _is_graph_file(args.truth) and args.truth_distances:
         raise ValueError("--truth-distances: a .knng truth holds its own distances")
+    if args.truth_dataset is not None and (args.truth is None or _suffix(args.truth) not in (".hdf5", ".h5")):
+        raise ValueError("--truth-dataset applies to an HDF5 TRUTH (an ann-benchmarks file)")
     for path, label in ((args.result, "RESULT"), (args.truth, "TRUTH")):
         if path is not None:
             _check_input(path, label, vectors=not _is_graph_file(path))
@@ -463,7 +513,15 @@ def cmd_eval(args) -> int:
         _emit(args, payload, [f"graph recall@{args.k} = {r:.4f}" + (f" (sample of {args.sample} nodes)"
                                                                     if args.sample else "")])
         return 0
-    t_ids, t_dist, t_graph = _read_ids_and_distances(args.truth, args.truth_distances, "TRUTH")
+    from . import io
+
+    truth_distances, distances_dataset = args.truth_distances, None
+    if io.is_hdf5(args.truth):  # an ann-benchmarks file: true ids in 'neighbors', distances in 'distances'
+        args.truth_dataset = args.truth_dataset or "neighbors"
+        if truth_distances is None and dist is not None:
+            truth_distances, distances_dataset = args.truth, "distances"
+    t_ids, t_dist, t_graph = _read_ids_and_distances(args.truth, truth_distances, "TRUTH", args.truth_dataset,
+                                                     distances_dataset)
     if ids.shape[0] != t_ids.shape[0]:
         raise ValueError(f"RESULT {args.result} has {ids.shape[0]} rows but TRUTH {args.truth} has "
                          f"{t_ids.shape[0]}")
@@ -486,55 +544,108 @@ def cmd_eval(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    """Build, search, report recall and speed on the bundled sift-photos sample (GPU if there is one)."""
+    """Build, search, report recall and speed on the bundled sift-photos sample (GPU if there is one).
+
+    Lines are printed as each step ends; timings leave out the compilation of kernels (a first run), which
+    is reported on its own line."""
     import knngraph
     from ._device import resolve_device
     from .datasets import load_sample
     from .evaluate import graph_recall, recall_at_k
+    from .primitives.compile import compile_seconds
 
+    say = (lambda line: None) if args.json else (lambda line: print(line, flush=True))
+    compiled_before = compile_seconds()
     s = load_sample()
     dev = resolve_device(args.device)
     device = "cuda" if dev.is_cuda else "cpu"
-    lines = [f"knngraph {knngraph.__version__} demo on the bundled sift-photos sample: {s.base.shape[0]} base "
-             f"vectors, {s.queries.shape[0]} queries, {s.base.shape[1]}-d uint8, device={device}"]
+    say(f"knngraph {knngraph.__version__} demo on the bundled sift-photos sample: {s.base.shape[0]} base "
+        f"vectors, {s.queries.shape[0]} queries, {s.base.shape[1]}-d uint8, device={device}")
     results = {"device": device, "n": int(s.base.shape[0]), "n_queries": int(s.queries.shape[0])}
 
-    # first calls compile kernels; time the second
-    knngraph.knn(s.base, s.queries[:8], 10, device=device, verbose=False)
-    t0 = time.perf_counter()
-    d, i = knngraph.knn(s.base, s.queries, 10, device=device, verbose=False)
-    t = time.perf_counter() - t0
+    knngraph.knn(s.base, s.queries[:8], 10, device=device, verbose=False)  # first call: GPU context, threads
+    with _Timer() as t:
+        d, i = knngraph.knn(s.base, s.queries, 10, device=device, verbose=False)
     rec = recall_at_k(np.asarray(i), s.gt_indices, 10, distances=np.asarray(d), true_distances=s.gt_distances)
-    results["exact_search"] = {"seconds": t, "queries_per_second": s.queries.shape[0] / t, "recall@10": rec}
-    lines.append(f"exact search     k=10: recall@10 {rec:.4f}, {s.queries.shape[0] / t:>10,.0f} queries/s")
+    results["exact_search"] = {"seconds": t.seconds, "queries_per_second": s.queries.shape[0] / t.seconds,
+                               "recall@10": rec}
+    say(f"exact search     k=10: recall@10 {rec:.4f}, {s.queries.shape[0] / t.seconds:>10,.0f} queries/s")
 
-    t0 = time.perf_counter()
-    exact = knngraph.knn_graph(s.base, 32, device=device, verbose=False)
-    t = time.perf_counter() - t0
-    results["exact_graph"] = {"seconds": t, "k": 32}
-    lines.append(f"exact graph      k=32: built in {t:.2f} s")
+    with _Timer() as t:
+        exact = knngraph.knn_graph(s.base, 32, device=device, verbose=False)
+    results["exact_graph"] = {"seconds": t.seconds, "k": 32}
+    say(f"exact graph      k=32: built in {t.seconds:.2f} s")
 
     if "nndescent" in knngraph.registry.graph_builders():
-        knngraph.knn_graph(s.base[:2000], 32, method="nndescent", device=device, verbose=False)
-        t0 = time.perf_counter()
-        g = knngraph.knn_graph(s.base, 32, method="nndescent", device=device, verbose=False)
-        t = time.perf_counter() - t0
+        with _Timer() as t:
+            g = knngraph.knn_graph(s.base, 32, method="nndescent", device=device, verbose=False)
         r10 = graph_recall(g, 10, true_graph=exact)
-        results["nndescent_graph"] = {"seconds": t, "k": 32, "graph_recall@10": r10}
-        lines.append(f"NN-Descent graph k=32: built in {t:.2f} s, graph recall@10 {r10:.4f}")
+        results["nndescent_graph"] = {"seconds": t.seconds, "k": 32, "graph_recall@10": r10}
+        say(f"NN-Descent graph k=32: built in {t.seconds:.2f} s, graph recall@10 {r10:.4f}")
     if "song" in knngraph.registry.graph_searchers():
         from . import song
 
         search_graph = knngraph.optimize_graph(exact, s.base, device=device, verbose=False)
         index = song.from_graph(search_graph, s.base, device=device)
         song.search(index, s.queries[:8], 10, device=device, verbose=False)
-        t0 = time.perf_counter()
-        d, i = song.search(index, s.queries, 10, device=device, verbose=False)
-        t = time.perf_counter() - t0
+        with _Timer() as t:
+            d, i = song.search(index, s.queries, 10, device=device, verbose=False)
         rec = recall_at_k(np.asarray(i), s.gt_indices, 10, distances=np.asarray(d), true_distances=s.gt_distances)
-        results["song_search"] = {"seconds": t, "queries_per_second": s.queries.shape[0] / t, "recall@10": rec}
-        lines.append(f"SONG graph search k=10: recall@10 {rec:.4f}, {s.queries.shape[0] / t:>10,.0f} queries/s")
-    _emit(args, results, lines)
+        results["song_search"] = {"seconds": t.seconds, "queries_per_second": s.queries.shape[0] / t.seconds,
+                                  "recall@10": rec}
+        say(f"SONG graph search k=10: recall@10 {rec:.4f}, {s.queries.shape[0] / t.seconds:>10,.0f} queries/s")
+    results["compile_seconds"] = compile_seconds() - compiled_before
+    if results["compile_seconds"] >= 0.05:
+        say(f"(+ {results['compile_seconds']:.1f} s compiling kernels, first run only: cached on disk now; the "
+            f"timings above leave it out)")
+    if args.json:
+        print(json.dumps(results, default=_jsonable))
+    return 0
+
+
+def warm_up(device="cpu", dtypes=("uint8", "float32")) -> float:
+    """Compile (or load from numba's disk cache) the kernels of every algorithm of the registry, for
+    vectors of each of ``dtypes``: exact search and graphs, graph builders (their serial and threaded
+    builds), graph preparation, graph search. Runs them on the bundled sample; returns the seconds spent
+    compiling (0 when everything was cached)."""
+    import knngraph
+    from . import registry
+    from .datasets import load_sample
+    from .primitives.compile import SERIAL_BELOW, compile_seconds
+
+    before = compile_seconds()
+    s = load_sample()
+    for dtype in dtypes:
+        base = np.ascontiguousarray(s.base[: SERIAL_BELOW + 1000], dtype=dtype)  # threaded builds
+        small = base[:600]                                                       # serial builds
+        queries = np.ascontiguousarray(s.queries[:50], dtype=dtype)
+        for data in (small, base):
+            knngraph.knn(data, queries, 10, device=device, verbose=False)
+            for name in registry.graph_builders():
+                _log.info("warm-up: %s, %s, %d vectors", name, dtype, data.shape[0])
+                g = knngraph.knn_graph(data, 16, method=name, device=device, verbose=False)
+            for name in registry.graph_searchers():
+                mod = registry.get(name).load()
+                search_graph = knngraph.optimize_graph(g, data, 16, device=device, verbose=False)
+                mod.search(mod.from_graph(search_graph, data, device=device), queries, 10, device=device,
+                           verbose=False)
+    return compile_seconds() - before
+
+
+def cmd_warmup(args) -> int:
+    """Compile every kernel ahead of first use (numba keeps them on disk)."""
+    from ._device import resolve_device
+
+    dev = resolve_device(args.device)
+    device = "cuda" if dev.is_cuda else "cpu"
+    dtypes = list(dict.fromkeys(args.dtype or ["uint8", "float32"]))
+    t0 = time.perf_counter()
+    compiled = warm_up(device, tuple(dtypes))
+    seconds = time.perf_counter() - t0
+    _emit(args, {"task": "warmup", "device": device, "dtypes": dtypes, "compile_seconds": compiled,
+                 "seconds": seconds},
+          [f"kernels ready ({device}, {', '.join(dtypes)}): {compiled:.1f} s compiling, {seconds:.1f} s in all"
+           + ("" if compiled >= 0.05 else " (all were cached)")])
     return 0
 
 
@@ -614,6 +725,11 @@ def _given_params(args, prefix: str, cls, method: str, what: str) -> dict:
 def cmd_build(args) -> int:
     import knngraph
 
+    if getattr(args, "scheduler", None):
+        from .distributed._cli import build
+
+        return build(args)
+
     algorithm = knngraph.registry.get(args.method)
     if not algorithm.builds_graphs:
         raise ValueError(f"unknown graph method {args.method!r}; graph builders: "
@@ -621,19 +737,23 @@ def cmd_build(args) -> int:
     _check_outputs(args, ("graph", "ids"))
     index_params = algorithm.load().IndexParams
     params = _given_params(args, "p_", index_params, args.method, "build")
+    _check_input(args.base, "BASE", vectors=True, dataset=args.base_dataset)
+    args.metric = _file_metric(args, args.base)
     index_params(graph_degree=args.graph_degree, metric=args.metric, **params)  # bad values: before reading
     base = _read_vectors(args.base, args.base_dataset)
-    t0 = time.perf_counter()
-    g = knngraph.knn_graph(base, args.graph_degree, method=args.method, metric=args.metric, device=args.device,
-                           memory_limit=args.memory_limit, verbose=not args.quiet, **params)
-    seconds = time.perf_counter() - t0
+    with _Timer() as t:
+        g = knngraph.knn_graph(base, args.graph_degree, method=args.method, metric=args.metric, device=args.device,
+                               memory_limit=args.memory_limit, verbose=not args.quiet, **params)
+    seconds = t.seconds
     _write_graph_or_ids(args, g)
     info = {key: g.info[key] for key in ("iterations", "sample_size", "update", "init", "out_of_core", "shards",
                                          "merges", "pieces") if key in g.info}
     payload = {"task": "build", "method": args.method, "n": int(base.shape[0]), "k": args.graph_degree,
-               "metric": g.metric, "seconds": seconds, "device": g.info.get("device"), "out": args.out, **info}
+               "metric": g.metric, "seconds": seconds, "compile_seconds": t.compiled, "device": g.info.get("device"),
+               "out": args.out, **info}
     extra = ", ".join(f"{key}={value}" for key, value in info.items())
-    _emit(args, payload, [f"{args.method} {args.graph_degree}-NN graph of {base.shape[0]} vectors in {seconds:.2f} s "
+    _emit(args, payload, [f"{args.method} {args.graph_degree}-NN graph of {base.shape[0]} vectors in {seconds:.2f} s"
+                          f"{t.note} "
                           f"({payload['device']}{', ' + extra if extra else ''}) -> {args.out}"])
     return 0
 
@@ -648,17 +768,17 @@ def cmd_prepare(args) -> int:
     _check_input(args.base, "BASE", vectors=True, dataset=args.base_dataset)
     graph = _read_graph(args.graph)
     base = np.ascontiguousarray(_read_vectors(args.base, args.base_dataset))
-    t0 = time.perf_counter()
-    g = knngraph.optimize_graph(graph, base, args.graph_degree, alpha=args.alpha, fill=not args.no_fill,
-                                reverse_candidates=args.reverse_candidates, device=args.device,
-                                verbose=not args.quiet).to_host()
-    seconds = time.perf_counter() - t0
+    with _Timer() as t:
+        g = knngraph.optimize_graph(graph, base, args.graph_degree, alpha=args.alpha, fill=not args.no_fill,
+                                    reverse_candidates=args.reverse_candidates, device=args.device,
+                                    verbose=not args.quiet).to_host()
+    seconds = t.seconds
     g.save(args.out)
     edges = float((g.indices >= 0).sum(1).mean())
     _emit(args, {"task": "prepare", "n": g.n, "graph_degree": g.degree, "edges_per_node": edges, "seconds": seconds,
-                 "out": args.out},
+                 "compile_seconds": t.compiled, "out": args.out},
           [f"prepared search graph: {g.n} nodes, degree {g.degree} ({edges:.1f} edges per node) in "
-           f"{seconds:.2f} s -> {args.out}"])
+           f"{seconds:.2f} s{t.note} -> {args.out}"])
     return 0
 
 
@@ -681,6 +801,11 @@ def _index_algorithm(path):
 def cmd_search(args) -> int:
     import knngraph
 
+    if getattr(args, "scheduler", None):
+        from .distributed._cli import search
+
+        return search(args)
+
     source = str(args.index_or_base)
     if _is_graph_file(source):
         raise ValueError(f"{source}: a graph file; give the vectors and --graph {source} to search it")
@@ -700,7 +825,7 @@ def cmd_search(args) -> int:
     if searching:
         _check_input(args.queries, "QUERIES", vectors=True, dataset=args.query_dataset)
 
-    t0 = time.perf_counter()
+    build_timer = _Timer().__enter__()
     if is_index:
         if args.graph:
             raise ValueError("--graph applies to a vector file, not to a saved index")
@@ -723,6 +848,9 @@ def cmd_search(args) -> int:
                              f"{', '.join(knngraph.registry.searchers())}")
         mod = algorithm.load()
         fields = _given_params(args, "i_", mod.IndexParams, algorithm.name, "index")
+        _check_input(source, "BASE", vectors=True, dataset=args.base_dataset)
+        if args.metric is None and not args.graph:
+            args.metric = _file_metric(args, source)
         mod.IndexParams(metric=args.metric or "sqeuclidean", **fields)  # bad values: before reading
         sp = mod.SearchParams(**_given_params(args, "s_", mod.SearchParams, algorithm.name, "search")) \
             if searching else None
@@ -742,32 +870,36 @@ def cmd_search(args) -> int:
             index = mod.build(mod.IndexParams(metric=metric or "sqeuclidean", **fields), base, device=args.device,
                               memory_limit=args.memory_limit, verbose=not args.quiet)
         built = True
-    build_seconds = time.perf_counter() - t0
+    build_timer.__exit__(None, None, None)
+    build_seconds = build_timer.seconds
     if args.save_index:
         mod.save(args.save_index, index)
     payload = {"task": "search", "method": algorithm.name, "n": index.shape[0], "metric": index.metric,
-               "built": built, "build_seconds": build_seconds, "saved_index": args.save_index}
+               "built": built, "build_seconds": build_seconds, "build_compile_seconds": build_timer.compiled,
+               "saved_index": args.save_index}
     graph = getattr(index, "graph", None)
     if graph is not None:
         payload["graph_degree"] = graph.degree
     lines = []
     if built:
         lines.append(f"{algorithm.name} index over {index.shape[0]} vectors ready in {build_seconds:.2f} s"
-                     + (f" -> {args.save_index}" if args.save_index else ""))
+                     f"{build_timer.note}" + (f" -> {args.save_index}" if args.save_index else ""))
     if not searching:
         _emit(args, payload, lines)
         return 0
-    queries = np.ascontiguousarray(_read_vectors(args.queries, args.query_dataset, "QUERIES"))
+    queries = np.ascontiguousarray(_read_vectors(args.queries, args.query_dataset, "QUERIES",
+                                                 default_dataset="test"))
     stats = {}
     kw = {"stats": stats} if algorithm.searches_graphs else {}
-    t1 = time.perf_counter()
-    d, i = mod.search(index, queries, args.k, sp, device=args.device, verbose=not args.quiet, **kw)
-    seconds = time.perf_counter() - t1
+    with _Timer() as t:
+        d, i = mod.search(index, queries, args.k, sp, device=args.device, verbose=not args.quiet, **kw)
+    seconds = t.seconds
     _write_ids(args, np.asarray(i), np.asarray(d))
     payload.update(n_queries=int(queries.shape[0]), k=args.k, search_params=dataclasses.asdict(sp),
-                   search_seconds=seconds, queries_per_second=queries.shape[0] / seconds, out=args.out,
+                   search_seconds=seconds, search_compile_seconds=t.compiled,
+                   queries_per_second=queries.shape[0] / seconds, out=args.out,
                    distances_per_query=stats.get("distances_per_query"))
-    lines.append(f"searched {queries.shape[0]} queries (k={args.k}) in {seconds:.3f} s "
+    lines.append(f"searched {queries.shape[0]} queries (k={args.k}) in {seconds:.3f} s{t.note} "
                  f"({queries.shape[0] / seconds:,.0f} queries/s) -> {args.out}")
     _emit(args, payload, lines)
     return 0
@@ -805,10 +937,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("base", help="vector file: .fvecs .bvecs .fbin .u8bin .i8bin .npy .hdf5 ...")
     p.add_argument("queries", nargs="?", help="query vector file; omit to build the k-NN graph of BASE")
     p.add_argument("-k", type=_positive_int, required=True, help="neighbours per query / node")
-    p.add_argument("--metric", default="sqeuclidean", type=_metric_name, help=metrics)
+    p.add_argument("--metric", default=None, type=_metric_name,
+                   help=f"{metrics} (default: an ann-benchmarks file's 'distance' attribute, else sqeuclidean)")
     p.add_argument("--out", required=True, help="output ids (.ibin/.ivecs/.npy), or a graph file (.knng)")
     p.add_argument("--out-distances", help="output distances (.fbin/.fvecs/.npy)")
-    p.add_argument("--select", default="auto", help="GPU selection: auto | warp_filter | quickselect")
+    p.add_argument("--select", default="auto", choices=("auto", "warp_filter", "quickselect"),
+                   help="GPU selection (default auto)")
     p.add_argument("--memory-limit", default=None, type=_memory_size, help="most device memory to use, e.g. 8GB")
     p.add_argument("--base-dataset", help="HDF5 dataset name for BASE (default train)")
     p.add_argument("--query-dataset", help="HDF5 dataset name for QUERIES (default test)")
@@ -821,10 +955,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("base", help="vector file: .fvecs .bvecs .fbin .u8bin .i8bin .npy .hdf5 ...")
     p.add_argument("-k", "--graph-degree", dest="graph_degree", type=_positive_int, required=True,
                    help="neighbours per node")
-    p.add_argument("--method", default="nndescent", help=f"graph builder: {' | '.join(builders)} (default nndescent)")
-    p.add_argument("--metric", default="sqeuclidean", type=_metric_name, help=metrics)
+    p.add_argument("--method", default="nndescent", choices=tuple(builders),
+                   help="graph builder (default nndescent)")
+    p.add_argument("--metric", default=None, type=_metric_name,
+                   help=f"{metrics} (default: an ann-benchmarks file's 'distance' attribute, else sqeuclidean)")
     p.add_argument("--out", required=True, help="graph file (.knng), or ids (.ibin/.ivecs/.npy)")
     p.add_argument("--out-distances", help="with ids output: distances (.fbin/.fvecs/.npy)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="build on this Dask cluster (tcp://host:8786; "
+                   "knngraph.distributed): --out may then be a folder of .knng shards")
     p.add_argument("--memory-limit", default=None, type=_memory_size,
                    help="most working memory, e.g. 8GB (larger data: in parts)")
     p.add_argument("--base-dataset", help="HDF5 dataset name for BASE (default train)")
@@ -853,14 +991,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("index_or_base", help="a saved index, or a vector file (.u8bin .fbin .fvecs .npy .hdf5 ...)")
     p.add_argument("queries", nargs="?", help="query vector file (omit to only build/save an index)")
     p.add_argument("-k", type=_positive_int, help="neighbours per query")
-    p.add_argument("--method", default=None, help=f"searcher: {' | '.join(searchers)} (default song; a saved "
-                   "index's own)")
+    p.add_argument("--method", default=None, choices=tuple(searchers),
+                   help="searcher (default song; a saved index's own)")
     p.add_argument("--out", help="output ids (.ibin/.ivecs/.npy)")
     p.add_argument("--out-distances", help="output distances (.fbin/.fvecs/.npy)")
     p.add_argument("--graph", help="search this graph (.knng) instead of building one (vector-file input)")
     p.add_argument("--save-index", help="write the index for later searches")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="build and search a sharded index on this Dask "
+                   "cluster (tcp://host:8786; knngraph.distributed); INDEX may be a saved sharded-index folder")
     p.add_argument("--metric", default=None, type=_metric_name,
-                   help=f"{metrics} (default: the --graph's, else sqeuclidean)")
+                   help=f"{metrics} (default: the --graph's, else an ann-benchmarks file's 'distance' attribute, "
+                        "else sqeuclidean)")
     p.add_argument("--memory-limit", default=None, type=_memory_size,
                    help="most working memory for the build, e.g. 8GB")
     p.add_argument("--base-dataset", help="HDF5 dataset name for the base (default train)")
@@ -879,16 +1020,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", type=_positive_int, default=10, help="k of recall@k (default 10)")
     p.add_argument("--result-distances", help="distances of the result (to count ties)")
     p.add_argument("--truth-distances", help="true distances (to count ties)")
+    p.add_argument("--truth-dataset", help="HDF5 TRUTH: dataset of the true ids (default neighbors; the "
+                   "'distances' dataset counts ties when --result-distances is given)")
     p.add_argument("--base", help="for a graph result without TRUTH: the vectors, to compute exact neighbours")
     p.add_argument("--sample", type=_positive_int, default=None,
                    help="with --base: evaluate a random sample of nodes")
     common(p)
     p.set_defaults(func=cmd_eval)
 
+    p = sub.add_parser("warmup", help="compile every kernel now (numba caches them on disk), not on first use")
+    p.add_argument("--dtype", action="append", choices=("uint8", "float32"),
+                   help="vector dtype to compile for (repeatable; default uint8 and float32)")
+    common(p)
+    p.set_defaults(func=cmd_warmup)
+
     p = sub.add_parser("demo", help="build, search and report recall/speed on the bundled sample")
     common(p)
     p.set_defaults(func=cmd_demo)
     return parser
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Log records as ``knngraph: message`` lines on whatever ``sys.stderr`` is when they are emitted."""
+
+    def __init__(self):
+        super().__init__(sys.stderr)
+        self.setFormatter(logging.Formatter("knngraph: %(message)s"))
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
+def _show_log(quiet: bool) -> None:
+    """The library's diagnostics (logger ``knngraph``: e.g. "compiling kernels, first run only") on stderr,
+    INFO and up (WARNING and up with ``--quiet``)."""
+    logger = logging.getLogger("knngraph")
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        logger.addHandler(_StderrHandler())
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
 
 
 def main(argv=None) -> int:
@@ -899,6 +1073,7 @@ def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
         command, as_json = args.command, args.json
+        _show_log(quiet=getattr(args, "quiet", False))
         return int(args.func(args) or 0)
     except Exception as exc:
         if isinstance(exc, CommandError) and exc.command:

@@ -168,13 +168,12 @@ def r_at_k(indices, true_indices, k: int, *, distances=None, true_distances=None
 def _true_distances_in(metric: str, true_metric: str, true_dist):
     """``true_dist`` (in ``true_metric``) in ``metric``: the same values, or the exact conversion between
     euclidean and sqeuclidean (they rank alike and differ by a square root); ValueError otherwise."""
+    from .handoff import distances_in
+
     if metric == true_metric:
         return true_dist
-    d = np.asarray(true_dist, dtype=np.float64)
-    if (metric, true_metric) == ("euclidean", "sqeuclidean"):
-        return np.sqrt(np.maximum(d, 0.0))
-    if (metric, true_metric) == ("sqeuclidean", "euclidean"):
-        return d * d
+    if {metric, true_metric} == {"euclidean", "sqeuclidean"}:
+        return distances_in(true_dist, true_metric, metric)
     raise ValueError(f"graph is in metric {metric!r} but true_graph is in {true_metric!r}: recall against "
                      f"neighbours of another metric is meaningless (only euclidean and sqeuclidean convert)")
 

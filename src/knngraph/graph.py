@@ -244,6 +244,44 @@ class Graph:
             return self
         return Graph(as_numpy(self.indices), as_numpy(self.distances), self.metric, dict(self.info))
 
+    def to_csr(self, *, include_self: bool = False, symmetrize: bool = False, mode: str = "distance",
+               metric: str | None = None, dtype=np.float32):
+        """The graph as a SciPy CSR matrix of shape (n, n), the sparse ``metric="precomputed"`` input of
+        scikit-learn's HDBSCAN, DBSCAN, TSNE, Isomap, SpectralClustering and of ``scipy.sparse.csgraph``.
+
+        Parameters
+        ----------
+        include_self : bool, default=False
+            Add each node as its own neighbour at distance 0, stored as an explicit zero (as
+            scikit-learn's ``KNeighborsTransformer`` does for the training data).
+        symmetrize : bool, default=False
+            Make the graph undirected: the union of the edges i -> j and j -> i.
+        mode : {'distance', 'connectivity'}, default='distance'
+            Store distances, or ones.
+        metric : str, optional
+            Metric of the stored distances (default: the graph's); euclidean and sqeuclidean convert.
+        dtype : {numpy.float32, numpy.float64}, default=numpy.float32
+            dtype of the stored values.
+
+        Returns
+        -------
+        scipy.sparse.csr_matrix
+            Entries of each row nearest first (ties by column); "no neighbour" (-1) entries are left
+            out; zero distances (duplicates, self) are kept as explicit entries.
+
+        Examples
+        --------
+        >>> import numpy as np, knngraph
+        >>> x = np.array([[0], [1], [3], [7]], dtype=np.float32)
+        >>> m = knngraph.knn_graph(x, k=1, device="cpu").to_csr(symmetrize=True, metric="euclidean")
+        >>> m.toarray().tolist()
+        [[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 2.0, 0.0], [0.0, 2.0, 0.0, 4.0], [0.0, 0.0, 4.0, 0.0]]
+        """
+        from .handoff import graph_to_csr
+
+        return graph_to_csr(self, include_self=include_self, symmetrize=symmetrize, mode=mode, metric=metric,
+                            dtype=dtype)
+
     def validate_ids(self) -> None:
         """ValueError when an id is outside [-1, n) (for graphs supplied by users)."""
         idx = as_numpy(self.indices)

@@ -40,6 +40,8 @@ import numpy as np
 
 __all__ = [
     "SUPPORTED_EXTENSIONS",
+    "ann_benchmarks_metric",
+    "is_hdf5",
     "read",
     "read_ann_benchmarks",
     "read_header",
@@ -160,8 +162,9 @@ def _row_range(rows, nrows: int, path) -> tuple[int, int]:
 def _h5py():
     try:
         import h5py
-    except ImportError as exc:  # pragma: no cover - h5py is a dependency
-        raise ImportError("HDF5 files need h5py: pip install h5py") from exc
+    except ImportError as exc:  # tests/test_io.py runs this in a child process without h5py
+        raise ImportError("HDF5 files (ann-benchmarks) need h5py: pip install 'knngraph[hdf5]' "
+                          "(or pip install h5py)") from exc
     return h5py
 
 
@@ -553,39 +556,69 @@ def read_ann_benchmarks(path) -> dict:
     >>> data["metric"], data["train"].shape, data["neighbors"].shape
     ('cosine', (4, 4), (2, 1))
     """
+    metric = _ann_metric(path, required=True, caller="read_ann_benchmarks")
+    p = _existing_file(path)
+    with _open_hdf5(p, path) as f:
+        datasets = {key: _hdf5_dataset(f, key, path) for key in _HDF5_DATASETS}
+        with _hdf5_errors(path):
+            out = {key: ds[()] for key, ds in datasets.items()}
+    out["metric"] = metric
+    return out
+
+
+def is_hdf5(path) -> bool:
+    """Whether ``path`` has an HDF5 extension (``.hdf5``, ``.h5``)."""
+    return Path(os.fspath(path)).suffix.lower() in _HDF5_EXTENSIONS
+
+
+def ann_benchmarks_metric(path) -> str | None:
+    """The knngraph metric named by the ``distance`` attribute of an ann-benchmarks HDF5 file
+    (``"euclidean"``; ``"cosine"`` for ``angular``; ``"inner_product"`` for ``dot`` or ``ip``), reading
+    nothing else; None when the file has no such attribute.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    ValueError
+        If the file is not HDF5, or names a metric knngraph does not support (``jaccard``, ``hamming``,
+        anything not listed above).
+    """
+    return _ann_metric(path, required=False, caller="ann_benchmarks_metric")
+
+
+def _ann_metric(path, *, required: bool, caller: str) -> str | None:
     ext = _extension(path)
     if ext not in _HDF5_EXTENSIONS:
         raise ValueError(
-            f"{os.fspath(path)}: read_ann_benchmarks reads HDF5 files (.hdf5, .h5), got {ext}; "
+            f"{os.fspath(path)}: {caller} reads HDF5 files (.hdf5, .h5), got {ext}; "
             "use read() for other formats"
         )
     p = _existing_file(path)
     with _open_hdf5(p, path) as f:
         with _hdf5_errors(path):
             raw = f.attrs.get("distance")
-        if raw is None:
-            raise ValueError(
-                f"{os.fspath(path)}: no 'distance' attribute, so the metric is unknown "
-                "(not an ann-benchmarks file?)"
-            )
-        if isinstance(raw, (bytes, np.bytes_)):
-            raw = raw.decode("utf-8", "replace")
-        name = str(raw).strip().lower()
-        if name in _UNSUPPORTED_ANN_METRICS:
-            raise ValueError(
-                f"{os.fspath(path)}: metric {name!r} (set-similarity data) is not supported; "
-                f"supported ann-benchmarks metrics are {', '.join(_METRIC_FROM_ANN)}"
-            )
-        if name not in _METRIC_FROM_ANN:
-            raise ValueError(
-                f"{os.fspath(path)}: unknown ann-benchmarks metric {name!r}; supported are "
-                f"{', '.join(_METRIC_FROM_ANN)}"
-            )
-        datasets = {key: _hdf5_dataset(f, key, path) for key in _HDF5_DATASETS}
-        with _hdf5_errors(path):
-            out = {key: ds[()] for key, ds in datasets.items()}
-    out["metric"] = _METRIC_FROM_ANN[name]
-    return out
+    if raw is None:
+        if not required:
+            return None
+        raise ValueError(
+            f"{os.fspath(path)}: no 'distance' attribute, so the metric is unknown "
+            "(not an ann-benchmarks file?)"
+        )
+    if isinstance(raw, (bytes, np.bytes_)):
+        raw = raw.decode("utf-8", "replace")
+    name = str(raw).strip().lower()
+    if name in _UNSUPPORTED_ANN_METRICS:
+        raise ValueError(
+            f"{os.fspath(path)}: metric {name!r} (set-similarity data) is not supported; "
+            f"supported ann-benchmarks metrics are {', '.join(_METRIC_FROM_ANN)}"
+        )
+    if name not in _METRIC_FROM_ANN:
+        raise ValueError(
+            f"{os.fspath(path)}: unknown ann-benchmarks metric {name!r}; supported are "
+            f"{', '.join(_METRIC_FROM_ANN)}"
+        )
+    return _METRIC_FROM_ANN[name]
 
 
 # ----------------------------------------------------------------------------

@@ -8,7 +8,10 @@ contract (:mod:`knngraph.index`):
 * ``builds_graphs``: its ``IndexParams`` has ``graph_degree`` and ``build(...).graph`` is the k-NN graph
   of the dataset (a node is never its own neighbour), so ``knn_graph(method=name)`` works;
 * ``searches``: it has ``SearchParams`` and ``search(index, queries, k, params)``;
-* ``searches_graphs``: it has ``from_graph(graph, dataset)``: it searches any builder's graph.
+* ``searches_graphs``: it has ``from_graph(graph, dataset)``: it searches any builder's graph;
+* ``search_graph``: (with ``builds_graphs``) its graph is a pruned search graph, not the k-NN graph: rows of
+  up to ``graph_degree`` neighbours that pass its pruning rule, -1 padded; hand it to a graph searcher as
+  it is.
 
 A new algorithm adds one line to :data:`ALGORITHMS`.
 """
@@ -31,6 +34,7 @@ class Algorithm:
     builds_graphs: bool = False
     searches: bool = False
     searches_graphs: bool = False
+    search_graph: bool = False
     file_kind: str = ""
 
     def load(self):
@@ -61,8 +65,12 @@ ALGORITHMS = {a.name: a for a in (
               builds_graphs=True, searches=True, file_kind="bruteforce-index"),
     Algorithm("nndescent", "knngraph.nndescent", "approximate k-NN graphs by NN-Descent (GNND on the GPU)",
               builds_graphs=True, file_kind="nndescent-index"),
+    Algorithm("grnnd", "knngraph.grnnd", "sparse RNG-pruned search graphs by relative NN-Descent (GRNND)",
+              builds_graphs=True, search_graph=True, file_kind="grnnd-index"),
     Algorithm("song", "knngraph.song", "graph search, one GPU warp per query (SONG), on any graph",
               searches=True, searches_graphs=True, file_kind="song-index"),
+    Algorithm("ggnn", "knngraph.ggnn", "hierarchical graph build + block-per-query search (GGNN), sharding",
+              searches=True, searches_graphs=True, file_kind="ggnn-index"),
 )}
 
 

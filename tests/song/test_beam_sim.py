@@ -17,8 +17,9 @@ from knngraph.song.cuda import beam_mode, search_beam_device, square_norms
 pytestmark = pytest.mark.sim
 
 
-def reference_walk(graph, x, q, kind, entries, k, queue_size, inv_b=None, inv_q=None):
-    """(distances, ids, distance computations, expansions) of one query, in plain Python."""
+def reference_walk(graph, x, q, kind, entries, k, queue_size, inv_b=None, inv_q=None, width=1):
+    """(distances, ids, distance computations, expansions) of one query, in plain Python; ``width``
+    vertices (the list's first unexpanded ones) are expanded together per step."""
     xf = x.astype(np.float64)
     qf = q.astype(np.float64)
 
@@ -47,13 +48,16 @@ def reference_walk(graph, x, q, kind, entries, k, queue_size, inv_b=None, inv_q=
 
     offer([int(e) for e in entries])
     while True:
-        pos = next((p for p, e in enumerate(lst) if not e[2]), None)
-        if pos is None:
+        picked = [p for p, e in enumerate(lst) if not e[2]][:width]
+        if not picked:
             break
-        d, u, _ = lst[pos]
-        lst[pos] = (d, u, True)
-        ne += 1
-        offer([int(v) for v in graph[u]])
+        rows = []
+        for pos in picked:
+            d, u, _ = lst[pos]
+            lst[pos] = (d, u, True)
+            ne += 1
+            rows += [int(v) for v in graph[u]]
+        offer(rows)
     out_d = np.full(k, np.inf)
     out_i = np.full(k, -1)
     for t, (d, v, _) in enumerate(lst[:k]):
@@ -72,19 +76,18 @@ def _graph(x, metric, degree):
     return knngraph.optimize_graph(g, x, degree, device="cpu")
 
 
-def _run(graph_ids, x, q, metric, entries, k, queue_size, max_warps=2):
+def _run(graph_ids, x, q, metric, entries, k, queue_size, max_warps=2, width=1):
     kind = distance_kind(metric)
     mode = beam_mode(x.dtype, q.dtype, x.shape[1])
-    if mode != bk.MODE_GENERIC:
+    if mode in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8):
         norms = square_norms(x, np) if kind == DIST_L2SQ else (
             inverse_norms(cpu_vectors(x)) if kind == DIST_COS else np.zeros(1, np.float32))
         qq = np.ascontiguousarray(q)
     else:
         norms = inverse_norms(cpu_vectors(x)) if kind == DIST_COS else np.zeros(1, np.float32)
         qq = np.ascontiguousarray(q, dtype=np.float32)
-    inv_q = inverse_norms(q.astype(np.float32)) if kind == DIST_COS else np.zeros(1, np.float32)
-    return mode, search_beam_device(graph_ids, x, qq, norms, inv_q, kind, entries, k, queue_size, mode, xp=np,
-                                    max_warps=max_warps)
+    return mode, search_beam_device(graph_ids, x, qq, norms, kind, entries, k, queue_size, mode, xp=np,
+                                    max_warps=max_warps, width=width)
 
 
 @pytest.mark.parametrize("dtype,qdtype,dim,metric,degree,mode", [
@@ -94,6 +97,9 @@ def _run(graph_ids, x, q, metric, entries, k, queue_size, max_warps=2):
     (np.uint8, np.float32, 12, "sqeuclidean", 6, bk.MODE_GENERIC),  # float queries: element loads
     (np.float32, np.float32, 7, "cosine", 6, bk.MODE_GENERIC),
     (np.float16, np.float32, 9, "euclidean", 40, bk.MODE_GENERIC),  # rows longer than one chunk
+    (np.float16, np.float32, 10, "sqeuclidean", 6, bk.MODE_HALF2),
+    (np.float16, np.float16, 12, "cosine", 6, bk.MODE_HALF4),
+    (np.float16, np.float32, 8, "inner_product", 6, bk.MODE_HALF4),
 ])
 def test_beam_kernel_matches_reference_walk(dtype, qdtype, dim, metric, degree, mode, rng):
     x = _small(rng, dtype, 48, dim)
@@ -131,6 +137,18 @@ def test_beam_kernel_on_complete_graph_is_exact(rng):
         assert gn[j] == n
 
 
+def test_beam_kernel_gives_no_neighbours_to_non_finite_queries(rng):
+    x = _small(rng, np.float32, 30, 4)
+    g = _graph(x, "sqeuclidean", 6)
+    q = _small(rng, np.int8, 3, 4).astype(np.float32)
+    q[1, 2] = np.nan
+    q[2, 0] = np.inf
+    _, (gk, gi, gn, _) = _run(g.indices, x, q, "sqeuclidean", np.array([0], np.int32), 3, 6, max_warps=1)
+    assert (gi[1:] == -1).all() and np.isnan(gk[1:]).all() and (gn[1:] == 0).all()
+    rd, ri, _, _ = reference_walk(g.indices, x, q[0], DIST_L2SQ, np.array([0]), 3, 6)
+    np.testing.assert_array_equal(gi[0], ri)
+
+
 def test_beam_kernel_pads_when_few_vertices_reachable():
     # two vertices linked to each other only: k=4 gets two results and -1 / inf after them
     x = np.array([[0, 0, 0, 0], [1, 1, 1, 1], [9, 9, 9, 9]], np.uint8)
@@ -157,3 +175,26 @@ def test_visited_table_resets_do_not_change_results(rng):
         np.testing.assert_array_equal(gk[j], rd.astype(np.float32))
         assert ge[j] == rexp
         assert gn[j] >= rn  # ids that fell off the list may be computed again after a reset
+
+
+@pytest.mark.parametrize("dtype,metric,width,degree", [
+    (np.uint8, "sqeuclidean", 2, 6),
+    (np.float32, "cosine", 3, 6),
+    (np.float16, "inner_product", 4, 40),  # rows longer than one chunk
+])
+def test_block_kernel_matches_reference_walk_of_that_width(dtype, metric, width, degree, rng):
+    # the block-per-query kernel (search_width warps per query) walks as the reference with that width;
+    # 70 entry points take several rounds of chunks
+    x = _small(rng, dtype, 90, 8)
+    q = _small(rng, dtype, 3, 8)
+    g = _graph(x, metric, degree)
+    kind = distance_kind(metric)
+    entries = np.arange(0, 90, 1, dtype=np.int32)[:70][::-1].copy()
+    _, (gk, gi, gn, ge) = _run(g.indices, x, q, metric, entries, 4, 8, width=width)
+    inv_b = inverse_norms(cpu_vectors(x).astype(np.float32))
+    inv_q = inverse_norms(q.astype(np.float32))
+    for j in range(q.shape[0]):
+        rd, ri, rn, rexp = reference_walk(g.indices, x, q[j], kind, entries, 4, 8, inv_b, inv_q[j], width=width)
+        np.testing.assert_array_equal(gi[j], ri)
+        assert gn[j] == rn and ge[j] == rexp
+        np.testing.assert_allclose(gk[j], rd, rtol=1e-4, atol=1e-4)

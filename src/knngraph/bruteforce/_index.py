@@ -213,7 +213,16 @@ def search(index: Index, queries, k: int, params: SearchParams | None = None, *,
     k = check_k(k, base.shape[0])
     allowed = prepare_filter(filter, base.shape[0])
     check_finite(q, "queries")
-    if allowed is not None:
+    few = None
+    if (allowed is None and not dev.is_cuda and index.metric in ("sqeuclidean", "euclidean")
+            and base.dtype != np.float16):
+        from .cpu import FEW_QUERIES, exact_few_l2
+
+        if q.shape[0] <= FEW_QUERIES:  # one query (or a few): a direct pass over the base beats GEMM tiles
+            few = exact_few_l2(base, q, k, index.metric)
+    if few is not None:
+        d, i = few
+    elif allowed is not None:
         d, i = filtered_exact(dev, base, q, k, index.metric, allowed, select=params.select,
                               memory_limit=memory_limit, verbose=verbose)
     else:

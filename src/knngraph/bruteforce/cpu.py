@@ -19,7 +19,7 @@ from ..primitives.constants import ID_NONE
 from ..primitives.lists import less, maxheap_replace_top, maxheap_sort
 from ._exact import NumericPlan, finish_candidates, plan_numerics
 
-__all__ = ["exact_knn"]
+__all__ = ["exact_knn", "exact_few_l2", "FEW_QUERIES"]
 
 
 @numba.njit(parallel=True, fastmath=False, cache=True)
@@ -107,3 +107,70 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
     if stats is not None:
         stats.update(candidates=c, centered=plan.shift is not None, scale=plan.scale)
     return out_d, out_i, unsure
+
+
+# --------------------------------------------------------------------------------------------------
+# a few queries: one direct pass over the base, no GEMM
+
+#: at most this many queries take :func:`exact_few_l2` (one pass over the base per query; GEMM wins above)
+FEW_QUERIES = 4
+_U32 = 2.0 ** -24
+_TINY32 = float(np.finfo(np.float32).tiny)
+
+
+@numba.njit(fastmath=True, cache=True)
+def _l2_scan(base, q, hk, hi):
+    """The c = len(hk) rows nearest to ``q`` by float32 sum_t (base[i, t] - q[t])^2, in the bounded
+    max-heap hk / hi (filled with inf / -1 beforehand): each row is widened element by element in a loop
+    the compiler vectorises (any summation order keeps the error bound of :func:`exact_few_l2`) and
+    offered to the heap when it beats the heap's top."""
+    n, d = base.shape
+    c = hk.shape[0]
+    for i in range(n):
+        row = base[i]
+        acc = np.float32(0.0)
+        for t in range(d):
+            diff = np.float32(row[t]) - q[t]
+            acc += diff * diff
+        if less(acc, np.int32(i), hk[0], hi[0]):
+            maxheap_replace_top(hk, hi, 0, c, acc, np.int32(i))
+
+
+def exact_few_l2(base, queries, k: int, metric: str):
+    """Exact top-k of a few queries under squared / plain L2 (host arrays, validated; float32, uint8 or
+    int8 base): float32 distances of every row by direct differences (no cancellation), the
+    ``c = max(2k, k + 16)`` smallest as candidates, their distances recomputed exactly in float64
+    (:func:`knngraph.primitives.rescore.rescore`) and sorted by (distance, id).
+
+    Proof of the answer: each float32 distance is a sum of d non-negative rounded squares, within a
+    relative ``(d + 4) u`` (u = 2^-24, twice that here for slack) of the true one, plus at most ``d``
+    times the smallest normal float for underflow. A row outside the candidates has float32 distance
+    >= the c-th one, so its true distance is at least that bound; when the k-th exact distance lies
+    strictly below it, no other row can enter or tie. Returns (reported distances float32, ids int32),
+    or None when some query is not proven this way (the caller then runs the GEMM path)."""
+    from ..primitives.rescore import RESCORE_L2, rescore
+
+    n, d = base.shape
+    nq = queries.shape[0]
+    c = min(n, max(2 * k, k + 16))
+    gamma = 2.0 * (d + 4) * _U32
+    out_d = np.empty((nq, k), np.float32)
+    out_i = np.empty((nq, k), np.int32)
+    hk = np.empty(c, np.float32)
+    hi = np.empty(c, np.int32)
+    for j in range(nq):
+        qf = np.ascontiguousarray(queries[j], dtype=np.float32)
+        hk[:] = np.inf
+        hi[:] = ID_NONE
+        _l2_scan(base, qf, hk, hi)
+        cand = hi
+        edge = float(hk[0]) if c < n else np.inf  # the largest candidate's float32 distance
+        dist, ids = rescore(queries[j:j + 1], base, cand[None, :], RESCORE_L2, np)
+        kth = float(dist[0, k - 1])
+        if c < n and not (np.isfinite(edge) and kth < (edge - d * _TINY32) / (1.0 + gamma)):
+            return None
+        if not np.isfinite(kth) or kth > float(np.finfo(np.float32).max):
+            return None  # beyond float32: the general path reports it
+        out_d[j] = np.sqrt(np.maximum(dist[0, :k], 0)) if metric == "euclidean" else np.maximum(dist[0, :k], 0)
+        out_i[j] = ids[0, :k]
+    return out_d, out_i

@@ -67,7 +67,7 @@ def refine(engine, x, inv, gd, gi, gf, cfg: Config, *, split=0, stats=None, desc
     history, times = [], []
     paused = 0.0
     t0 = time.perf_counter()
-    with progress(cfg.max_iterations, desc, disable=not cfg.verbose, min_steps=1) as bar:
+    with progress(cfg.max_iterations, desc, disable=not cfg.verbose, min_steps=1, upper_bound=True) as bar:
         for it in range(cfg.max_iterations):
             inserted = engine.iterate(state, it)
             history.append(inserted)

@@ -38,13 +38,14 @@ import functools
 import math
 
 import numpy as np
-from numba import config, cuda, float32, int32, uint32
+from numba import config, cuda, float32, int32, uint32, uint64
 
 from ..primitives.constants import FULL_MASK, WARP
 from ..primitives.distances import DIST_COS, DIST_IP, DIST_L2SQ
 from ..primitives.warp import finish_query_device, less_device
 
 INF = float32(np.inf)
+NAN = float32(np.nan)
 #: id of an empty list slot (sorts after every vertex at distance inf)
 PAD = int32(2**31 - 1)
 EMPTY = int32(-1)
@@ -52,6 +53,8 @@ EMPTY = int32(-1)
 MODE_GENERIC = 0   # any dtype: element loads, float32 arithmetic
 MODE_DP4A_U8 = 1   # uint8 vectors and queries, dim % 4 == 0: uint32 words, dp4a
 MODE_DP4A_I8 = 2   # int8 likewise
+MODE_HALF2 = 3     # float16 vectors, dim % 2 == 0: uint32 words of two halves, float32 arithmetic
+MODE_HALF4 = 4     # float16 vectors, dim % 4 == 0: uint64 words of four halves
 
 #: shared memory one block may use (static allocations stay under the 48 KiB default limit)
 SHARED_BUDGET = 48 * 1024
@@ -102,12 +105,48 @@ def _dp4a_ptx(signed):
     return dp4a
 
 
+def _half_python(high):
+    def half(word):
+        bits = (int(word) >> 16) & 0xFFFF if high else int(word) & 0xFFFF
+        return float32(np.array([bits], np.uint16).view(np.float16)[0])
+
+    return half
+
+
+def _half_ptx(high):
+    """The low or high float16 of a 32-bit word as float32 (``mov.b32`` + ``cvt.f32.f16``)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    pick = "hi" if high else "lo"
+
+    @intrinsic
+    def half(typingctx, word):
+        sig = types.float32(word)
+
+        def codegen(context, builder, signature, args):
+            i32 = ir.IntType(32)
+            w = context.cast(builder, args[0], signature.args[0], types.int32)
+            asm = ir.InlineAsm(ir.FunctionType(ir.FloatType(), [i32]),
+                               "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $1; cvt.f32.f16 $0, " + pick + "; }", "=f,r")
+            return builder.call(asm, [w])
+
+        return sig, codegen
+
+    return half
+
+
 if config.ENABLE_CUDASIM:
     dp4a_u8 = _dp4a_python(False)
     dp4a_i8 = _dp4a_python(True)
+    half_lo = _half_python(False)
+    half_hi = _half_python(True)
 else:  # pragma: no cover - needs numba's CUDA target
     dp4a_u8 = _dp4a_ptx(False)
     dp4a_i8 = _dp4a_ptx(True)
+    half_lo = _half_ptx(False)
+    half_hi = _half_ptx(True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -233,9 +272,10 @@ def _slot(cand, w, s, c):
 
 
 @cuda.jit(device=True, inline=True)
-def _distances_generic(kind, base, qv, w, cand, cdist, c, inv_b, qinv, team, member, tsize, nteams):
-    """Each team computes four candidates per pass (their loads in flight together): team ``team`` takes
-    slots s0 + team + {0, 1, 2, 3} * nteams; member m sums dimensions m, m + T, ..."""
+def _distances_generic(kind, base, qv, w, cand, cdist, c, inv_b, qinv, team, member, tsize, nteams, per_lane):
+    """Each team computes four candidates per pass: team ``team`` takes slots s0 + team + {0, 1, 2, 3} *
+    nteams; member m sums dimensions m, m + T, ... (``per_lane``, a compile-time count, so that the loop
+    unrolls and every load of a pass is in flight at once)."""
     dim = base.shape[1]
     s0 = int32(0)
     while s0 < c:
@@ -248,28 +288,125 @@ def _distances_generic(kind, base, qv, w, cand, cdist, c, inv_b, qinv, team, mem
         a2 = float32(0.0)
         a3 = float32(0.0)
         a4 = float32(0.0)
-        t = member
-        while t < dim:
-            qt = qv[w, t]
-            x1 = float32(base[v1, t])
-            x2 = float32(base[v2, t])
-            x3 = float32(base[v3, t])
-            x4 = float32(base[v4, t])
-            if kind == DIST_L2SQ:
-                x1 -= qt
-                x2 -= qt
-                x3 -= qt
-                x4 -= qt
-                a1 += x1 * x1
-                a2 += x2 * x2
-                a3 += x3 * x3
-                a4 += x4 * x4
-            else:
-                a1 += x1 * qt
-                a2 += x2 * qt
-                a3 += x3 * qt
-                a4 += x4 * qt
-            t += tsize
+        for i in range(per_lane):
+            t = member + i * tsize
+            if t < dim:
+                qt = qv[w, t]
+                x1 = float32(base[v1, t])
+                x2 = float32(base[v2, t])
+                x3 = float32(base[v3, t])
+                x4 = float32(base[v4, t])
+                if kind == DIST_L2SQ:
+                    x1 -= qt
+                    x2 -= qt
+                    x3 -= qt
+                    x4 -= qt
+                    a1 += x1 * x1
+                    a2 += x2 * x2
+                    a3 += x3 * x3
+                    a4 += x4 * x4
+                else:
+                    a1 += x1 * qt
+                    a2 += x2 * qt
+                    a3 += x3 * qt
+                    a4 += x4 * qt
+        a1 = team_sum(a1, tsize)
+        a2 = team_sum(a2, tsize)
+        a3 = team_sum(a3, tsize)
+        a4 = team_sum(a4, tsize)
+        if member == 0:
+            if s1 < c:
+                cdist[w, s1] = finish_query_device(kind, a1, inv_b, v1, qinv)
+            if s1 + nteams < c:
+                cdist[w, s1 + nteams] = finish_query_device(kind, a2, inv_b, v2, qinv)
+            if s1 + 2 * nteams < c:
+                cdist[w, s1 + 2 * nteams] = finish_query_device(kind, a3, inv_b, v3, qinv)
+            if s1 + 3 * nteams < c:
+                cdist[w, s1 + 3 * nteams] = finish_query_device(kind, a4, inv_b, v4, qinv)
+        s0 += 4 * nteams
+
+
+@cuda.jit(device=True, inline=True)
+def _half2_terms(kind, y, q0, q1, acc):
+    x0 = half_lo(y)
+    x1 = half_hi(y)
+    if kind == DIST_L2SQ:
+        x0 -= q0
+        x1 -= q1
+        return acc + x0 * x0 + x1 * x1
+    return acc + x0 * q0 + x1 * q1
+
+
+@cuda.jit(device=True, inline=True)
+def _distances_half2(kind, words, qv, w, cand, cdist, c, inv_b, qinv, team, member, tsize, nteams, per_lane):
+    """As :func:`_distances_generic` for float16 vectors read as 32-bit words of two halves."""
+    nwords = words.shape[1]
+    s0 = int32(0)
+    while s0 < c:
+        s1 = s0 + team
+        v1 = _slot(cand, w, s1, c)
+        v2 = _slot(cand, w, s1 + nteams, c)
+        v3 = _slot(cand, w, s1 + 2 * nteams, c)
+        v4 = _slot(cand, w, s1 + 3 * nteams, c)
+        a1 = float32(0.0)
+        a2 = float32(0.0)
+        a3 = float32(0.0)
+        a4 = float32(0.0)
+        for i in range(per_lane):
+            t = member + i * tsize
+            if t < nwords:
+                q0 = qv[w, 2 * t]
+                q1 = qv[w, 2 * t + 1]
+                a1 = _half2_terms(kind, words[v1, t], q0, q1, a1)
+                a2 = _half2_terms(kind, words[v2, t], q0, q1, a2)
+                a3 = _half2_terms(kind, words[v3, t], q0, q1, a3)
+                a4 = _half2_terms(kind, words[v4, t], q0, q1, a4)
+        a1 = team_sum(a1, tsize)
+        a2 = team_sum(a2, tsize)
+        a3 = team_sum(a3, tsize)
+        a4 = team_sum(a4, tsize)
+        if member == 0:
+            if s1 < c:
+                cdist[w, s1] = finish_query_device(kind, a1, inv_b, v1, qinv)
+            if s1 + nteams < c:
+                cdist[w, s1 + nteams] = finish_query_device(kind, a2, inv_b, v2, qinv)
+            if s1 + 2 * nteams < c:
+                cdist[w, s1 + 2 * nteams] = finish_query_device(kind, a3, inv_b, v3, qinv)
+            if s1 + 3 * nteams < c:
+                cdist[w, s1 + 3 * nteams] = finish_query_device(kind, a4, inv_b, v4, qinv)
+        s0 += 4 * nteams
+
+
+@cuda.jit(device=True, inline=True)
+def _half4_terms(kind, y, qv, w, t, acc):
+    lo = uint32(y & uint64(0xFFFFFFFF))
+    hi = uint32(y >> uint64(32))
+    acc = _half2_terms(kind, lo, qv[w, 4 * t], qv[w, 4 * t + 1], acc)
+    return _half2_terms(kind, hi, qv[w, 4 * t + 2], qv[w, 4 * t + 3], acc)
+
+
+@cuda.jit(device=True, inline=True)
+def _distances_half4(kind, words, qv, w, cand, cdist, c, inv_b, qinv, team, member, tsize, nteams, per_lane):
+    """As :func:`_distances_half2` with 8-byte words of four halves (half the load instructions)."""
+    nwords = words.shape[1]
+    s0 = int32(0)
+    while s0 < c:
+        s1 = s0 + team
+        v1 = _slot(cand, w, s1, c)
+        v2 = _slot(cand, w, s1 + nteams, c)
+        v3 = _slot(cand, w, s1 + 2 * nteams, c)
+        v4 = _slot(cand, w, s1 + 3 * nteams, c)
+        a1 = float32(0.0)
+        a2 = float32(0.0)
+        a3 = float32(0.0)
+        a4 = float32(0.0)
+        for i in range(per_lane):
+            t = member + i * tsize
+            if t < nwords:
+                a1 = _half4_terms(kind, words[v1, t], qv, w, t, a1)
+                a2 = _half4_terms(kind, words[v2, t], qv, w, t, a2)
+                a3 = _half4_terms(kind, words[v3, t], qv, w, t, a3)
+                a4 = _half4_terms(kind, words[v4, t], qv, w, t, a4)
         a1 = team_sum(a1, tsize)
         a2 = team_sum(a2, tsize)
         a3 = team_sum(a3, tsize)
@@ -303,7 +440,8 @@ def _dp4a(signed, x, q, acc):
 
 
 @cuda.jit(device=True, inline=True)
-def _distances_dp4a(kind, words, qw, w, cand, cdist, c, nb, qn, qinv, team, member, tsize, nteams, signed):
+def _distances_dp4a(kind, words, qw, w, cand, cdist, c, nb, qn, qinv, team, member, tsize, nteams, signed,
+                    per_lane):
     """As :func:`_distances_generic` on 4-byte words, one ``dp4a`` per word and candidate."""
     nwords = words.shape[1]
     s0 = int32(0)
@@ -317,14 +455,14 @@ def _distances_dp4a(kind, words, qw, w, cand, cdist, c, nb, qn, qinv, team, memb
         a2 = int32(0)
         a3 = int32(0)
         a4 = int32(0)
-        t = member
-        while t < nwords:
-            q = qw[w, t]
-            a1 = _dp4a(signed, words[v1, t], q, a1)
-            a2 = _dp4a(signed, words[v2, t], q, a2)
-            a3 = _dp4a(signed, words[v3, t], q, a3)
-            a4 = _dp4a(signed, words[v4, t], q, a4)
-            t += tsize
+        for i in range(per_lane):
+            t = member + i * tsize
+            if t < nwords:
+                q = qw[w, t]
+                a1 = _dp4a(signed, words[v1, t], q, a1)
+                a2 = _dp4a(signed, words[v2, t], q, a2)
+                a3 = _dp4a(signed, words[v3, t], q, a3)
+                a4 = _dp4a(signed, words[v4, t], q, a4)
         a1 = team_sum(a1, tsize)
         a2 = team_sum(a2, tsize)
         a3 = team_sum(a3, tsize)
@@ -342,12 +480,169 @@ def _distances_dp4a(kind, words, qw, w, cand, cdist, c, nb, qn, qinv, team, memb
 
 
 # --------------------------------------------------------------------------------------------------
-# the kernel
+# the stages every warp runs (shared by the warp-per-query and block-per-query kernels)
+
+
+@cuda.jit(device=True, inline=True)
+def _stage_query(queries, j, qw, qv, w, lane, kind, dp4a, signed):
+    """Copy query j into this warp's shared row; returns (squared norm as int for dp4a L2, inverse norm
+    for cosine, whether it holds NaN / inf)."""
+    qn = int32(0)
+    qf = float32(0.0)
+    bad = False
+    for t in range(lane, queries.shape[1], WARP):
+        if dp4a:
+            x = queries[j, t]
+            qw[w, t] = x
+            if signed:
+                qn = dp4a_i8(x, x, qn)
+            else:
+                qn = dp4a_u8(x, x, qn)
+        else:
+            xf = queries[j, t]
+            qv[w, t] = xf
+            qf += xf * xf
+            if not math.isfinite(xf):
+                bad = True
+    if dp4a:
+        qn = team_sum(qn, WARP)
+        qf = float32(qn)
+    else:
+        qf = team_sum(qf, WARP)
+    qinv = float32(0.0)
+    if kind == DIST_COS and qf > 0:
+        qinv = float32(1.0) / math.sqrt(qf)
+    return qn, qinv, cuda.any_sync(FULL_MASK, bad)
+
+
+@cuda.jit(device=True, inline=True)
+def _sorted_chunk(v, ht, voff, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms, qn, qinv, kind, lane,
+                  team, member, tsize, nteams, per_lane, mode, signed):
+    """Stage 1-2 for the 32 ids ``v`` of the lanes (-1: none): claim them in the visited table, compute
+    the distances of the claimed ones, sort them across the warp and write them ascending to
+    ck/ci[coff:coff+32] ((inf, PAD) after the c claimed). Returns c."""
+    ok = v >= 0
+    if ok:
+        ok = claim(ht, voff, hmask, v)
+    vote = cuda.ballot_sync(FULL_MASK, ok)
+    c = cuda.popc(vote)
+    if ok:
+        cand[w, cuda.popc(vote & cuda.lanemask_lt())] = v
+    cuda.syncwarp(FULL_MASK)
+    key = INF
+    vid = PAD
+    if c > 0:
+        if mode == MODE_DP4A_U8 or mode == MODE_DP4A_I8:
+            _distances_dp4a(kind, base, qw, w, cand, cdist, c, norms, qn, qinv, team, member, tsize, nteams, signed,
+                            per_lane)
+        elif mode == MODE_HALF4:
+            _distances_half4(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams, per_lane)
+        elif mode == MODE_HALF2:
+            _distances_half2(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams, per_lane)
+        else:
+            _distances_generic(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams, per_lane)
+        cuda.syncwarp(FULL_MASK)
+        if lane < c:
+            key = cdist[w, lane]
+            vid = cand[w, lane]
+        key, vid = warp_sort32(key, vid, lane)
+    ck[coff + lane] = key
+    ci[coff + lane] = vid
+    cuda.syncwarp(FULL_MASK)
+    return c
+
+
+@cuda.jit(device=True, inline=True)
+def _merge_chunk(lk, li, loff, noff, ck, ci, coff, c, qsize, lane):
+    """Stage 3: merge the c sorted chunk entries into the sorted list at loff, writing the first qsize of
+    the merged order at noff (each entry's place is its index plus the number of entries of the other
+    side below it). Returns False, writing nothing, when the chunk's best does not beat the list's
+    last entry. One warp; the caller synchronises before the list is read again."""
+    if c == 0 or not less_device(ck[coff], ci[coff], lk[loff + qsize - 1], raw_id(li[loff + qsize - 1])):
+        return False
+    t2 = lane
+    while t2 < qsize:
+        ek = lk[loff + t2]
+        ei = li[loff + t2]
+        pos = t2 + count_less_chunk(ck, ci, coff, c, ek, raw_id(ei))
+        if pos < qsize:
+            lk[noff + pos] = ek
+            li[noff + pos] = ei
+        t2 += WARP
+    if lane < c:
+        key = ck[coff + lane]
+        vid = ci[coff + lane]
+        pos = lane + count_not_above_list(lk, li, loff, qsize, key, vid)
+        if pos < qsize:
+            lk[noff + pos] = key
+            li[noff + pos] = vid
+    return True
+
+
+@cuda.jit(device=True, inline=True)
+def _next_unexpanded(li, loff, qsize, lane, start):
+    """Position of the first unexpanded entry at or after ``start`` (-1: none), in every lane."""
+    b = start
+    while b < qsize:
+        t2 = b + lane
+        e = li[loff + t2] if t2 < qsize else int32(-1)
+        vote = cuda.ballot_sync(FULL_MASK, e >= 0 and e != PAD)
+        if vote != 0:
+            return b + cuda.ffs(vote) - 1
+        b += WARP
+    return int32(-1)
+
+
+@cuda.jit(device=True, inline=True)
+def _reset_visited(ht, voff, hsize, li, loff, qsize, hmask, lane):
+    """Empty the visited table and put the list's ids back (one warp; see the module docs)."""
+    cuda.syncwarp(FULL_MASK)
+    for t2 in range(lane, hsize, WARP):
+        ht[voff + t2] = EMPTY
+    cuda.syncwarp(FULL_MASK)
+    for t2 in range(lane, qsize, WARP):
+        e = li[loff + t2]
+        if e != PAD:
+            claim(ht, voff, hmask, raw_id(e))
+    cuda.syncwarp(FULL_MASK)
+
+
+@cuda.jit(device=True, inline=True)
+def _write_results(lk, li, loff, qsize, k, j, report, out_k, out_i, lane):
+    for t in range(lane, k, WARP):
+        e = li[loff + t] if t < qsize else PAD
+        if e != PAD:
+            out_k[j, t] = report_distance(report, lk[loff + t])
+            out_i[j, t] = raw_id(e)
+        else:
+            out_k[j, t] = INF
+            out_i[j, t] = -1
+
+
+@cuda.jit(device=True, inline=True)
+def _write_no_neighbours(k, j, out_k, out_i, out_nd, out_ne, lane):
+    """A query holding NaN or inf has no neighbours: ids -1, distances NaN."""
+    for t in range(lane, k, WARP):
+        out_k[j, t] = NAN
+        out_i[j, t] = -1
+    if lane == 0:
+        out_nd[j] = 0
+        out_ne[j] = 0
+
+
+# --------------------------------------------------------------------------------------------------
+# the kernels
 
 
 def shared_bytes_per_warp(qcap: int, hsize: int, qwords: int) -> int:
     """Shared memory of one warp: the double-buffered list, the chunk, the visited table, the query."""
     return qcap * 16 + WARP * 16 + hsize * 4 + qwords * 4 + 16
+
+
+def shared_bytes_per_block(qcap: int, hsize: int, qwords: int, width: int) -> int:
+    """Shared memory of a block-per-query kernel of ``width`` warps: one list and visited table, a chunk
+    and a staged query per warp."""
+    return qcap * 16 + hsize * 4 + width * (WARP * 16 + qwords * 4 + 16) + 64
 
 
 def warps_per_block(qcap: int, hsize: int, qwords: int, max_warps: int = 4) -> int:
@@ -364,24 +659,32 @@ def team_size(row_units: int, per_lane: int = 4) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, wpb: int):
+def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, wpb: int, per_lane: int,
+                width: int = 1):
     """The search kernel for list capacity ``qcap`` (runtime queue_size <= qcap), a visited table of
-    ``hsize`` slots (a power of two), a staged query of ``qwords`` 4-byte words, a distance mode and
-    ``tsize`` lanes per distance."""
+    ``hsize`` slots (a power of two), a staged query of ``qwords`` 4-byte words, a distance mode,
+    ``tsize`` lanes per distance and ``per_lane`` loads per lane and vector row (the row is at most
+    ``tsize * per_lane`` loads long).
+
+    ``width`` 1: every warp of the ``wpb`` searches its own query. ``width == wpb`` > 1: the block
+    searches one query at a time, its warps expanding the ``width`` first unexpanded vertices of the
+    shared list together (a search width, as CAGRA's multi-parent steps): fewer sequential steps per
+    query, for batches too small to fill the GPU with one warp each."""
+    if width > 1:
+        return _block_kernel(qcap, hsize, qwords, mode, tsize, per_lane, width)
     LN = 2 * wpb * qcap
     HN = wpb * hsize
     CN = wpb * WARP
-    QWU = max(qwords, 1) if mode != MODE_GENERIC else 1   # the query as uint32 words (dp4a modes)
-    QWF = max(qwords, 1) if mode == MODE_GENERIC else 1   # or as float32 values
+    dp4a = mode in (MODE_DP4A_U8, MODE_DP4A_I8)
+    QWU = max(qwords, 1) if dp4a else 1   # the query as uint32 words (dp4a modes)
+    QWF = max(qwords, 1) if not dp4a else 1   # or as float32 values
     nteams = WARP // tsize
     signed = mode == MODE_DP4A_I8
-    dp4a = mode != MODE_GENERIC
     hmask = hsize - 1
     reset_at = hsize // 2 - WARP
 
     @cuda.jit
-    def kernel(graph, base, queries, norms, inv_q, kind, entries, k, qsize, report, counter, out_k, out_i, out_nd,
-               out_ne):
+    def kernel(graph, base, queries, norms, kind, entries, k, qsize, report, counter, out_k, out_i, out_nd, out_ne):
         lk = cuda.shared.array(LN, dtype=float32)
         li = cuda.shared.array(LN, dtype=int32)
         ht = cuda.shared.array(HN, dtype=int32)
@@ -407,23 +710,11 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, wpb: 
             j = cuda.shfl_sync(FULL_MASK, jj, 0)
             if j >= nq:
                 return
-            # stage the query; empty list (buffer 0) and visited table
-            qn = int32(0)
-            for t in range(lane, queries.shape[1], WARP):
-                if dp4a:
-                    x = queries[j, t]
-                    qw[w, t] = x
-                    if signed:
-                        qn = dp4a_i8(x, x, qn)
-                    else:
-                        qn = dp4a_u8(x, x, qn)
-                else:
-                    qv[w, t] = queries[j, t]
-            if dp4a:
-                qn = team_sum(qn, WARP)
-            qinv = float32(0.0)
-            if kind == DIST_COS:
-                qinv = inv_q[j]
+            qn, qinv, bad = _stage_query(queries, j, qw, qv, w, lane, kind, dp4a, signed)
+            if bad:
+                _write_no_neighbours(k, j, out_k, out_i, out_nd, out_ne, lane)
+                cuda.syncwarp(FULL_MASK)
+                continue
             cur = 0
             loff = (2 * w) * qcap
             for t in range(lane, qcap, WARP):
@@ -449,102 +740,175 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, wpb: 
                 step += WARP
                 more = step < (ne if u < 0 else deg)
                 if filled > reset_at:
-                    # the table is half full: keep only the list's ids (see the module docs)
-                    cuda.syncwarp(FULL_MASK)
-                    for t2 in range(lane, hsize, WARP):
-                        ht[voff + t2] = EMPTY
-                    cuda.syncwarp(FULL_MASK)
-                    for t2 in range(lane, qsize, WARP):
-                        e = li[loff + t2]
-                        if e != PAD:
-                            claim(ht, voff, hmask, raw_id(e))
+                    _reset_visited(ht, voff, hsize, li, loff, qsize, hmask, lane)
                     filled = qsize
-                    cuda.syncwarp(FULL_MASK)
-                ok = v >= 0
-                if ok:
-                    ok = claim(ht, voff, hmask, v)
-                vote = cuda.ballot_sync(FULL_MASK, ok)
-                c = cuda.popc(vote)
+                c = _sorted_chunk(v, ht, voff, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms, qn, qinv,
+                                  kind, lane, team, member, tsize, nteams, per_lane, mode, signed)
                 filled += c
-                if ok:
-                    cand[w, cuda.popc(vote & cuda.lanemask_lt())] = v
+                nd += c
+                noff = (2 * w + 1 - cur) * qcap
+                if _merge_chunk(lk, li, loff, noff, ck, ci, coff, c, qsize, lane):
+                    cur = 1 - cur
+                    loff = noff
                 cuda.syncwarp(FULL_MASK)
-                if c > 0:
-                    nd += c
-                    # ---- distances
-                    if dp4a:
-                        _distances_dp4a(kind, base, qw, w, cand, cdist, c, norms, qn, qinv, team, member, tsize,
-                                        nteams, signed)
-                    else:
-                        _distances_generic(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize,
-                                           nteams)
-                    cuda.syncwarp(FULL_MASK)
-                    # ---- sort the chunk, then merge it into the list by rank
-                    key = INF
-                    vid = PAD
-                    if lane < c:
-                        key = cdist[w, lane]
-                        vid = cand[w, lane]
-                    key, vid = warp_sort32(key, vid, lane)
-                    ck[coff + lane] = key
-                    ci[coff + lane] = vid
-                    cuda.syncwarp(FULL_MASK)
-                    # skip the merge when the chunk's best does not beat the list's last entry
-                    wk = lk[loff + qsize - 1]
-                    wi = raw_id(li[loff + qsize - 1])
-                    if less_device(ck[coff], ci[coff], wk, wi):
-                        noff = (2 * w + 1 - cur) * qcap
-                        t2 = lane
-                        while t2 < qsize:
-                            ek = lk[loff + t2]
-                            ei = li[loff + t2]
-                            pos = t2 + count_less_chunk(ck, ci, coff, c, ek, raw_id(ei))
-                            if pos < qsize:
-                                lk[noff + pos] = ek
-                                li[noff + pos] = ei
-                            t2 += WARP
-                        if lane < c:
-                            pos = lane + count_not_above_list(lk, li, loff, qsize, key, vid)
-                            if pos < qsize:
-                                lk[noff + pos] = key
-                                li[noff + pos] = vid
-                        cur = 1 - cur
-                        loff = noff
-                    cuda.syncwarp(FULL_MASK)
                 if not more:
                     # ---- expand the first unexpanded vertex of the list, or stop
-                    u = int32(-1)
-                    b = int32(0)
-                    while b < qsize:
-                        t2 = b + lane
-                        e = li[loff + t2] if t2 < qsize else int32(-1)
-                        vote = cuda.ballot_sync(FULL_MASK, e >= 0 and e != PAD)
-                        if vote != 0:
-                            pos = b + cuda.ffs(vote) - 1
-                            u = li[loff + pos]
-                            cuda.syncwarp(FULL_MASK)
-                            if lane == 0:
-                                li[loff + pos] = -u - 2
-                            break
-                        b += WARP
-                    cuda.syncwarp(FULL_MASK)
-                    if u < 0:
+                    pos = _next_unexpanded(li, loff, qsize, lane, int32(0))
+                    if pos < 0:
                         break
+                    u = li[loff + pos]
+                    cuda.syncwarp(FULL_MASK)
+                    if lane == 0:
+                        li[loff + pos] = -u - 2
+                    cuda.syncwarp(FULL_MASK)
                     nexp += 1
                     step = 0
-            # ---- results: the first k entries
-            for t in range(lane, k, WARP):
-                e = li[loff + t] if t < qsize else PAD
-                if e != PAD:
-                    out_k[j, t] = report_distance(report, lk[loff + t])
-                    out_i[j, t] = raw_id(e)
-                else:
-                    out_k[j, t] = INF
-                    out_i[j, t] = -1
+            _write_results(lk, li, loff, qsize, k, j, report, out_k, out_i, lane)
             if lane == 0:
                 out_nd[j] = nd
                 out_ne[j] = nexp
             cuda.syncwarp(FULL_MASK)
 
     kernel.warps_per_block = wpb
+    kernel.width = 1
+    return kernel
+
+
+def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, per_lane: int, width: int):
+    """Block-per-query kernel of :func:`beam_kernel` (``width`` warps). Every step: warp 0 marks the
+    ``width`` first unexpanded entries of the list as this step's parents; warp w reads parent w's
+    row 32 ids at a time, claims, computes and sorts them into its chunk; then warp 0 merges the
+    chunks into the list one after another. The visited table and the list are the block's."""
+    LN = 2 * qcap
+    CN = width * WARP
+    dp4a = mode in (MODE_DP4A_U8, MODE_DP4A_I8)
+    QWU = max(qwords, 1) if dp4a else 1
+    QWF = max(qwords, 1) if not dp4a else 1
+    nteams = WARP // tsize
+    signed = mode == MODE_DP4A_I8
+    hmask = hsize - 1
+    reset_at = hsize // 2 - width * WARP
+
+    @cuda.jit
+    def kernel(graph, base, queries, norms, kind, entries, k, qsize, report, counter, out_k, out_i, out_nd, out_ne):
+        lk = cuda.shared.array(LN, dtype=float32)
+        li = cuda.shared.array(LN, dtype=int32)
+        ht = cuda.shared.array(hsize, dtype=int32)
+        qw = cuda.shared.array((width, QWU), dtype=uint32)
+        qv = cuda.shared.array((width, QWF), dtype=float32)
+        cand = cuda.shared.array((width, WARP), dtype=int32)
+        cdist = cuda.shared.array((width, WARP), dtype=float32)
+        ck = cuda.shared.array(CN, dtype=float32)
+        ci = cuda.shared.array(CN, dtype=int32)
+        counts = cuda.shared.array(width, dtype=int32)
+        parents = cuda.shared.array(width, dtype=int32)
+        ctl = cuda.shared.array(4, dtype=int32)  # query, list offset, step state
+        w = cuda.threadIdx.x // WARP
+        lane = cuda.threadIdx.x % WARP
+        team = lane // tsize
+        member = lane % tsize
+        coff = w * WARP
+        nq = queries.shape[0]
+        deg = graph.shape[1]
+        ne = entries.shape[0]
+        while True:
+            if cuda.threadIdx.x == 0:
+                ctl[0] = cuda.atomic.add(counter, 0, 1)
+            cuda.syncthreads()
+            j = ctl[0]
+            cuda.syncthreads()  # every thread has read ctl[0] before it changes
+            if j >= nq:
+                return
+            qn, qinv, bad = _stage_query(queries, j, qw, qv, w, lane, kind, dp4a, signed)
+            if bad:
+                if w == 0:
+                    _write_no_neighbours(k, j, out_k, out_i, out_nd, out_ne, lane)
+                continue
+            if w == 0:
+                for t in range(lane, qcap, WARP):
+                    lk[t] = INF
+                    li[t] = PAD
+                for t in range(lane, hsize, WARP):
+                    ht[t] = EMPTY
+                ctl[1] = 0
+            cur = 0  # warp 0's copy of the list offset
+            filled = 0
+            nd = 0
+            nexp = 0
+            cuda.syncthreads()
+            # entry points: chunk r * width + w of each round
+            r0 = 0
+            while r0 < ne:
+                t = r0 + w * WARP + lane
+                v = entries[t] if t < ne else int32(-1)
+                counts[w] = _sorted_chunk(v, ht, 0, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms, qn,
+                                          qinv, kind, lane, team, member, tsize, nteams, per_lane, mode, signed)
+                cuda.syncthreads()
+                if w == 0:
+                    for g in range(width):
+                        c = counts[g]
+                        filled += c
+                        nd += c
+                        if _merge_chunk(lk, li, cur * qcap, (1 - cur) * qcap, ck, ci, g * WARP, c, qsize, lane):
+                            cur = 1 - cur
+                        cuda.syncwarp(FULL_MASK)
+                    if filled > reset_at:
+                        _reset_visited(ht, 0, hsize, li, cur * qcap, qsize, hmask, lane)
+                        filled = qsize
+                cuda.syncthreads()
+                r0 += width * WARP
+            while True:
+                # ---- warp 0 picks this step's parents
+                if w == 0:
+                    loff = cur * qcap
+                    pos = int32(0)
+                    for g in range(width):
+                        pos = _next_unexpanded(li, loff, qsize, lane, pos)
+                        u = int32(-1)
+                        if pos >= 0:
+                            u = li[loff + pos]
+                            cuda.syncwarp(FULL_MASK)
+                            if lane == 0:
+                                li[loff + pos] = -u - 2
+                            cuda.syncwarp(FULL_MASK)
+                            nexp += 1
+                            pos += 1
+                        else:
+                            pos = qsize
+                        if lane == 0:
+                            parents[g] = u
+                cuda.syncthreads()
+                if parents[0] < 0:
+                    break
+                u = parents[w]
+                step = 0
+                while step < deg:
+                    t = step + lane
+                    v = graph[u, t] if u >= 0 and t < deg else int32(-1)
+                    counts[w] = _sorted_chunk(v, ht, 0, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms,
+                                              qn, qinv, kind, lane, team, member, tsize, nteams, per_lane, mode,
+                                              signed)
+                    cuda.syncthreads()
+                    if w == 0:
+                        for g in range(width):
+                            c = counts[g]
+                            filled += c
+                            nd += c
+                            if _merge_chunk(lk, li, cur * qcap, (1 - cur) * qcap, ck, ci, g * WARP, c, qsize, lane):
+                                cur = 1 - cur
+                            cuda.syncwarp(FULL_MASK)
+                        if filled > reset_at:
+                            _reset_visited(ht, 0, hsize, li, cur * qcap, qsize, hmask, lane)
+                            filled = qsize
+                    cuda.syncthreads()
+                    step += WARP
+            if w == 0:
+                _write_results(lk, li, cur * qcap, qsize, k, j, report, out_k, out_i, lane)
+                if lane == 0:
+                    out_nd[j] = nd
+                    out_ne[j] = nexp
+            cuda.syncthreads()
+
+    kernel.warps_per_block = width
+    kernel.width = width
     return kernel

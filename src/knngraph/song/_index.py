@@ -10,6 +10,7 @@ them).
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 import numpy as np
@@ -25,6 +26,7 @@ from ..index import Index as IndexBase
 from ..index import KNNResult, assembling, load_index, runtime_docs, save_index
 from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms, report_distances
 from ..primitives.filters import prepare_filter
+from . import cpu
 from ._params import IndexParams, SearchParams
 from .hashing import RandomProjectionHasher
 
@@ -253,9 +255,10 @@ def _search_arrays(dev: Device, index: Index, queries, k, sp: SearchParams, *, v
                                                max_registers=sp.max_registers or None, verbose=verbose,
                                                allowed=allowed_bits)
         else:
+            cpu_only = {} if dev.is_cuda else {"scratch": cpu.index_scratch(index)}
             out_k, out_i, nd, ne = impl.search(g_ids, xb, queries, inv_b, kind, entries, k, sp.queue_size, sp.visited,
                                                batch_size=sp.batch_size, max_registers=sp.max_registers or None,
-                                               verbose=verbose, allowed=allowed_bits)
+                                               verbose=verbose, allowed=allowed_bits, **cpu_only)
         if stats is not None:
             stats["distances_per_query"] = float(nd.mean()) if nd.size else 0.0
             stats["expansions_per_query"] = float(ne.mean()) if ne.size else 0.0
@@ -272,6 +275,134 @@ def _search_arrays(dev: Device, index: Index, queries, k, sp: SearchParams, *, v
     if stats is not None:
         stats["seconds"] = time.perf_counter() - t0
     return dist, out_i
+
+
+def _uses_beam(dev: Device, index: Index, sp: SearchParams, filtered: bool) -> bool:
+    """Whether a search runs the fast GPU searcher (``SearchParams.algo``)."""
+    if not dev.is_cuda or sp.algo == "song":
+        return False
+    blockers = [why for why, on in (("a hashed index (hash_bits)", index.hasher is not None),
+                                    ("a filter", filtered), ("visited='bloom'", sp.visited == "bloom")) if on]
+    if blockers and sp.algo == "beam":
+        raise ValueError(f"algo='beam' does not support {' or '.join(blockers)}; use algo='song' or 'auto'")
+    return not blockers
+
+
+#: register cap of the fast kernel (``SearchParams.max_registers`` = 0): uncapped it takes 172 registers
+#: per thread, so only 8 warps fit on an SM; see benchmarks/profile_search_kernel.py
+BEAM_MAX_REGISTERS = int(os.environ.get("KNNGRAPH_BEAM_MAX_REGISTERS", "64"))
+
+
+def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *, stats=None, out=None):
+    """The fast GPU searcher (:mod:`knngraph.song._beam_kernels`) on ``queries`` (validated, host or
+    device). Per call it only moves host queries to the GPU, converts them when the kernel needs
+    another dtype and launches one kernel through a :class:`~knngraph.song.cuda.BeamPlan` kept in the
+    index's cache: the graph, vectors, entry points, norms and the compiled launch stay on the GPU.
+    Host queries are checked for NaN / inf on the host (ValueError); device queries are not copied back
+    for that (it would stall the call): the kernel gives a row holding NaN or inf ids -1 and distances
+    NaN. Returns (reported distances, ids) on the GPU."""
+    import cupy as cp
+
+    from .._cuda_launch import raw_launch_enabled
+    from . import _beam_kernels as bk
+    from .cuda import BeamPlan, beam_mode, search_beam_device, search_width
+
+    t0 = time.perf_counter()
+    g_ids, xb, inv_b, entries, _ = index._arrays(dev)
+    kind = distance_kind(index.metric)
+    with device_context(dev):
+        on_device = is_device_array(queries)
+        if not on_device:
+            check_finite(queries, "queries")
+        q = cp.asarray(queries)
+        mode = beam_mode(xb.dtype, q.dtype, q.shape[1])
+        if mode not in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) and q.dtype != cp.float32:
+            q = q.astype(cp.float32)
+        nq = q.shape[0]
+        d, i = out if out is not None else (cp.empty((nq, k), cp.float32), cp.empty((nq, k), cp.int32))
+        regs = sp.max_registers or BEAM_MAX_REGISTERS
+        report = bk.report_code(index.metric)
+        width = search_width(nq, _sm_count(dev), sp.search_width)
+        if raw_launch_enabled():
+            key = (str(dev), "beam", sp.queue_size, k, mode, q.shape[1], regs, width)
+            plan = index._cache.get(key)
+            if plan is None:
+                plan = BeamPlan(g_ids, xb, _beam_norms(dev, index, mode, kind, inv_b), entries, kind, k, sp.queue_size,
+                                mode, report, q.shape[1], _sm_count(dev), regs, width)
+                index._cache[key] = plan
+            plan(q, d, i)
+            nd, ne = plan.counts(nq) if stats is not None else (None, None)
+        else:
+            nd, ne = cp.empty(nq, cp.int32), cp.empty(nq, cp.int32)
+            search_beam_device(g_ids, xb, q, _beam_norms(dev, index, mode, kind, inv_b), kind, entries, k,
+                               sp.queue_size, mode, xp=cp, sm_count=_sm_count(dev), out=(d, i, nd, ne),
+                               report=report, width=width)
+        if stats is not None:
+            stats["distances_per_query"] = float(nd.mean())
+            stats["expansions_per_query"] = float(ne.mean())
+            stats["algo"] = "beam"
+            stats["search_width"] = width
+    if stats is not None:
+        stats["seconds"] = time.perf_counter() - t0
+    return d, i
+
+
+def _beam_norms(dev: Device, index: Index, mode: int, kind: int, inv_b):
+    """The norms the fast kernel reads, made once per device: int32 squared norms of 8-bit vectors for
+    the dp4a L2 distance, the inverse norms for cosine, else a dummy."""
+    from . import _beam_kernels as bk
+
+    if kind == distance_kind("cosine"):
+        return inv_b
+    if mode not in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) or kind != distance_kind("sqeuclidean"):
+        return _dummy(dev)
+    key = (str(dev), "square_norms")
+    if key not in index._cache:
+        import cupy as cp
+
+        from .cuda import square_norms
+
+        index._cache[key] = square_norms(index._arrays(dev)[1], cp)
+    return index._cache[key]
+
+
+_DUMMIES: dict = {}
+_SM_COUNTS: dict = {}
+
+
+def _dummy(dev: Device):
+    """A 1-element float32 device array, made once per device (arguments the kernel does not read)."""
+    if dev.index not in _DUMMIES:
+        import cupy as cp
+
+        _DUMMIES[dev.index] = cp.zeros(1, cp.float32)
+    return _DUMMIES[dev.index]
+
+
+def _sm_count(dev: Device) -> int:
+    if dev.index not in _SM_COUNTS:
+        import cupy as cp
+
+        _SM_COUNTS[dev.index] = int(cp.cuda.Device(dev.index).attributes["MultiProcessorCount"])
+    return _SM_COUNTS[dev.index]
+
+
+def _check_out(out, nq: int, k: int, dev: Device):
+    """``out=``: a (distances, indices) pair of C-contiguous arrays of shape (n_queries, k), float32 and
+    int32, on the device that runs the search (CuPy on a GPU, NumPy on the CPU)."""
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise TypeError("out must be a (distances, indices) tuple of arrays")
+    for a, name, dt in ((out[0], "out[0] (distances)", np.float32), (out[1], "out[1] (indices)", np.int32)):
+        if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+            raise TypeError(f"{name} must be an array, got {type(a).__name__}")
+        if tuple(a.shape) != (nq, k) or np.dtype(a.dtype) != dt:
+            raise ValueError(f"{name} must have shape ({nq}, {k}) and dtype {np.dtype(dt).name}, got shape "
+                             f"{tuple(a.shape)} and dtype {a.dtype}")
+        if is_device_array(a) != dev.is_cuda:
+            raise ValueError(f"{name} must be a {'CuPy' if dev.is_cuda else 'NumPy'} array: the search runs on "
+                             f"{dev}")
+        if not a.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous")
 
 
 def filtered_queue_size(queue_size: int, k: int, fraction: float) -> int:
@@ -307,7 +438,8 @@ def _filtered_search(dev, index, q, k, sp, allowed, *, verbose, stats):
 
 @runtime_docs
 def search(index: Index, queries, k: int, params: SearchParams | None = None, *, device="auto",
-           verbose: bool = True, stats: dict | None = None, filter=None) -> KNNResult:
+           verbose: bool = True, stats: dict | None = None, filter=None, out=None,
+           n_threads: int | None = None) -> KNNResult:
     """Approximate top-``k`` of each query by SONG graph search (one GPU warp per query).
 
     Parameters
@@ -319,7 +451,8 @@ def search(index: Index, queries, k: int, params: SearchParams | None = None, *,
     k : int
         Neighbours per query, 1 <= k <= queue_size, k <= n.
     params : SearchParams, optional
-        ``queue_size`` (the speed/recall knob), ``visited``, ``rerank``, ``batch_size``, ``max_registers``.
+        ``queue_size`` (the speed/recall knob), ``algo`` (GPU searcher), ``visited``, ``rerank``,
+        ``batch_size``, ``max_registers``.
     {device}
     {verbose}
     stats : dict, optional
@@ -331,6 +464,13 @@ def search(index: Index, queries, k: int, params: SearchParams | None = None, *,
         about 2 k / (allowed share) (:func:`filtered_queue_size`); when fewer ids are allowed than
         ``params.filtered_exact_ratio`` times that queue, the search is the exact one over the allowed
         vectors (``stats['filtered_path']`` says which ran).
+    out : (distances, indices), optional
+        Arrays to fill and return: C-contiguous, shape (n_queries, k), float32 and int32, CuPy on a GPU
+        (the fast searcher writes them directly) or NumPy on the CPU.
+    n_threads : int, optional
+        CPU only: threads that answer the queries of this call (default: numba's setting, all cores
+        unless ``NUMBA_NUM_THREADS`` or :func:`numba.set_num_threads` says otherwise). A single query
+        runs on the calling thread.
 
     Returns
     -------
@@ -351,11 +491,27 @@ def search(index: Index, queries, k: int, params: SearchParams | None = None, *,
     check_same_dim(index.dataset, q, "the index's vectors")
     k = _check_k_queue(k, index.shape[0], sp)
     allowed = prepare_filter(filter, index.shape[0])
+    if out is not None:
+        _check_out(out, q.shape[0], k, dev)
+    if _uses_beam(dev, index, sp, allowed is not None):
+        d, i = _beam_search(dev, index, q, k, sp, stats=stats, out=out)
+        if out is not None:
+            return KNNResult(*out)
+        return KNNResult(return_as(qkind, d), return_as(qkind, i))
     check_finite(q, "queries")
-    if allowed is not None:
-        d, i = _filtered_search(dev, index, q, k, sp, allowed, verbose=verbose, stats=stats)
-    else:
-        d, i = _search_arrays(dev, index, q, k, sp, verbose=verbose, stats=stats)
+    if not dev.is_cuda and cpu.uses_beam(index, sp, allowed is not None):
+        with cpu.threads(n_threads):
+            d, i = cpu.index_search_beam(index, q, k, sp.queue_size, stats=stats, out=out)
+        return KNNResult(d, i) if out is not None else KNNResult(return_as(qkind, d), return_as(qkind, i))
+    with cpu.threads(None if dev.is_cuda else n_threads):
+        if allowed is not None:
+            d, i = _filtered_search(dev, index, q, k, sp, allowed, verbose=verbose, stats=stats)
+        else:
+            d, i = _search_arrays(dev, index, q, k, sp, verbose=verbose, stats=stats)
+    if out is not None:
+        out[0][...] = d
+        out[1][...] = i
+        return KNNResult(*out)
     return KNNResult(return_as(qkind, d), return_as(qkind, i))
 
 

@@ -83,6 +83,21 @@ class SearchParams(Params):
     max_registers : int, default=0
         GPU only: cap on registers per thread of the search kernel (0: the compiler's choice). A cap
         lets more warps stay resident at the price of some spilling (``benchmarks/song_gpu.py``).
+    algo : {'auto', 'beam', 'song'}, default='auto'
+        'beam' is the fast searcher (``song/_beam_kernels.py``: the whole warp keeps one sorted
+        list, merges candidates by rank, lanes team up per distance, dp4a for 8-bit vectors); 'song' is
+        the paper's kernel (lane 0 keeps heaps; it also serves hashed indexes, ``visited='bloom'``,
+        ``max_registers`` and filtered searches). 'auto': 'beam' where it applies, else 'song'. Both
+        stop when the ``queue_size`` nearest vertices found are all expanded; their results differ
+        slightly (SONG's queue and result heap are separate). The CPU has both too (``song/cpu.py``),
+        chosen the same way; its 'beam' walks as the GPU's does with ``search_width=1`` (same ids on integer
+        data).
+    search_width : int, default=0
+        GPU fast searcher only: warps that work on one query, each expanding one of the list's first
+        ``search_width`` unexpanded vertices per step (1..8). Wider steps finish a query in fewer
+        sequential steps (lower latency for small batches) at the price of some extra distances.
+        0: chosen from the batch size (8 for a few queries, 1 for batches that fill the GPU), so a
+        query's result can depend on the batch it comes in; set it for results independent of that.
     filtered_exact_ratio : float, default=100.0
         Filtered searches only: when fewer ids are allowed than this many times the walk's queue, the
         search is exact over the allowed vectors instead of a graph walk (a walk computes about 20
@@ -96,8 +111,11 @@ class SearchParams(Params):
     batch_size: int = 0
     max_registers: int = 0
     filtered_exact_ratio: float = 100.0
+    algo: str = "auto"
+    search_width: int = 0
 
     _constraints = {"queue_size": Interval(1, MAX_QUEUE_SIZE), "visited": Options(("hash", "bloom")),
                     "rerank": Interval(0, MAX_QUEUE_SIZE), "batch_size": Interval(0, None),
                     "max_registers": Interval(0, 255),
-                    "filtered_exact_ratio": Interval(0.0, None, integer=False)}
+                    "filtered_exact_ratio": Interval(0.0, None, integer=False),
+                    "algo": Options(("auto", "beam", "song")), "search_width": Interval(0, 8)}

@@ -17,7 +17,7 @@ from . import _beam_kernels as bk
 from . import _kernels as kn
 from .cpu import DIST_HAMMING
 
-__all__ = ["search", "search_device", "search_beam_device", "beam_config", "BeamPlan", "queue_capacity", "kernel_for",
+__all__ = ["search", "search_device", "search_beam_device", "beam_config", "BeamPlan", "search_width", "queue_capacity", "kernel_for",
            "distance_mode", "beam_mode", "square_norms"]
 
 #: queue_size is rounded up to one of these compile-time capacities (one kernel build per capacity)
@@ -118,7 +118,22 @@ def beam_mode(base_dtype, query_dtype, dim: int) -> int:
         return bk.MODE_DP4A_U8
     if dim % 4 == 0 and b == q == np.int8:
         return bk.MODE_DP4A_I8
+    if dim % 4 == 0 and b == np.float16:
+        return bk.MODE_HALF4
+    if dim % 2 == 0 and b == np.float16:
+        return bk.MODE_HALF2
     return bk.MODE_GENERIC
+
+
+def _words(base, mode: int, xp):
+    """The vectors as the kernel reads them: elements, uint32 or (four halves) uint64 words."""
+    if mode == bk.MODE_GENERIC:
+        return base
+    return base.view(xp.uint64 if mode == bk.MODE_HALF4 else xp.uint32)
+
+
+def _dp4a(mode: int) -> bool:
+    return mode in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8)
 
 
 def square_norms(base, xp):
@@ -126,52 +141,77 @@ def square_norms(base, xp):
     return (base.astype(xp.int32) ** 2).sum(axis=1, dtype=xp.int32)
 
 
-def beam_config(queue_size: int, dim: int, mode: int, max_warps: int = 4):
-    """(kernel, warps per block) of the fast searcher for a queue size, dimension and mode."""
+def search_width(nq: int, sm_count: int, requested: int = 0) -> int:
+    """Warps per query of the fast searcher: ``requested`` (1..8), or for 0 enough to keep about half of
+    the GPU's warp slots busy (16 per SM) when the batch alone would not: 8 for a few queries, 1 from
+    about 16 x SMs queries on."""
+    if requested:
+        return int(requested)
+    width = 1
+    while width < 8 and nq * width * 2 <= sm_count * 16:
+        width *= 2
+    return width
+
+
+def beam_config(queue_size: int, dim: int, mode: int, max_warps: int = 4, width: int = 1):
+    """(kernel, warps per block) of the fast searcher for a queue size, dimension, mode and search width
+    (warps per query; > 1: the block-per-query kernel)."""
     qcap = queue_capacity(queue_size)
-    hsize = pow2_at_least(4 * qcap, 512)
-    qwords = dim // 4 if mode != bk.MODE_GENERIC else dim
-    row_units = qwords
-    tsize = bk.team_size(row_units, 4 if mode != bk.MODE_GENERIC else 8)
+    hsize = pow2_at_least(4 * (qcap + (width * bk.WARP if width > 1 else 0)), 512)
+    qwords = dim // 4 if _dp4a(mode) else dim  # the staged query: uint32 words or float32 values
+    # loads per vector row: 4-byte words (dp4a, half2) or elements
+    row_units = dim // {bk.MODE_HALF2: 2, bk.MODE_HALF4: 4}.get(mode, 4 if _dp4a(mode) else 1)
+    tsize = bk.team_size(row_units, {bk.MODE_GENERIC: 8, bk.MODE_HALF4: 6}.get(mode, 4))
+    per_lane = -(-row_units // tsize)
+    if width > 1:
+        per = bk.shared_bytes_per_block(qcap, hsize, qwords, width)
+        if per > bk.SHARED_BUDGET:
+            raise ValueError(f"queue_size={queue_size} with dim={dim} and search_width={width} needs {per} bytes of "
+                             f"shared memory, more than the {bk.SHARED_BUDGET} a block may use; lower queue_size or "
+                             "search_width")
+        return bk.beam_kernel(qcap, hsize, qwords, mode, tsize, width, per_lane, width), width
     per = bk.shared_bytes_per_warp(qcap, hsize, qwords)
     if per > bk.SHARED_BUDGET:
         raise ValueError(f"queue_size={queue_size} with dim={dim} needs {per} bytes of shared memory per warp, "
                          f"more than the {bk.SHARED_BUDGET} a block may use; lower queue_size")
     wpb = bk.warps_per_block(qcap, hsize, qwords, max_warps)
-    return bk.beam_kernel(qcap, hsize, qwords, mode, tsize, wpb), wpb
+    return bk.beam_kernel(qcap, hsize, qwords, mode, tsize, wpb, per_lane), wpb
 
 
-def search_beam_device(graph_ids, base, queries, norms, inv_q, kind, entries, k, queue_size, mode, *, xp,
-                       max_warps: int = 4, sm_count: int = 1, out=None, launch=None, report=0):
+def search_beam_device(graph_ids, base, queries, norms, kind, entries, k, queue_size, mode, *, xp,
+                       max_warps: int = 4, sm_count: int = 1, out=None, launch=None, report=0, width: int = 1):
     """Search every query with the fast kernel; returns device arrays (internal distances, ids, number of
-    distance computations, number of expanded vertices). ``queries`` is on the device, float32 (generic
-    mode) or of the vectors' 8-bit dtype (dp4a modes); ``norms``: int32 squared norms (dp4a L2),
-    inverse norms (cosine) or a 1-element dummy. ``out``: optional (distances, ids, distance counts,
+    distance computations, number of expanded vertices). ``queries`` is on the device, float32, or of the
+    vectors' 8-bit dtype (dp4a modes); ``norms``: int32 squared norms (dp4a L2), inverse norms of the
+    vectors (cosine) or a 1-element dummy. A query holding NaN or inf gets ids -1 and distances NaN. ``out``: optional (distances, ids, distance counts,
     expansion counts) arrays to fill. ``launch(kernel, blocks, threads, args)``: how to launch (default:
     numba's launch, which the simulator runs). ``report``: :func:`_beam_kernels.report_code` of the metric
     to return reported distances (default: internal ones)."""
     nq = queries.shape[0]
     dim = queries.shape[1]
-    kern, wpb = beam_config(queue_size, dim, mode, max_warps)
-    if mode != bk.MODE_GENERIC:
-        base_arg = base.view(xp.uint32)
-        q_arg = queries.view(xp.uint32)
-    else:
-        base_arg = base
-        q_arg = queries
+    kern, wpb = beam_config(queue_size, dim, mode, max_warps, width)
+    base_arg = _words(base, mode, xp)
+    q_arg = queries.view(xp.uint32) if _dp4a(mode) else queries
     if out is None:
         out = (xp.empty((nq, k), xp.float32), xp.empty((nq, k), xp.int32), xp.empty(nq, xp.int32),
                xp.empty(nq, xp.int32))
     out_k, out_i, out_nd, out_ne = out
     counter = xp.zeros(1, xp.int32)
-    blocks = int(max(1, min((nq + wpb - 1) // wpb, sm_count * 16)))
-    args = (graph_ids, base_arg, q_arg, norms, inv_q, int(kind), entries, int(k), int(queue_size), int(report),
-            counter, out_k, out_i, out_nd, out_ne)
+    blocks = _blocks(nq, wpb, width, sm_count)
+    args = (graph_ids, base_arg, q_arg, norms, int(kind), entries, int(k), int(queue_size), int(report), counter,
+            out_k, out_i, out_nd, out_ne)
     if launch is None:
         kern[blocks, wpb * bk.WARP](*args)
     else:
         launch(kern, blocks, wpb * bk.WARP, args)
     return out_k, out_i, out_nd, out_ne
+
+
+def _blocks(nq: int, wpb: int, width: int, sm_count: int) -> int:
+    """Blocks of a launch: enough to fill the GPU; blocks (or their warps) then take queries from a
+    counter."""
+    per_block = 1 if width > 1 else wpb
+    return int(max(1, min((nq + per_block - 1) // per_block, sm_count * (32 // max(wpb, 1)))))
 
 
 class BeamPlan:
@@ -182,45 +222,51 @@ class BeamPlan:
     index's cache)."""
 
     def __init__(self, graph_ids, base, norms, entries, kind, k, queue_size, mode, report, dim, sm_count,
-                 max_registers=None):
+                 max_registers=None, width: int = 1):
         import cupy as cp
 
         from .._cuda_launch import PreparedLaunch, flatten
 
-        self.kern, self.wpb = beam_config(queue_size, dim, mode)
-        self.qwords = dim // 4 if mode != bk.MODE_GENERIC else dim
+        self.kern, self.wpb = beam_config(queue_size, dim, mode, width=width)
+        self.width = width
+        self.qwords = dim // 4 if _dp4a(mode) else dim
         self.k = k
         self.sm_count = sm_count
-        base_arg = base.view(cp.uint32) if mode != bk.MODE_GENERIC else base
+        base_arg = _words(base, mode, cp)
         self.counter = cp.zeros(1, cp.int32)
-        q_example = cp.empty((1, self.qwords), cp.uint32 if mode != bk.MODE_GENERIC else cp.float32)
-        f1 = cp.zeros(1, cp.float32)
+        q_example = cp.empty((1, self.qwords), cp.uint32 if _dp4a(mode) else cp.float32)
         i1 = cp.zeros(1, cp.int32)
-        example = (graph_ids, base_arg, q_example, norms, f1, int(kind), entries, int(k), int(queue_size),
-                   int(report), self.counter, cp.empty((1, k), cp.float32), cp.empty((1, k), cp.int32), i1, i1)
+        example = (graph_ids, base_arg, q_example, norms, int(kind), entries, int(k), int(queue_size), int(report),
+                   self.counter, cp.empty((1, k), cp.float32), cp.empty((1, k), cp.int32), i1, i1)
         self.launch = PreparedLaunch(self.kern, example, max_registers)
         self._head = flatten(graph_ids) + flatten(base_arg)
         self._norms = flatten(norms)
         self._middle = (flatten(int(kind)) + flatten(entries) + flatten(int(k)) + flatten(int(queue_size))
                         + flatten(int(report)) + flatten(self.counter))
         self._keep = (base_arg, graph_ids, norms, entries)  # the arrays the flattened pointers point into
+        self._counts = cp.empty((2, 1024), cp.int32)  # distance computations and expansions per query
 
-    def __call__(self, queries, inv_q, out_k, out_i, out_nd, out_ne) -> None:
+    def counts(self, nq: int):
+        """(distance computations, expansions) per query of the last call of ``nq`` queries."""
+        return self._counts[0, :nq], self._counts[1, :nq]
+
+    def __call__(self, queries, out_k, out_i) -> None:
         """Search C-contiguous device ``queries`` (float32, or the vectors' 8-bit dtype in dp4a modes) into
         the C-contiguous outputs, on the current stream."""
         import cupy as cp
 
-        from .._cuda_launch import flat_array, flatten
+        from .._cuda_launch import flat_array
 
         nq = queries.shape[0]
+        if nq > self._counts.shape[1]:
+            self._counts = cp.empty((2, nq), cp.int32)
         stream = cp.cuda.get_current_stream()
         cp.cuda.runtime.memsetAsync(self.counter.data.ptr, 0, 4, stream.ptr)
         k = self.k
-        flat = (self._head + flat_array(queries.data.ptr, (nq, self.qwords), 4) + self._norms + flatten(inv_q)
-                + self._middle + flat_array(out_k.data.ptr, (nq, k), 4) + flat_array(out_i.data.ptr, (nq, k), 4)
-                + flat_array(out_nd.data.ptr, (nq,), 4) + flat_array(out_ne.data.ptr, (nq,), 4))
-        blocks = max(1, min((nq + self.wpb - 1) // self.wpb, self.sm_count * 16))
-        self.launch(blocks, self.wpb * bk.WARP, tuple(flat), stream)
+        cptr = self._counts.data.ptr
+        flat = (self._head + flat_array(queries.data.ptr, (nq, self.qwords), 4) + self._norms + self._middle + flat_array(out_k.data.ptr, (nq, k), 4) + flat_array(out_i.data.ptr, (nq, k), 4)
+                + flat_array(cptr, (nq,), 4) + flat_array(cptr + 4 * self._counts.shape[1], (nq,), 4))
+        self.launch(_blocks(nq, self.wpb, self.width, self.sm_count), self.wpb * bk.WARP, tuple(flat), stream)
 
 
 def search(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, visited, *, batch_size=0,

@@ -1,0 +1,303 @@
+"""CPU queries against hnswlib, FAISS and pynndescent (issue 15), same run, same threads.
+
+    python benchmarks/cpu_search.py --out out/ [--threads 2] [--quick] [--datasets sift-photos-100k,minilm-words]
+                                    [--graph-dir DIR]
+
+For each dataset (sift-photos 100k: uint8, squared L2, 10k queries; minilm-words: float16, cosine, 60k x 384,
+5k queries), k=10:
+
+* build: knngraph's search graph (NN-Descent 48-NN graph, ``knngraph.optimize_graph`` to degree 32,
+  ``song.from_graph``) and hnswlib (M=16, ef_construction=200), each timed with ``--threads`` threads.
+  With ``--graph-dir`` a graph saved there by an earlier run (``{dataset}.npz`` with its build times) is
+  reused and its recorded build time reported (``"graph_from_cache": true``).
+* curves: recall@10 against queries per second, knngraph ``song.search`` (CPU, ``algo='auto'`` = the
+  beam searcher) sweeping ``queue_size`` and hnswlib sweeping ``ef``, **interleaved** (each knngraph
+  point is followed by the hnswlib points), each the median of ``--repeats`` timed calls after a
+  warm-up. Besides wall-clock QPS every point records QPS per CPU-second of the process
+  (``qps_per_cpu``): on a machine shared with other jobs it is the steadier of the two.
+* at recall 0.95 and 0.99: each curve's QPS interpolated (log QPS linear in recall between the two
+  bracketing points) and the ratio knngraph / hnswlib.
+* single-query latency on sift-photos 20k (the bundled sample: 1,000 queries, one call per query, CPU
+  time of the calling thread per call, median of 3 passes): knngraph ``song.search`` (approximate, at
+  the queue_size that reaches recall 0.95), hnswlib (ef reaching 0.95), pynndescent ``query`` (epsilon
+  reaching 0.95, when installed), and exact search: ``knngraph.knn`` against FAISS ``IndexFlatL2`` and
+  NumPy.
+
+Writes ``cpu_search.jsonl`` and ``cpu_search.png`` (one panel per dataset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import JsonLines  # noqa: E402
+
+TARGETS = (0.95, 0.99)
+
+
+def timed_cpu(fn, repeats):
+    """(median wall seconds, median process CPU seconds, last result) of ``fn()`` after a warm-up call."""
+    result = fn()
+    walls, cpus = [], []
+    for _ in range(repeats):
+        c0, t0 = time.process_time(), time.perf_counter()
+        result = fn()
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    return float(np.median(walls)), float(np.median(cpus)), result
+
+
+def at_recall(points, target):
+    """QPS at ``target`` recall on a curve of (recall, qps) points: log QPS linear in recall between the
+    bracketing points; None when the curve does not reach it."""
+    pts = sorted(points)
+    for (r0, q0), (r1, q1) in zip(pts, pts[1:]):
+        if r0 <= target <= r1:
+            if r1 == r0:
+                return max(q0, q1)
+            w = (target - r0) / (r1 - r0)
+            return float(np.exp((1 - w) * np.log(q0) + w * np.log(q1)))
+    if pts and pts[0][0] >= target:
+        return float(pts[0][1])  # the cheapest point already reaches it
+    return None
+
+
+def load(name):
+    from knngraph import datasets
+
+    if name == "sift-photos-100k":
+        s = datasets.load_sift_photos(100_000)
+        return s, "sqeuclidean"
+    if name == "minilm-words":
+        return datasets.load_minilm_words(), "cosine"
+    raise SystemExit(f"unknown dataset {name!r}")
+
+
+def build_graph(name, base, metric, threads, graph_dir):
+    """(Graph, nndescent seconds, optimize seconds, from cache)."""
+    import knngraph
+
+    path = Path(graph_dir) / f"{name}.npz" if graph_dir else None
+    if path is not None and path.exists():
+        z = np.load(path)
+        return knngraph.Graph(z["i"], z["d"], metric), float(z["t_raw"]), float(z["t_opt"]), True
+    t0 = time.perf_counter()
+    raw = knngraph.knn_graph(base, 48, method="nndescent", metric=metric, device="cpu", verbose=False)
+    t1 = time.perf_counter()
+    g = knngraph.optimize_graph(raw, base, graph_degree=32, device="cpu", verbose=False)
+    t2 = time.perf_counter()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(path, i=g.indices, d=g.distances, t_raw=t1 - t0, t_opt=t2 - t1)
+    return g, t1 - t0, t2 - t1, False
+
+
+def curves_for(name, args, log):
+    import hnswlib
+
+    from knngraph import song
+    from knngraph.evaluate import recall_at_k
+
+    s, metric = load(name)
+    base, queries = s.base, s.queries
+    if args.quick:
+        queries = queries[:2000]
+    gt, gtd = s.gt_indices[:len(queries)], s.gt_distances[:len(queries)]
+    nq = len(queries)
+    g, t_raw, t_opt, cached = build_graph(name, base, metric, args.threads, args.graph_dir)
+    t0 = time.perf_counter()
+    index = song.from_graph(g, base, device="cpu", verbose=False)
+    t_index = time.perf_counter() - t0
+    log.write(part="build", dataset=name, what="knngraph nndescent 48-NN + optimize_graph 32 + from_graph",
+              seconds=t_raw + t_opt + t_index, nndescent_s=t_raw, optimize_s=t_opt, from_graph_s=t_index,
+              graph_from_cache=cached, threads=args.threads)
+    space = "l2" if metric == "sqeuclidean" else "cosine"
+    t0 = time.perf_counter()
+    h = hnswlib.Index(space=space, dim=base.shape[1])
+    h.init_index(max_elements=base.shape[0], M=16, ef_construction=200, random_seed=0)
+    h.add_items(base.astype(np.float32), num_threads=args.threads)
+    t_h = time.perf_counter() - t0
+    log.write(part="build", dataset=name, what="hnswlib M=16 efC=200", seconds=t_h, threads=args.threads)
+    qf = queries.astype(np.float32)
+
+    qsizes = [10, 12, 16, 24, 32, 48, 64, 96, 128, 192] if not args.quick else [10, 16, 32, 64]
+    efs = {10: [10, 16], 12: [24], 16: [32], 24: [48], 32: [64], 48: [96], 64: [128], 96: [192], 128: [256],
+           192: [384]}
+    ours, theirs = [], []
+    for qs in qsizes:
+        sp = song.SearchParams(queue_size=qs)
+        st = {}
+        sec, cpu, (d, i) = timed_cpu(lambda: song.search(index, queries, 10, sp, device="cpu", verbose=False,
+                                                          stats=st, n_threads=args.threads), args.repeats)
+        r = recall_at_k(i, gt, 10, distances=d, true_distances=gtd)
+        log.write(part="knngraph", dataset=name, queue_size=qs, qps=nq / sec, qps_per_cpu=nq / cpu,
+                  **{"recall@10": r}, distances_per_query=st["distances_per_query"],
+                  expansions_per_query=st["expansions_per_query"], threads=args.threads)
+        ours.append((r, nq / sec, nq / cpu))
+        for ef in (efs.get(qs, []) if not args.quick else [2 * qs]):
+            h.set_ef(ef)
+
+            def q():
+                ids, dist = h.knn_query(qf, k=10, num_threads=args.threads)
+                return dist, ids
+
+            sec, cpu, (d, i) = timed_cpu(q, args.repeats)
+            r = recall_at_k(i.astype(np.int64), gt, 10, distances=d, true_distances=gtd)
+            log.write(part="hnswlib", dataset=name, ef=ef, qps=nq / sec, qps_per_cpu=nq / cpu, **{"recall@10": r},
+                      threads=args.threads)
+            theirs.append((r, nq / sec, nq / cpu))
+    for target in TARGETS:
+        row = {"part": "at_recall", "dataset": name, "recall": target}
+        for key, col in (("qps", 1), ("qps_per_cpu", 2)):
+            a = at_recall([(p[0], p[col]) for p in ours], target)
+            b = at_recall([(p[0], p[col]) for p in theirs], target)
+            row[f"knngraph_{key}"] = a
+            row[f"hnswlib_{key}"] = b
+            row[f"ratio_{key}"] = a / b if a and b else None
+        log.write(**row)
+    return {"knngraph (song.search, CPU beam)": ours, "hnswlib (M=16, efC=200)": theirs}
+
+
+def latency(args, log):
+    """Single-query CPU time per call on the bundled 20k sample."""
+    import hnswlib
+    import numba
+
+    import knngraph
+    from knngraph import datasets, song
+    from knngraph.evaluate import recall_at_k
+
+    s = datasets.load_sample()
+    base, queries, gt, gtd = s.base, s.queries, s.gt_indices, s.gt_distances
+    numba.set_num_threads(1)
+    rows = {}
+
+    def per_call(fn):
+        for j in range(50):
+            fn(queries[j:j + 1])
+        best = []
+        for _ in range(3):
+            t0 = time.thread_time()
+            for j in range(len(queries)):
+                fn(queries[j:j + 1])
+            best.append((time.thread_time() - t0) / len(queries))
+        return float(np.median(best)) * 1e3
+
+    raw = knngraph.knn_graph(base, 48, method="nndescent", device="cpu", verbose=False)
+    g = knngraph.optimize_graph(raw, base, graph_degree=32, device="cpu", verbose=False)
+    index = song.from_graph(g, base, device="cpu", verbose=False)
+    for qs in (10, 12, 16, 24, 32):
+        sp = song.SearchParams(queue_size=qs)
+        d, i = song.search(index, queries, 10, sp, device="cpu", verbose=False)
+        r = recall_at_k(i, gt, 10, distances=d, true_distances=gtd)
+        if r >= 0.95:
+            break
+    rows["knngraph song.search"] = (per_call(lambda q: song.search(index, q, 10, sp, device="cpu", verbose=False)),
+                                    f"queue_size={qs}", r)
+    h = hnswlib.Index(space="l2", dim=base.shape[1])
+    h.init_index(max_elements=base.shape[0], M=16, ef_construction=200, random_seed=0)
+    h.add_items(base.astype(np.float32), num_threads=args.threads)
+    for ef in (10, 16, 24, 32, 48, 64):
+        h.set_ef(ef)
+        i, d = h.knn_query(queries.astype(np.float32), 10, num_threads=1)
+        r = recall_at_k(i.astype(np.int64), gt, 10, distances=d, true_distances=gtd)
+        if r >= 0.95:
+            break
+    rows["hnswlib knn_query"] = (per_call(lambda q: h.knn_query(q, 10, num_threads=1)), f"ef={ef}", r)
+    try:
+        import pynndescent
+    except ImportError:
+        pynndescent = None
+    if pynndescent is not None:
+        p = pynndescent.NNDescent(base.astype(np.float32), n_neighbors=30, random_state=0, n_jobs=args.threads)
+        p.prepare()
+        for eps in (0.0, 0.05, 0.1, 0.2, 0.3):
+            i, d = p.query(queries.astype(np.float32), k=10, epsilon=eps)
+            r = recall_at_k(i.astype(np.int64), gt, 10, distances=(d ** 2).astype(np.float32), true_distances=gtd)
+            if r >= 0.95:
+                break
+        rows["pynndescent query"] = (per_call(lambda q: p.query(q.astype(np.float32), k=10, epsilon=eps)),
+                                     f"epsilon={eps}", r)
+    rows["knngraph.knn (exact)"] = (per_call(lambda q: knngraph.knn(base, q, 10, device="cpu", verbose=False)),
+                                    "", 1.0)
+    try:
+        import faiss
+
+        faiss.omp_set_num_threads(1)
+        fi = faiss.IndexFlatL2(base.shape[1])
+        fi.add(base.astype(np.float32))
+        rows["FAISS IndexFlatL2 (exact)"] = (per_call(lambda q: fi.search(q.astype(np.float32), 10)), "", 1.0)
+    except ImportError:
+        pass
+    bf = base.astype(np.float32)
+    bn = (bf * bf).sum(1)
+
+    def numpy_exact(q):
+        dd = bn - 2 * (bf @ q[0].astype(np.float32))
+        return np.argpartition(dd, 10)[:10]
+
+    rows["NumPy (GEMV + argpartition)"] = (per_call(numpy_exact), "", None)
+    for name, (ms, setting, r) in rows.items():
+        log.write(part="latency", method=name, ms_per_query=ms, setting=setting,
+                  **({"recall@10": r} if r is not None else {}), data="sift-photos 20k x 128 uint8, k=10")
+        print(f"{name:32s} {ms:8.4f} ms  {setting} {'' if r is None else f'recall {r:.3f}'}", flush=True)
+
+
+def plot(path, panels, threads):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    for ax, (name, curves) in zip(axes[0], panels.items()):
+        for label, pts in curves.items():
+            pts = sorted(pts)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)
+        for t in TARGETS:
+            ax.axvline(t, color="grey", lw=0.5, ls="--")
+        ax.set_yscale("log")
+        ax.set_xlabel("recall@10")
+        ax.set_ylabel(f"queries / s ({threads} threads)")
+        ax.set_title(name)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="out")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--datasets", default="sift-photos-100k,minilm-words")
+    ap.add_argument("--graph-dir", default=None)
+    ap.add_argument("--skip-latency", action="store_true")
+    args = ap.parse_args()
+    import numba
+
+    numba.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = JsonLines(out / "cpu_search.jsonl")
+    panels = {}
+    for name in [d for d in args.datasets.split(",") if d]:
+        panels[name] = curves_for(name, args, log)
+        plot(out / "cpu_search.png", panels, args.threads)
+    if not args.skip_latency:
+        latency(args, log)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,18 @@
+"""GGNN on the CPU (numba): build time split and the recall@10 / QPS curve on sift-photos (issue 13).
+
+    python benchmarks/ggnn_cpu.py --out out/ [--quick] [--n 20000] [--shards 1]
+
+The same measurements as ``benchmarks/ggnn_gpu.py`` (one run of its ``main``) with the CPU path, which
+runs the GPU algorithm with one thread per query; writes ``ggnn_cpu.jsonl`` and ``ggnn_cpu.png``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ggnn_gpu import main  # noqa: E402
+
+if __name__ == "__main__":
+    main(device="cpu", n_default=20_000, name="ggnn_cpu")

@@ -1,0 +1,108 @@
+"""GGNN on the GPU: build time split and the recall@10 / QPS curve on sift-photos 450k (issue 13).
+
+    python benchmarks/ggnn_gpu.py --out out/ [--quick] [--n 450000] [--shards 1]
+
+Builds a GGNN index (k=24 and k=40, s=32, L=4, tau_b=0.5, r=2) and reports the time of each build phase
+(select / merge / symmetric linking / refinement, the paper's Fig. 6), then sweeps the query slack tau
+(10k queries, k=10, one batch; search caches of 256 and 512 ids) and writes ``ggnn_gpu.jsonl`` and ``ggnn_gpu.png`` (recall@10 against
+queries per second). Every search is the median of --repeats calls after a warm-up call. Targets
+(issue 13, H200): build <= 1.8 s at k=24; >= 1.5M QPS at recall@10 0.95; recall@10 0.99 at >= 1M QPS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import JsonLines, load_sift, timed  # noqa: E402
+
+TAUS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.2]
+
+
+def main(device="cuda", n_default=450_000, name="ggnn_gpu"):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="out")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--n", type=int, default=n_default)
+    ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--device", default=device)
+    args = ap.parse_args()
+    on_gpu = args.device.startswith("cuda")
+    if on_gpu:
+        import cupy as cp
+
+    from knngraph import ggnn
+    from knngraph.evaluate import recall_at_k
+
+    out = Path(args.out)
+    log = JsonLines(out / f"{name}.jsonl")
+    base, queries, gt = load_sift(args.n)
+    if gt is None:
+        import knngraph
+
+        gt = np.asarray(knngraph.knn(base, queries, 10, device=args.device).indices)
+    if args.quick:
+        queries, gt = queries[:2000], gt[:2000]
+    nq = queries.shape[0]
+    qd = cp.asarray(queries) if on_gpu else queries
+    curves = {}
+
+    def sweep(name, index, cache):
+        curves[name] = []
+        for tau in (TAUS[::2] if args.quick else TAUS):
+            sp = ggnn.SearchParams(tau=tau, cache_size=cache)
+            st = {}
+            sec, first, (d, i) = timed(lambda: ggnn.search(index, qd, 10, sp, device=args.device, verbose=False),
+                                       args.repeats)
+            ggnn.search(index, qd[:1000], 10, sp, device=args.device, verbose=False, stats=st)
+            r = recall_at_k(cp.asnumpy(i) if on_gpu else np.asarray(i), gt, 10)
+            log.write(part=name, tau=tau, cache_size=cache, qps=nq / sec, seconds=sec, first_call_s=first,
+                      **{"recall@10": r}, distances_per_query=st.get("distances_per_query"),
+                      expansions_per_query=st.get("expansions_per_query"))
+            curves[name].append((r, nq / sec))
+
+    for degree in ((24,) if args.quick else (24, 40)):
+        params = ggnn.IndexParams(graph_degree=degree, n_shards=args.shards)
+        ggnn.build(params, base[:5000], device=args.device, verbose=False)  # compile the kernels first
+        t0 = time.perf_counter()
+        index = ggnn.build(params, base, device=args.device, verbose=False)
+        build_s = time.perf_counter() - t0
+        timings = (index.hierarchy or {}).get("timings", {})
+        log.write(part="build", graph_degree=degree, n=args.n, shards=args.shards, seconds=build_s, **timings)
+        for cache in (256, 512):
+            sweep(f"GGNN k={degree}, cache {cache}", index, cache)
+
+    plot(out / f"{name}.png", curves, args.n, "GPU" if on_gpu else "CPU")
+
+
+def plot(path, curves, n, where="GPU"):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:
+        print("matplotlib not available: no plot")
+        return
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for name, pts in curves.items():
+        r, q = zip(*pts)
+        ax.plot(r, q, marker="o", label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel("recall@10")
+    ax.set_ylabel("queries per second")
+    ax.set_title(f"{where}, sift-photos {n // 1000}k, k=10 (GGNN, tau sweep)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,460 @@
+"""The sharded search index: :class:`ShardedIndex`, :func:`build`, :func:`search`, :func:`save`,
+:func:`load`.
+
+Every shard is an index of one searching algorithm of :mod:`knngraph.registry` (``searches=True``),
+built, saved and loaded through that algorithm's module contract (:mod:`knngraph.index`) by a Dask task;
+the shard indexes live on the workers as the results of those tasks. A search sends each batch of
+queries to every shard, offsets each shard's ids to global ids and merges the per-shard top-k with
+:func:`knngraph.graphops.merge_topk`. Dask keeps the lineage of every shard (its rows or its file), so a
+shard lost with its worker is rebuilt or reloaded on another one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .. import registry
+from .._device import array_kind, as_numpy, return_as
+from .._validate import check_finite, check_int, check_k, check_vectors
+from ..graphops import merge_topk
+from ..io import _atomic_write
+from ..index import KNNResult, runtime_docs
+from ._common import Shard, ShardError, _is_dask_array, get_client, n_workers, named, plan_shards, read_source
+
+__all__ = ["ShardedIndex", "build", "search", "save", "load", "read_manifest", "MANIFEST", "DEFAULT_BATCH_SIZE"]
+
+#: the manifest file of a saved sharded index
+MANIFEST = "manifest.json"
+FORMAT = "knngraph-sharded-index"
+VERSION = 1
+#: queries sent to the shards per batch
+DEFAULT_BATCH_SIZE = 10_000
+#: batches under way at once while queries stream (enough to hide the scheduler's latency)
+MAX_IN_FLIGHT = 4
+
+
+@dataclasses.dataclass(eq=False)
+class ShardedIndex:
+    """An index cut into shards that live on the workers of a Dask cluster.
+
+    Attributes
+    ----------
+    client : distributed.Client
+    algorithm : str
+        The :mod:`knngraph.registry` name of the shards' algorithm.
+    params : IndexParams
+        The algorithm's build parameters (the same for every shard).
+    shards : tuple of Shard
+        Each shard's global row offset, row count and source (for error messages).
+    futures : list of distributed.Future
+        The shard indexes (results of their build or load tasks).
+    dim : int
+    dtype : numpy.dtype
+    """
+
+    client: object
+    algorithm: str
+    params: object
+    shards: tuple
+    futures: list
+    dim: int
+    dtype: object
+
+    @property
+    def metric(self) -> str:
+        return self.params.metric
+
+    @property
+    def shape(self) -> tuple:
+        return (sum(s.rows for s in self.shards), self.dim)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return (f"ShardedIndex(algorithm={self.algorithm!r}, shape={self.shape}, shards={len(self.shards)}, "
+                f"metric={self.metric!r})")
+
+    def search(self, queries, k: int, params=None, **kwargs) -> KNNResult:
+        """:func:`search` of this index."""
+        return search(self, queries, k, params, **kwargs)
+
+    def wait(self) -> "ShardedIndex":
+        """Block until every shard is built (or loaded); a failed shard raises, naming it."""
+        _gather(self, self.futures)
+        return self
+
+
+# --------------------------------------------------------------------------------------------------
+# worker tasks (plain functions: Dask reruns them from their arguments when a worker is lost)
+
+
+def _build_shard(source, algorithm, params, device, memory_limit):
+    mod = registry.get(algorithm).load()
+    return mod.build(params, read_source(source), device=device, memory_limit=memory_limit, verbose=False)
+
+
+def _search_shard(index, queries, k, params, offset, device):
+    # k may exceed a small shard: it then returns all its vectors, and the merge pads (inf, -1)
+    kk = min(k, len(index))
+    d, i = index.search(queries, kk, params, device=device, verbose=False)
+    d, i = as_numpy(d), as_numpy(i).astype(np.int64)
+    i = np.where(i >= 0, i + offset, -1).astype(np.int32)
+    return d.astype(np.float32, copy=False), i
+
+
+def _merge(k, *parts):
+    return merge_topk([p[0] for p in parts], [p[1] for p in parts], k)
+
+
+def _load_shard(path, algorithm, metric):
+    return registry.get(algorithm).load().load(path, metric=metric)
+
+
+def _save_shard(index, path):
+    mod = registry.get(index.algorithm).load()
+    mod.save(path, index)
+    return os.path.getsize(path)
+
+
+def _queries_block(block):
+    return np.ascontiguousarray(as_numpy(block))
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _nbytes(obj, depth=0) -> int:
+    """Bytes of the arrays an index holds (Dask's ``sizeof`` of an index), so that the scheduler keeps
+    work next to a shard instead of moving the shard: it would otherwise count a few hundred bytes."""
+    if hasattr(obj, "nbytes") and hasattr(obj, "dtype"):
+        return int(obj.nbytes)
+    if depth > 2 or not dataclasses.is_dataclass(obj):
+        return 64
+    return sum(_nbytes(getattr(obj, f.name), depth + 1) for f in dataclasses.fields(obj))
+
+
+def _register_sizeof():
+    from dask.sizeof import sizeof
+
+    from ..index import Index
+
+    sizeof.register(Index)(_nbytes)
+
+
+_register_sizeof()
+
+
+def _gather(index: ShardedIndex, futures):
+    """Results of ``futures``; a shard whose task failed for good (a worker lost too often, a file gone)
+    raises a :class:`ShardError` naming it. Never returns a partial result."""
+    from distributed.scheduler import KilledWorker
+
+    try:
+        return index.client.gather(futures)
+    except KilledWorker as exc:
+        raise ShardError(f"a task of {_which(index, exc)} was lost with its worker too many times "
+                         f"and could not be rerun: {exc}") from exc
+
+
+def _which(index: ShardedIndex, exc) -> str:
+    text = str(exc)
+    for s, f in zip(index.shards, index.futures):
+        if f.key in text or f"shard-{s.index}-" in text:
+            return s.name
+    return "a shard of " + repr(index)
+
+
+def _near(workers) -> dict:
+    """submit() options that run a task on ``workers`` (those holding its shard) while they live."""
+    return {"workers": list(workers), "allow_other_workers": True} if workers else {}
+
+
+def _algorithm_of(params):
+    """The searching algorithm whose ``IndexParams`` class ``params`` is."""
+    for name in registry.searchers():
+        mod = registry.get(name).load()
+        if type(params) is getattr(mod, "IndexParams", None):
+            return name
+    raise TypeError(f"params must be the IndexParams of a searching algorithm ({', '.join(registry.searchers())}), "
+                    f"got {type(params).__module__}.{type(params).__name__}")
+
+
+def _key(prefix, shard: Shard, token: str) -> str:
+    return f"knngraph-{prefix}-shard-{shard.index}-{token}"
+
+
+# --------------------------------------------------------------------------------------------------
+# public API
+
+
+@runtime_docs
+def build(params, dataset, *, client=None, shards=None, device="auto", memory_limit=None,
+          verbose: bool = True) -> ShardedIndex:
+    """Build a sharded index on a Dask cluster: one index of ``params``' algorithm per shard, each built
+    by a worker from its own rows.
+
+    Parameters
+    ----------
+    params : IndexParams
+        The build parameters of any searching algorithm of :mod:`knngraph.registry` (e.g.
+        ``knngraph.song.IndexParams(...)``, ``knngraph.bruteforce.IndexParams()``); every shard gets them.
+    dataset : NumPy array, Dask array, or list of vector file paths
+        Dask array: one shard per row chunk (or per ``shards``). List of files (:mod:`knngraph.io`
+        formats): one shard per file, read by the worker that builds it (only the headers are read
+        here; every worker must see the paths). NumPy array: ``shards`` slices (default: one per
+        worker), shipped inside the build tasks.
+    client : distributed.Client or str, optional
+        The cluster (a scheduler address connects to it); default: the current client.
+    shards : int or sequence of int, optional
+        The number of near-equal shards, or their row counts (not with files).
+    device : {'auto', 'cpu', 'cuda', 'cuda:N'}, default='auto'
+        Resolved by each worker: 'auto' uses the worker's GPU when it has one (dask-cuda gives each
+        worker one), else its CPUs.
+    {memory_limit}
+        Per worker.
+    verbose : bool, default=True
+        Unused (workers build quietly); kept for the module contract.
+
+    Returns
+    -------
+    ShardedIndex
+        The shards are built in the background; :meth:`ShardedIndex.wait` blocks until they are.
+
+    Examples
+    --------
+    >>> import numpy as np, distributed
+    >>> from knngraph import bruteforce, distributed as kd
+    >>> client = distributed.Client(processes=False, n_workers=2, dashboard_address=":0")
+    >>> x = np.random.default_rng(0).random((300, 8), dtype=np.float32)
+    >>> index = kd.build(bruteforce.IndexParams(), x, client=client, shards=3, device="cpu")
+    >>> index
+    ShardedIndex(algorithm='exact', shape=(300, 8), shards=3, metric='sqeuclidean')
+    >>> kd.search(index, x[:2], k=3, device="cpu").indices[:, 0].tolist()
+    [0, 1]
+    >>> client.close()
+    """
+    import dask
+
+    algorithm = _algorithm_of(params)
+    client = get_client(client)
+    plan, sources, n, d, dtype = plan_shards(dataset, shards, n_workers(client))
+    if n >= 2**31:
+        raise ValueError(f"a sharded index holds at most 2**31 - 1 vectors (int32 ids), got {n}")
+    token = dask.base.tokenize(algorithm, params, [s.source for s in plan], n, os.urandom(8))
+    futures = []
+    for shard, source in zip(plan, sources):
+        if isinstance(source, np.ndarray) or isinstance(source, tuple):
+            fut = client.submit(named, shard.name, _build_shard, source, algorithm, params, device, memory_limit,
+                                key=_key("build", shard, token))
+        else:  # a Dask chunk: the build depends on its lineage
+            task = dask.delayed(named, pure=True)(shard.name, _build_shard, source, algorithm, params, device,
+                                                   memory_limit, dask_key_name=_key("build", shard, token))
+            fut = client.compute(task)
+        futures.append(fut)
+    return ShardedIndex(client, algorithm, params, tuple(plan), futures, int(d), np.dtype(dtype))
+
+
+def _query_batches(index: ShardedIndex, queries, batch_size: int, token: str):
+    """(row offset, rows, future of the batch's host queries) per batch, created lazily; the queries are
+    checked here (Dask array chunks by the worker that reads them)."""
+    client = index.client
+    if _is_dask_array(queries):
+        q = queries
+        if q.ndim != 2:
+            raise ValueError(f"queries must be a 2-D array of shape (n_queries, dim), got {q.ndim}-D shape {q.shape}")
+        import math
+
+        if any(math.isnan(c) for c in q.chunks[0]):
+            q = q.compute_chunk_sizes()
+        if q.shape[1] != index.dim:
+            raise ValueError(f"queries have dimension {q.shape[1]} but the index has {index.dim}")
+        if q.shape[0] == 0:
+            raise ValueError("queries is empty (0 rows)")
+        q = q.rechunk({0: batch_size, 1: -1})
+        lo = 0
+        for c, block in enumerate(q.to_delayed().ravel()):
+            rows = int(q.chunks[0][c])
+            fut = client.compute(__import__("dask").delayed(_queries_block)(block,
+                                 dask_key_name=f"knngraph-queries-{token}-{c}"))
+            yield lo, rows, fut
+            lo += rows
+        return
+    q = check_vectors(queries, "queries", on_gpu=False)
+    check_finite(q, "queries")
+    if q.shape[1] != index.dim:
+        raise ValueError(f"queries have dimension {q.shape[1]} but the index has {index.dim}")
+    for b, lo in enumerate(range(0, q.shape[0], batch_size)):
+        block = q[lo:lo + batch_size]
+        # submitted, not scattered: the batch stays in the task, so a lost worker's copy can be remade
+        yield lo, block.shape[0], client.submit(_queries_block, block, key=f"knngraph-queries-{token}-{b}")
+
+
+def search(index: ShardedIndex, queries, k: int, params=None, *, device="auto", batch_size: int = DEFAULT_BATCH_SIZE,
+           verbose: bool = True) -> KNNResult:
+    """The top-``k`` of each query over all shards, ids global.
+
+    Parameters
+    ----------
+    index : ShardedIndex
+    queries : array of shape (n_queries, d)
+        NumPy, CuPy (copied to the host for the trip), or a Dask array (each chunk read by a worker).
+    k : int
+        Neighbours per query, at most the number of indexed vectors (a shard smaller than k returns all
+        its vectors).
+    params : SearchParams, optional
+        The algorithm's search parameters, used on every shard.
+    device : {'auto', 'cpu', 'cuda', 'cuda:N'}, default='auto'
+        Resolved by each worker.
+    batch_size : int, default=10000
+        Queries per batch: each batch goes to every shard and is merged on a worker; at most a few
+        batches are under way at once, so a million queries stream.
+    verbose : bool, default=True
+        A progress bar over the batches (on a terminal).
+
+    Returns
+    -------
+    KNNResult
+        (distances, indices) of shape (n_queries, k): NumPy for NumPy and Dask queries, CuPy for CuPy ones.
+    """
+    from .._progress import progress
+
+    if not isinstance(index, ShardedIndex):
+        raise TypeError(f"index must be a knngraph.distributed.ShardedIndex, got {type(index).__name__}")
+    k = check_k(k, len(index))
+    batch_size = check_int(batch_size, "batch_size", low=1)
+    if params is not None:
+        cls = getattr(registry.get(index.algorithm).load(), "SearchParams", None)
+        if type(params) is not cls:
+            raise TypeError(f"params must be a {registry.get(index.algorithm).module}.SearchParams, "
+                            f"got {type(params).__name__}")
+    kind = None if _is_dask_array(queries) else array_kind(queries)
+    import dask
+
+    token = dask.base.tokenize(index.futures[0].key if index.futures else "", k, os.urandom(8))
+    n_q = int(queries.shape[0]) if hasattr(queries, "shape") else len(queries)
+    out_d = out_i = None
+    pending = []
+
+    def finish(item):
+        lo, rows, fut = item
+        # a failed shard task raises here, named (named()); nothing partial is returned
+        d, i = _gather(index, fut)
+        out_d[lo:lo + rows] = d
+        out_i[lo:lo + rows] = i
+        bar.update(1)
+
+    n_batches = -(-n_q // batch_size) if n_q else 0
+    holders = index.client.who_has(index.futures)
+    with progress(n_batches, "sharded search", disable=not verbose, min_steps=2) as bar:
+        for b, (lo, rows, qfut) in enumerate(_query_batches(index, queries, batch_size, token)):
+            if out_d is None:
+                out_d = np.empty((n_q, k), np.float32)
+                out_i = np.empty((n_q, k), np.int32)
+            # each shard's search runs where the shard is (elsewhere only when that worker is gone)
+            parts = [index.client.submit(named, f"{s.name}, query batch {b}", _search_shard, f, qfut, k, params,
+                                         s.offset, device, key=_key("search", s, f"{token}-{b}"),
+                                         **_near(holders.get(f.key)))
+                     for s, f in zip(index.shards, index.futures)]
+            merged = index.client.submit(_merge, k, *parts, key=f"knngraph-merge-{token}-{b}")
+            pending.append((lo, rows, merged))
+            del parts, qfut
+            if len(pending) >= MAX_IN_FLIGHT:
+                finish(pending.pop(0))
+        while pending:
+            finish(pending.pop(0))
+    if out_d is None:
+        raise ValueError("queries is empty (0 rows)")
+    if kind is None:
+        return KNNResult(out_d, out_i)
+    return KNNResult(return_as(kind, out_d), return_as(kind, out_i))
+
+
+# --------------------------------------------------------------------------------------------------
+# save / load
+
+
+def _shard_file(i: int, algorithm: str) -> str:
+    return f"shard-{i:05d}.{algorithm}"
+
+
+def save(path, index: ShardedIndex) -> None:
+    """Write ``index`` to the folder ``path`` (created if needed): one index file per shard, written by
+    the worker holding the shard with its algorithm's ``save`` (versioned, atomic, checksummed), then
+    ``manifest.json`` (written last, atomically: a folder without it holds no complete index). Every
+    worker must see ``path`` (a shared file system)."""
+    if not isinstance(index, ShardedIndex):
+        raise TypeError(f"index must be a knngraph.distributed.ShardedIndex, got {type(index).__name__}")
+    folder = Path(os.fspath(path)).absolute()
+    folder.mkdir(parents=True, exist_ok=True)
+    files = [_shard_file(s.index, index.algorithm) for s in index.shards]
+    futs = [index.client.submit(named, s.name, _save_shard, f, str(folder / name), pure=False)
+            for s, f, name in zip(index.shards, index.futures, files)]
+    _gather(index, futs)
+    params = {f.name: getattr(index.params, f.name) for f in dataclasses.fields(index.params)}
+    manifest = {"format": FORMAT, "version": VERSION, "algorithm": index.algorithm, "metric": index.metric,
+                "params": params, "dim": index.dim, "dtype": np.dtype(index.dtype).str,
+                "shards": [{"file": name, "offset": s.offset, "rows": s.rows, "source": s.source}
+                           for s, name in zip(index.shards, files)]}
+    text = json.dumps(manifest, indent=1, default=str)
+    _atomic_write(folder / MANIFEST, lambda tmp: Path(tmp).write_text(text))
+
+
+def read_manifest(path) -> dict:
+    """The manifest of the sharded index saved in the folder ``path``; FileNotFoundError / ValueError
+    naming it when it is missing or not one."""
+    folder = Path(os.fspath(path)).absolute()
+    mpath = folder / MANIFEST
+    if not mpath.is_file():
+        raise FileNotFoundError(f"{folder}: not a saved sharded index (no {MANIFEST})")
+    try:
+        m = json.loads(mpath.read_text())
+        if not isinstance(m, dict) or m.get("format") != FORMAT:
+            raise ValueError(f"format is {m.get('format') if isinstance(m, dict) else None!r}, not {FORMAT!r}")
+        if m.get("version") != VERSION:
+            raise ValueError(f"version {m.get('version')!r} is not supported (this knngraph reads {VERSION})")
+        if not isinstance(m.get("algorithm"), str) or not isinstance(m.get("shards"), list):
+            raise ValueError("it lacks the algorithm or the shard list")
+    except ValueError as exc:
+        raise ValueError(f"{mpath}: not a valid sharded-index manifest ({exc})") from None
+    return m
+
+
+def load(path, *, client=None, metric: str | None = None) -> ShardedIndex:
+    """A sharded index saved by :func:`save`: each shard is loaded by a worker from its file (so a shard
+    lost with its worker is reloaded on another one). FileNotFoundError / ValueError naming the folder or
+    the shard file when something is missing or does not match the manifest; ``metric`` (when given)
+    must be the saved one."""
+    from ..metrics import canonical_metric
+
+    folder = Path(os.fspath(path)).absolute()
+    mpath = folder / MANIFEST
+    m = read_manifest(folder)
+    try:
+        algo = registry.get(m["algorithm"])
+        params = algo.load().IndexParams(**m["params"])
+        shards = tuple(Shard(i, int(s["offset"]), int(s["rows"]), f"{folder / s['file']}")
+                       for i, s in enumerate(m["shards"]))
+        dim, dtype = int(m["dim"]), np.dtype(m["dtype"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{mpath}: not a valid sharded-index manifest ({type(exc).__name__}: {exc})") from None
+    if metric is not None and canonical_metric(metric) != params.metric:
+        raise ValueError(f"{folder}: index was saved with metric {params.metric!r}, not {metric!r}")
+    if not shards:
+        raise ValueError(f"{mpath}: the manifest lists no shards")
+    for s in shards:
+        if not Path(s.source).is_file():
+            raise FileNotFoundError(f"{s.name}: shard file is missing")
+    client = get_client(client)
+    import dask
+
+    token = dask.base.tokenize(str(folder), mpath.stat().st_mtime_ns, os.urandom(8))
+    futures = [client.submit(named, s.name, _load_shard, s.source, algo.name, params.metric,
+                             key=_key("load", s, token)) for s in shards]
+    return ShardedIndex(client, algo.name, params, shards, futures, dim, dtype)

@@ -1,0 +1,165 @@
+"""The build of one GGNN hierarchy (section 5, Algorithm 3), driving the kernels of :mod:`.cpu` (or of
+:mod:`.cuda`, which has the same functions).
+
+    init: bottom layer = n points in random order, g ** (L - 1) segments
+    for lt = 0 .. L - 1:
+        if lt > 0: select layer lt from layer lt - 1 (weighted reservoir sampling, weights nn1)
+        for lm = lt .. 0: merge(lt, lm); sym(lm)          (merge(l, l): brute force in the segments)
+    r times: for lm = L - 2 .. 0: merge(L - 1, lm); sym(lm)   (refinement, section 5.3, Algorithm 6)
+
+After each merge of the bottom layer the nearest-neighbour distances are measured (stats()); the build
+uses their mean in the slack (Eq. 4), the search their maximum d+_nn1 (Eq. 3); both are kept as
+internal distances (squared L2), like the slack (see :mod:`.cpu`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..primitives.distances import DIST_IP
+from ._hierarchy import bottom_segment, plan, select_layer
+from .cpu import SYM_CANDIDATES
+
+__all__ = ["build_hierarchy", "plain", "BUILD_MAX_POPS", "SYM_WAVES", "BUILD_QUEUE", "BUILD_VISITED"]
+
+#: cap on the vertices one merge query expands per layer
+BUILD_MAX_POPS = 100
+#: sizes of the build caches (priority queue, visited ring): on sift 20k, 32 / 64 with 64 pops gave the
+#: recall of 64 / 128 with 200 pops (recall@10 0.984 at tau 0.5) for 2/3 of the CPU time
+BUILD_QUEUE = 32
+BUILD_VISITED = 64
+#: the CPU places inverse links in this many waves of rows: a wave's path searches see the links placed
+#: by the waves before it (the GPU places them with atomics as it goes, section 5.2)
+SYM_WAVES = 8
+_SYM_QUEUE = 32
+_SYM_VISITED = 64
+
+
+def plain(d, kind, xp=np):
+    """Plain distances from internal ones (the weights of the top-layer selection): sqrt for squared L2
+    and cosine, |d| for inner product."""
+    if kind == DIST_IP:
+        return xp.abs(d)
+    return xp.sqrt(xp.maximum(d, 0))
+
+
+def _finite_stats(v):
+    f = v[np.isfinite(v)]
+    if f.size == 0:
+        return 0.0, 0.0
+    return float(f.mean()), float(f.max())
+
+
+def build_hierarchy(impl, base, inv, kind, params, *, verbose=False, timings=None):
+    """The GGNN hierarchy of ``base`` (host arrays, CPU-readable; ``inv`` inverse norms for cosine).
+    Returns a dict: ``graph`` / ``dist`` (bottom graph, dataset ids, internal distances, rows in NN |
+    inverse | further NN layout), ``top`` (dataset ids of the top layer), ``nn1_mean``, ``nn1_max``,
+    ``inverse`` ([n, k_sym] inverse links, dataset ids, -1 padded), ``plan`` and the raw layer arrays
+    (``rows_graph``, ``trans``, ``sel``). ``timings`` gets seconds per phase."""
+    n = base.shape[0]
+    k = params.graph_degree
+    ksym = params.k_sym
+    knn = k - ksym
+    pl = plan(n, params.segment_size, params.layers)
+    L, g, s, off = pl.layers, pl.g, pl.s, pl.offsets
+    rows = pl.rows
+    t = {"select": 0.0, "merge": 0.0, "sym": 0.0, "refine": 0.0}
+    perm = np.random.default_rng(params.seed).permutation(n).astype(np.int32)
+    trans = np.empty(rows, np.int32)
+    trans[:n] = perm
+    sel = np.full(rows, -1, np.int32)
+    graph = np.full((rows, k), -1, np.int32)
+    gdist = np.full((rows, k), np.inf, np.float32)
+    sym = np.full((rows, max(ksym, 1)), -1, np.int32)
+    sym_d = np.full((rows, max(ksym, 1)), np.inf, np.float32)
+    cnt = np.zeros(rows, np.int32)
+    state = {"nn1_mean": 0.0, "nn1_max": 0.0}
+    tau_b = np.float32(params.tau_build)
+
+    def starts_of(layer):
+        if layer == 0:
+            return (np.arange(pl.n_seg0 + 1, dtype=np.int64) * n // pl.n_seg0).astype(np.int32)
+        return np.arange(0, pl.sizes[layer] + 1, s, dtype=np.int32)
+
+    def seg_of(layer):
+        local = np.arange(pl.sizes[layer], dtype=np.int64)
+        return bottom_segment(local, n, pl.n_seg0) if layer == 0 else local // s
+
+    def merge(lt, lm, phase):
+        t0 = time.perf_counter()
+        lo, hi = off[lm], off[lm + 1]
+        out_i = np.empty((hi - lo, k), np.int32)
+        out_d = np.empty((hi - lo, k), np.float32)
+        if lt == lm:
+            impl.brute_segments(base, inv, kind, trans, lo, starts_of(lm), k, out_i, out_d)
+        else:
+            top_seg = (seg_of(lm) // g ** (lt - lm)).astype(np.int32)
+            impl.merge_queries(base, inv, kind, graph, trans, sel, np.asarray(off, np.int64), top_seg, lt, lm, s, k,
+                               BUILD_QUEUE, BUILD_VISITED, tau_b, np.float32(state["nn1_mean"]), BUILD_MAX_POPS,
+                               out_i, out_d)
+        graph[lo:hi] = out_i
+        gdist[lo:hi] = out_d
+        if lm == 0:  # stats(): nearest-neighbour distances of the bottom layer
+            state["nn1_mean"], state["nn1_max"] = _finite_stats(np.abs(out_d[:, 0]))
+        t[phase] += time.perf_counter() - t0
+
+    def symmetric(lm, phase):
+        if ksym == 0:
+            return
+        t0 = time.perf_counter()
+        lo, hi = off[lm], off[lm + 1]
+        cnt[lo:hi] = 0
+        m = hi - lo
+        if hasattr(impl, "sym_link"):  # the GPU: one pass, slots taken with atomics
+            impl.sym_link(base, inv, kind, graph, trans, lo, m, knn, ksym, sym, sym_d, cnt, _SYM_QUEUE, _SYM_VISITED,
+                          tau_b, np.float32(state["nn1_mean"]))
+            impl.sym_write(graph, gdist, lo, m, knn, sym, sym_d, cnt)
+            t[phase] += time.perf_counter() - t0
+            return
+        waves = max(1, min(SYM_WAVES, m // 256))
+        C = SYM_CANDIDATES
+        for w in range(waves):
+            z0, z1 = w * m // waves, (w + 1) * m // waves
+            req_i = np.empty((z1 - z0, knn, C), np.int32)
+            req_d = np.empty((z1 - z0, knn, C), np.float32)
+            req_n = np.zeros((z1 - z0, knn), np.int32)
+            impl.sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, _SYM_QUEUE, _SYM_VISITED,
+                              tau_b, np.float32(state["nn1_mean"]), req_i, req_d, req_n)
+            impl.sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n)
+        impl.sym_write(graph, gdist, lo, m, knn, sym, sym_d, cnt)
+        t[phase] += time.perf_counter() - t0
+
+    for lt in range(L):
+        if lt > 0:
+            t0 = time.perf_counter()
+            below = slice(off[lt - 1], off[lt])
+            picked = select_layer(pl, lt, plain(gdist[below, 0], kind), params.seed)
+            sel[off[lt]:off[lt + 1]] = off[lt - 1] + picked
+            trans[off[lt]:off[lt + 1]] = trans[off[lt - 1] + picked]
+            t["select"] += time.perf_counter() - t0
+        for lm in range(lt, -1, -1):
+            merge(lt, lm, "merge")
+            symmetric(lm, "sym")
+    for _ in range(params.refinements):
+        for lm in range(L - 2, -1, -1):
+            merge(L - 1, lm, "refine")
+            symmetric(lm, "refine")
+    if timings is not None:
+        timings.update(t)
+    # the bottom layer in dataset ids
+    bottom = graph[:n]
+    out = np.full((n, k), -1, np.int32)
+    out_d = np.full((n, k), np.inf, np.float32)
+    out[perm] = np.where(bottom >= 0, trans[np.maximum(bottom, 0)], -1)
+    out_d[perm] = gdist[:n]
+    inverse = np.full((n, max(ksym, 1)), -1, np.int32)
+    if ksym:
+        links = sym[:n, :ksym]
+        valid = np.arange(ksym)[None, :] < cnt[:n, None]
+        inverse[perm] = np.where(valid & (links >= 0), trans[np.maximum(links, 0)], -1)
+    nn1_mean, nn1_max = _finite_stats(np.abs(np.where(out >= 0, out_d, np.inf).min(axis=1)))
+    return {"graph": out, "dist": out_d, "top": trans[off[L - 1]:off[L]].copy(), "nn1_mean": nn1_mean,
+            "nn1_max": nn1_max, "inverse": inverse[:, :ksym], "plan": pl, "rows_graph": graph, "trans": trans,
+            "sel": sel}

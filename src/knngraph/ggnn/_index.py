@@ -1,0 +1,356 @@
+"""The GGNN index: :class:`Index`, :func:`build`, :func:`from_graph`, :func:`search`, :func:`extend`,
+:func:`save`, :func:`load`.
+
+An index holds the vectors, the bottom layer of each shard's hierarchy as one :class:`~knngraph.Graph`
+(global ids; shards never link to each other), the entry points of each shard (its top layer) and each
+shard's d+_nn1 (the largest nearest-neighbour distance, Eq. 3), which the stopping rule needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from .._device import (Device, array_kind, as_numpy, implementation, is_device_array, resolve_device,
+                       return_as)
+from .._validate import check_finite, check_k, check_same_dim, check_vectors
+from ..graph import Graph
+from ..graphops import default_entry_points
+from ..index import Index as IndexBase
+from ..index import KNNResult, assembling, load_index, runtime_docs, save_index
+from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms, report_distances
+from ._build import build_hierarchy, plain
+from ._params import MIN_VISITED, IndexParams, SearchParams
+from ._shards import search_shards, shard_bounds
+
+__all__ = ["Index", "build", "from_graph", "search", "extend", "save", "load"]
+
+
+@dataclasses.dataclass(eq=False)
+class Index(IndexBase):
+    """A GGNN index: vectors, the bottom-layer graph (global ids), per shard its rows
+    (``shard_bounds``), entry points (``entry_points[entry_bounds[s]:entry_bounds[s + 1]]``, global ids)
+    and d+_nn1 (``nn1``). ``hierarchy`` holds the whole build of an unsharded index (layer sizes, the
+    rows of every layer, the inverse links, build timings); it is not saved."""
+
+    dataset: object
+    params: IndexParams
+    graph: Graph
+    entry_points: np.ndarray
+    entry_bounds: np.ndarray
+    shard_bounds: np.ndarray
+    nn1: np.ndarray
+    hierarchy: dict | None = None
+    _cache: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    algorithm = "ggnn"
+    _module = "knngraph.ggnn"
+    _file_kind = "ggnn-index"
+    _params_class = IndexParams
+
+    @property
+    def n_shards(self) -> int:
+        return int(self.shard_bounds.shape[0] - 1)
+
+    def release(self) -> None:
+        """Drop the cached device copies."""
+        self._cache.clear()
+
+
+def _check_params(params, cls, what):
+    if not isinstance(params, cls):
+        raise TypeError(f"params must be a knngraph.ggnn.{cls.__name__}, got {type(params).__name__}")
+    return params
+
+
+def _internal(graph: Graph, metric: str) -> np.ndarray:
+    d = np.asarray(as_numpy(graph.distances), np.float32)
+    return d * d if metric == "euclidean" else d
+
+
+def _nn1_max(ids, dist_internal, kind) -> float:
+    d = np.where(ids >= 0, dist_internal, np.inf).min(axis=1) if ids.shape[1] else np.full(ids.shape[0], np.inf)
+    d = np.abs(d[np.isfinite(d)])
+    return float(d.max()) if d.size else 0.0
+
+
+def _sorted_graph(ids, dist, metric) -> Graph:
+    """Rows sorted by (distance, id), -1 / inf last, reported distances."""
+    key_i = np.where(ids >= 0, ids, np.iinfo(np.int32).max)
+    key_d = np.where(ids >= 0, dist, np.inf)
+    order = np.lexsort((key_i, key_d), axis=1)
+    ids = np.take_along_axis(ids, order, 1)
+    dist = np.take_along_axis(key_d, order, 1)
+    rep = report_distances(dist, metric, np)
+    rep[ids < 0] = np.inf
+    return Graph(np.ascontiguousarray(ids, np.int32), np.ascontiguousarray(rep, np.float32), metric)
+
+
+# --------------------------------------------------------------------------------------------------
+# build
+
+
+def build_ops(dev: Device, xp=None):
+    """The build kernels for ``dev``: all CPU ones, or on a GPU those of :mod:`.cuda` (``xp=np``: in the
+    simulator) with the link write-back on the CPU."""
+    import types
+
+    cpu = implementation(__package__, Device("cpu"))
+    if not dev.is_cuda and xp is None:
+        return cpu
+    from . import cuda
+
+    kw = {} if xp is None else {"xp": xp}
+    return types.SimpleNamespace(
+        brute_segments=lambda *a: cuda.brute_segments(*a, **kw),
+        merge_queries=lambda *a: cuda.merge_queries(*a, **kw),
+        sym_link=lambda *a: cuda.sym_link(*a, **kw), sym_write=cpu.sym_write,
+        release=cuda.release_build_data)
+
+
+@runtime_docs
+def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, verbose: bool = True,
+          devices=None) -> Index:
+    """Build a GGNN index: per shard (``params.n_shards``) the hierarchy of section 5, whose bottom layer
+    is the search graph and whose top layer gives the entry points.
+
+    Parameters
+    ----------
+    params : IndexParams
+    dataset : array of shape (n, d)
+        float32, float16, uint8 or int8 vectors (NumPy, CuPy, PyTorch, DLPack).
+    {device}
+        On a GPU the merges (brute force in segments, hierarchical merge queries) and the symmetric
+        linking run as CUDA kernels (links placed with atomics, so GPU builds are not bit-reproducible).
+    {memory_limit}
+    {verbose}
+    devices : list of str, optional
+        Accepted for sharded builds over several devices; shards are built one after another.
+
+    Returns
+    -------
+    Index
+        ``index.hierarchy['timings']`` holds the seconds of each build phase (select, merge, sym,
+        refine) of an unsharded index.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from knngraph import ggnn
+    >>> x = np.random.default_rng(0).random((500, 8), dtype=np.float32)
+    >>> index = ggnn.build(ggnn.IndexParams(graph_degree=12), x, device="cpu")
+    >>> d, i = ggnn.search(index, x[:2], k=3, device="cpu")
+    >>> i[:, 0].tolist()
+    [0, 1]
+    """
+    params = _check_params(params, IndexParams, "build")
+    dev = resolve_device(device, dataset)
+    x = check_vectors(dataset, "dataset", on_gpu=False)
+    check_finite(x, "dataset")
+    xh = as_numpy(x)
+    n = xh.shape[0]
+    if n < 2:
+        raise ValueError("a GGNN index needs at least 2 vectors")
+    if params.n_shards > n // 2:
+        raise ValueError(f"n_shards={params.n_shards} is too many for {n} vectors: every shard needs at least 2 "
+                         f"vectors (n_shards <= {n // 2})")
+    kind = distance_kind(params.metric)
+    bounds = shard_bounds(n, params.n_shards)
+    # the CPU build reads float32 (one compiled specialisation of each build kernel instead of four)
+    xc = np.asarray(xh, np.float32)
+    inv = inverse_norms(xc) if params.metric == "cosine" else np.zeros(1, np.float32)
+    impl = build_ops(dev)
+    ids = np.empty((n, params.graph_degree), np.int32)
+    dist = np.empty((n, params.graph_degree), np.float32)
+    entries, e_bounds, nn1 = [], [0], []
+    hierarchy = None
+    for s in range(params.n_shards):
+        a, b = int(bounds[s]), int(bounds[s + 1])
+        part = np.ascontiguousarray(xc[a:b])
+        inv_p = inv[a:b] if params.metric == "cosine" else inv
+        timings = {}
+        h = build_hierarchy(impl, part, inv_p, kind, params, verbose=verbose, timings=timings)
+        ids[a:b] = np.where(h["graph"] >= 0, h["graph"] + a, -1)
+        dist[a:b] = h["dist"]
+        entries.append(h["top"] + a)
+        e_bounds.append(e_bounds[-1] + h["top"].shape[0])
+        nn1.append(h["nn1_max"])
+        if params.n_shards == 1:
+            h["timings"] = timings
+            hierarchy = h
+    if dev.is_cuda:
+        impl.release()
+    graph = _sorted_graph(ids, dist, params.metric)
+    graph.info.update(builder="ggnn", n_shards=params.n_shards)
+    return Index(x, params, graph, np.concatenate(entries).astype(np.int32), np.asarray(e_bounds, np.int64),
+                 bounds, np.asarray(nn1, np.float32), hierarchy)
+
+
+@runtime_docs
+def from_graph(graph: Graph, dataset, params: IndexParams | None = None, *, entry_points=None, device="auto",
+               verbose: bool = True) -> Index:
+    """A GGNN index over any builder's graph (GGNN search on an NN-Descent, SONG-prepared or GRNND
+    graph): one shard, entry points ``entry_points`` or the medoid and ``segment_size - 1`` random
+    vertices, d+_nn1 from the graph's rows.
+
+    Parameters
+    ----------
+    graph : Graph
+        A graph over ``dataset`` (ids in [-1, n)); its metric is the index's.
+    dataset : array of shape (n, d)
+    params : IndexParams, optional
+        Used for ``segment_size`` and ``seed``; its ``metric`` must be the graph's.
+    entry_points : 1-D array of int, optional
+    {device}
+    {verbose}
+    """
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a knngraph.Graph, got {type(graph).__name__}")
+    params = IndexParams(metric=graph.metric) if params is None else _check_params(params, IndexParams, "")
+    if params.metric != graph.metric:
+        raise ValueError(f"params.metric={params.metric!r} differs from the graph's metric {graph.metric!r}")
+    x = check_vectors(dataset, "dataset", on_gpu=False)
+    n = x.shape[0]
+    if graph.n != n:
+        raise ValueError(f"graph has {graph.n} rows but dataset has {n} vectors; they must match")
+    g = graph.to_host()
+    g.validate_ids()
+    if entry_points is None:
+        e = default_entry_points(as_numpy(x), params.metric, n_points=min(n, params.segment_size), seed=params.seed)
+    else:
+        e = as_numpy(entry_points)
+        if e.ndim != 1 or e.shape[0] == 0:
+            raise ValueError(f"entry_points must be a non-empty 1-D array of vertex ids, got shape {e.shape}")
+        if e.dtype.kind not in "iu":
+            raise TypeError(f"entry_points must hold integer ids, got dtype {e.dtype}")
+        if int(e.min()) < 0 or int(e.max()) >= n:
+            raise ValueError(f"entry_points must be ids in [0, {n}), got values from {int(e.min())} to {int(e.max())}")
+    e = np.ascontiguousarray(e, np.int32)
+    kind = distance_kind(params.metric)
+    nn1 = _nn1_max(np.asarray(g.indices), _internal(g, params.metric), kind)
+    return Index(x, params, g, e, np.array([0, e.shape[0]], np.int64), np.array([0, n], np.int64),
+                 np.array([nn1], np.float32))
+
+
+# --------------------------------------------------------------------------------------------------
+# search
+
+
+def _check_k_cache(k, n, sp: SearchParams) -> int:
+    k = check_k(k, n)
+    need = max(k, 10) + sp.queue_size + MIN_VISITED
+    if need > sp.cache_size:
+        raise ValueError(f"k={k} does not fit the search cache: cache_size={sp.cache_size} must hold the best list "
+                         f"(max(k, 10) = {max(k, 10)}), the queue (queue_size={sp.queue_size}) and a visited ring of "
+                         f"at least {MIN_VISITED}; raise SearchParams.cache_size to {need} or lower k")
+    return k
+
+
+@runtime_docs
+def search(index: Index, queries, k: int, params: SearchParams | None = None, *, device="auto",
+           verbose: bool = True, stats: dict | None = None, memory_limit=None, devices=None) -> KNNResult:
+    """Approximate top-``k`` of each query by GGNN search (section 4.1): from the entry points (the top
+    layer), on the bottom-layer graph, with the slack stopping rule; every shard is searched and the
+    per-shard top-k merged.
+
+    Parameters
+    ----------
+    index : Index
+        From :func:`build` or :func:`from_graph`.
+    queries : array of shape (n_queries, d)
+    k : int
+        Neighbours per query; max(k, 10) + queue_size + 32 <= cache_size.
+    params : SearchParams, optional
+        ``tau`` (the speed/recall knob), ``max_iterations``, ``queue_size``, ``cache_size``.
+    {device}
+    {verbose}
+    stats : dict, optional
+        Filled with ``distances_per_query``, ``expansions_per_query`` and ``seconds``.
+    {memory_limit}
+    devices : list of str, optional
+        Devices the shards are spread over (round robin).
+
+    Returns
+    -------
+    KNNResult
+        ``(distances, indices)``, float32 / int32 of shape (n_queries, k), nearest first, -1 / inf
+        where fewer than k vertices were reached.
+    """
+    if not isinstance(index, Index):
+        raise TypeError(f"index must be a knngraph.ggnn.Index (ggnn.build or ggnn.from_graph), got "
+                        f"{type(index).__name__}")
+    sp = SearchParams() if params is None else _check_params(params, SearchParams, "search")
+    qkind = array_kind(queries)
+    dev = resolve_device(device, index.dataset, queries)
+    q = check_vectors(queries, "queries", on_gpu=dev.is_cuda and is_device_array(queries))
+    check_same_dim(index.dataset, q, "the index's vectors")
+    k = _check_k_cache(k, index.shape[0], sp)
+    check_finite(q, "queries")
+    t0 = time.perf_counter()
+    d, i, nd, ne = search_shards(index, q, k, sp, dev, devices=devices, memory_limit=memory_limit,
+                                 verbose=verbose)
+    if stats is not None:
+        stats.update(distances_per_query=float(nd), expansions_per_query=float(ne),
+                     seconds=time.perf_counter() - t0)
+    return KNNResult(return_as(qkind, d), return_as(qkind, i))
+
+
+# --------------------------------------------------------------------------------------------------
+# extend, persistence
+
+
+@runtime_docs
+def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbose: bool = True) -> Index:
+    """A new index over the index's vectors and ``new_vectors`` (ids ``len(index) + i``), built anew with
+    the index's params: GGNN's hierarchy is built bottom-up over fixed segments and has no insertion
+    step in the paper. ``index`` is unchanged.
+
+    Parameters
+    ----------
+    index : Index
+    new_vectors : array of shape (m, d)
+        Same dtype as the index's vectors.
+    {device}
+    {memory_limit}
+    {verbose}
+    """
+    from .._validate import check_new_vectors
+
+    if not isinstance(index, Index):
+        raise TypeError(f"index must be a knngraph.ggnn.Index, got {type(index).__name__}")
+    dev, new = check_new_vectors(index.dataset, new_vectors, device)
+    data = np.concatenate([as_numpy(index.dataset), as_numpy(new)])
+    return build(index.params, data, device="cpu", memory_limit=memory_limit, verbose=verbose)
+
+
+def save(path, index: Index) -> None:
+    """Write ``index`` (vectors, graph, entry points, shard layout, d+_nn1) to ``path``: versioned,
+    atomic, checksummed; loadable on any device."""
+    if not isinstance(index, Index):
+        raise TypeError(f"index must be a knngraph.ggnn.Index, got {type(index).__name__}")
+    g = index.graph.to_host()
+    arrays = {"dataset": index.dataset, "graph_indices": g.indices, "graph_distances": g.distances,
+              "entry_points": index.entry_points, "entry_bounds": index.entry_bounds,
+              "shard_bounds": index.shard_bounds, "nn1": index.nn1}
+    save_index(path, index, arrays, {"graph_info": g.info})
+
+
+def load(path, *, metric: str | None = None) -> Index:
+    """Read an index written by :func:`save`; ``metric``, when given, must match the saved one."""
+    arrays, params, meta = load_index(path, Index, metric=metric)
+    with assembling(path, Index):
+        graph = Graph(arrays["graph_indices"], arrays["graph_distances"], params.metric, meta.get("graph_info", {}))
+        dataset = arrays["dataset"]
+    with assembling(path, Index, dataset, graph):
+        n = dataset.shape[0]
+        e, eb, sb, nn1 = arrays["entry_points"], arrays["entry_bounds"], arrays["shard_bounds"], arrays["nn1"]
+        if e.ndim != 1 or e.size < 1 or e.min() < 0 or e.max() >= n:
+            raise ValueError(f"its entry points are not ids in [0, {n})")
+        if sb.ndim != 1 or sb.size < 2 or sb[0] != 0 or sb[-1] != n or (np.diff(sb) <= 0).any() or \
+                eb.shape != sb.shape or eb[0] != 0 or eb[-1] != e.size or (np.diff(eb) < 0).any() or \
+                nn1.shape != (sb.size - 1,):
+            raise ValueError("its shard layout is inconsistent")
+        return Index(dataset, params, graph, e.astype(np.int32), eb.astype(np.int64), sb.astype(np.int64),
+                     nn1.astype(np.float32))

@@ -1,0 +1,103 @@
+"""Parameters of a GGNN index: :class:`IndexParams` (build) and :class:`SearchParams` (search)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .._params import Interval, Metric, Params
+
+__all__ = ["IndexParams", "SearchParams", "MAX_CACHE_SIZE", "MIN_VISITED"]
+
+#: largest cache of a search (ids of best list + priority queue + visited ring; GPU shared memory)
+MAX_CACHE_SIZE = 4096
+#: the visited ring keeps at least this many ids
+MIN_VISITED = 32
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class IndexParams(Params):
+    """Parameters of a GGNN index: the hierarchy of section 5 of the paper.
+
+    Parameters
+    ----------
+    metric : {'sqeuclidean', 'euclidean', 'inner_product', 'cosine'}, default='sqeuclidean'
+    graph_degree : int, default=24
+        k, the out-degree of every node of every layer (the paper's KBuild).
+    inverse_links : int, default=0
+        k_sym, the slots of each row that symmetric linking may fill with inverse links (section 5.2);
+        0: graph_degree // 2. The other graph_degree - k_sym slots always hold nearest neighbours.
+    segment_size : int, default=32
+        s, the points of a segment (of the bottom layer: about that many) and of the top layer.
+    layers : int, default=4
+        L, the layers of the hierarchy; fewer are used when the data is too small for L layers with a
+        merge factor of at least 2.
+    tau_build : float, default=0.5
+        The build slack tau_b of the merge queries and the symmetric-linking searches (Eq. 2, with the
+        mean nearest-neighbour distance).
+    refinements : int, default=2
+        r, refinement passes after the hierarchy is built (section 5.3).
+    n_shards : int, default=1
+        Split the dataset into this many contiguous shards, each with its own hierarchy (section 5.5);
+        a search queries every shard and merges the per-shard top-k.
+    seed : int, default=0
+        Seeds the random bottom-layer partition and the weighted reservoir sampling.
+    """
+
+    metric: str = "sqeuclidean"
+    graph_degree: int = 24
+    inverse_links: int = 0
+    segment_size: int = 32
+    layers: int = 4
+    tau_build: float = 0.5
+    refinements: int = 2
+    n_shards: int = 1
+    seed: int = 0
+
+    _constraints = {"metric": Metric(), "graph_degree": Interval(2, 512), "inverse_links": Interval(0, 511),
+                    "segment_size": Interval(2, 1024), "layers": Interval(1, 16),
+                    "tau_build": Interval(0.0, 16.0, integer=False), "refinements": Interval(0, 16),
+                    "n_shards": Interval(1, 1 << 20), "seed": Interval(0, 2**63 - 1)}
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.inverse_links >= self.graph_degree:
+            raise ValueError(f"The 'inverse_links' parameter of IndexParams must be smaller than graph_degree="
+                             f"{self.graph_degree} (the rest of a row holds nearest neighbours). Got "
+                             f"{self.inverse_links!r} instead.")
+
+    @property
+    def k_sym(self) -> int:
+        """Inverse-link slots per row."""
+        return self.inverse_links or self.graph_degree // 2
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SearchParams(Params):
+    """Parameters of a GGNN search (section 4.1).
+
+    Parameters
+    ----------
+    tau : float, default=0.5
+        The query slack tau_q, the speed/recall knob: the search stops when the best unexpanded
+        candidate is farther than d_k + tau * min(d_1, d+_nn1) (Eq. 2 and 3). Larger: higher recall,
+        lower throughput.
+    max_iterations : int, default=400
+        Cap on the vertices expanded per query.
+    queue_size : int, default=64
+        Capacity of the priority queue (the sorted ring of the cache).
+    cache_size : int, default=256
+        Ids in the whole cache: the best list (max(k, 10)), the priority queue and the visited ring,
+        which gets the rest (at least 32).
+    batch_size : int, default=0
+        Queries per GPU launch (0: all, at most 2^20).
+    """
+
+    tau: float = 0.5
+    max_iterations: int = 400
+    queue_size: int = 64
+    cache_size: int = 256
+    batch_size: int = 0
+
+    _constraints = {"tau": Interval(0.0, 64.0, integer=False), "max_iterations": Interval(1, 1 << 20),
+                    "queue_size": Interval(1, MAX_CACHE_SIZE), "cache_size": Interval(16, MAX_CACHE_SIZE),
+                    "batch_size": Interval(0, None)}

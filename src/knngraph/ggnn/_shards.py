@@ -1,0 +1,116 @@
+"""Sharding (section 5.5): the dataset is cut into contiguous shards, each with its own hierarchy; a
+search runs every query on every shard and merges the per-shard top-k
+(:func:`knngraph.graphops.merge_topk`).
+
+Device copies of a shard (its vectors, graph rows with shard-local ids, entry points) are made on first
+use and kept while all shards fit in ``memory_limit`` (default: free device memory minus a margin);
+otherwise each shard is uploaded from host memory, searched and dropped before the next (the paper's
+out-of-GPU-memory mode, without its background overlap of copy and search), so one GPU serves an
+index larger than its memory. ``devices=[...]`` spreads the shards over several GPUs round robin (the
+shards run one after another).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._device import Device, as_numpy, default_memory_limit, device_context, implementation, parse_memory, resolve_device
+from ..graphops import merge_topk
+from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms, report_distances
+
+__all__ = ["shard_bounds", "search_shards", "shard_bytes"]
+
+
+def shard_bounds(n: int, n_shards: int) -> np.ndarray:
+    """Row bounds of ``n_shards`` contiguous shards of n rows (sizes differ by at most one)."""
+    return (np.arange(n_shards + 1, dtype=np.int64) * n // n_shards).astype(np.int64)
+
+
+def shard_bytes(index, s: int) -> int:
+    """Bytes of shard s on a device: vectors plus graph rows."""
+    a, b = int(index.shard_bounds[s]), int(index.shard_bounds[s + 1])
+    x = index.dataset
+    row = x.shape[1] * np.dtype(x.dtype).itemsize + 4 * index.graph.degree + 8
+    return (b - a) * row
+
+
+def _shard_arrays(index, s: int, dev: Device):
+    """(graph with shard-local ids, vectors, inverse norms, local entry points) of shard s on ``dev``."""
+    key = (str(dev), s)
+    if key in index._cache:
+        return index._cache[key]
+    a, b = int(index.shard_bounds[s]), int(index.shard_bounds[s + 1])
+    ea, eb = int(index.entry_bounds[s]), int(index.entry_bounds[s + 1])
+    ids = np.asarray(as_numpy(index.graph.indices)[a:b])
+    local = np.where(ids >= 0, ids - a, -1).astype(np.int32)
+    if ((local < -1) | (local >= b - a)).any():
+        raise ValueError(f"the graph of shard {s} links outside the shard")
+    entries = (index.entry_points[ea:eb] - a).astype(np.int32)
+    x = as_numpy(index.dataset)[a:b]
+    cosine = index.metric == "cosine"
+    if dev.is_cuda:
+        import cupy as cp
+
+        with cp.cuda.Device(dev.index):
+            g = cp.asarray(local)
+            xb = cp.asarray(x)
+            inv = inverse_norms(xb, cp) if cosine else cp.zeros(1, cp.float32)
+            e = cp.asarray(entries)
+    else:
+        g = np.ascontiguousarray(local)
+        xb = np.ascontiguousarray(cpu_vectors(x))
+        inv = inverse_norms(xb) if cosine else np.zeros(1, np.float32)
+        e = entries
+    index._cache[key] = (g, xb, inv, e)
+    return index._cache[key]
+
+
+def search_shards(index, q, k: int, sp, dev: Device, *, devices=None, memory_limit=None, verbose=False):
+    """Search every shard of ``index`` for the validated queries ``q``; returns (reported distances,
+    global ids, mean distances computed, mean vertices expanded) on the host or on ``dev``."""
+    devs = [resolve_device(d) for d in devices] if devices else [dev]
+    kind = distance_kind(index.metric)
+    n_sh = index.n_shards
+    swap = False
+    if any(d.is_cuda for d in devs):
+        budget = parse_memory(memory_limit) if memory_limit is not None else default_memory_limit(devs[0])
+        swap = sum(shard_bytes(index, s) for s in range(n_sh)) > budget * len(devs)
+    parts_d, parts_i = [], []
+    nd_total = ne_total = 0.0
+    for s in range(n_sh):
+        d_s = devs[s % len(devs)]
+        impl = implementation(__package__, d_s)
+        a = int(index.shard_bounds[s])
+        kk = min(k, int(index.shard_bounds[s + 1]) - a)
+        g, xb, inv, e = _shard_arrays(index, s, d_s)
+        with device_context(d_s):
+            if d_s.is_cuda:
+                import cupy as cp
+
+                qs = cp.asarray(q).astype(cp.float32)
+                inv_q = inverse_norms(qs, cp) if index.metric == "cosine" else cp.zeros(1, cp.float32)
+            else:
+                qs = np.ascontiguousarray(as_numpy(q), dtype=np.float32)
+                inv_q = inverse_norms(qs) if index.metric == "cosine" else np.zeros(1, np.float32)
+            out_d, out_i, nd, ne = impl.search(g, xb, qs, inv, inv_q, kind, e, kk, sp.tau, float(index.nn1[s]),
+                                               sp.max_iterations, sp.queue_size, sp.cache_size,
+                                               batch_size=sp.batch_size)
+            out_d = as_numpy(out_d) if (len(devs) > 1 or n_sh > 1) and d_s.is_cuda else out_d
+            out_i = as_numpy(out_i) if (len(devs) > 1 or n_sh > 1) and d_s.is_cuda else out_i
+            xp = np if isinstance(out_i, np.ndarray) else __import__("cupy")
+            out_i = xp.where(out_i >= 0, out_i + a, -1).astype(xp.int32)
+            nd_total += float(nd.mean()) if nd.size else 0.0
+            ne_total += float(ne.mean()) if ne.size else 0.0
+        if swap:
+            index._cache.pop((str(d_s), s), None)
+        parts_d.append(out_d)
+        parts_i.append(out_i)
+    if n_sh == 1 and parts_d[0].shape[1] == k:
+        d, i = parts_d[0], parts_i[0]
+    else:
+        pad = [(pd_, pi_) for pd_, pi_ in zip(parts_d, parts_i)]
+        d, i = merge_topk([p[0] for p in pad], [p[1] for p in pad], k)
+    xp = np if isinstance(d, np.ndarray) else __import__("cupy")
+    rep = report_distances(d, index.metric, xp)
+    rep = xp.where(i < 0, xp.float32(np.inf), rep)
+    return rep, i, nd_total, ne_total

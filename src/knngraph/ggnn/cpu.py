@@ -1,0 +1,487 @@
+"""GGNN on the CPU (numba, rows and queries in parallel): the cache of section 4.1 and the build steps
+of section 5, the same algorithm as the GPU kernels with one thread per query instead of one block.
+
+**The cache** (section 4.1.1, Fig. 2) of one query: a sorted ``best`` list (the kb nearest so far),
+a sorted priority queue ``prioq`` of capacity P (stored descending, so its head is the last entry)
+and a FIFO ring ``visited`` of V ids. A proposed id is dropped when it is in any of the three (fetch,
+step a); otherwise its distance is computed and, when it meets the criterion, it is inserted into best
+and prioq (push). pop() takes the prioq head when it still meets the criterion and moves it to the
+visited ring (Algorithm 2). The criterion (Eq. 2) is d <= d_k + xi with xi = tau^2 * min(d_1, nn1) on
+internal distances: squared L2 (1 - cos for cosine, half the squared distance of normalised vectors),
+as the authors' code applies the rule (digest ambiguity A3; the paper's plain-distance form
+(d_k^.5 + tau min(d_1^.5, nn1^.5))^2 is several times looser at the same tau); inner product uses
+|d_1|. Until best is full d_k is infinite.
+
+State of a cache: ``st = [nb, pn, vh, vn]`` (best count, prioq count, ring head, ring count).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange
+
+from ..primitives.distances import DIST_IP, cpu_distance
+from ..primitives.compile import host_and_device
+from ..primitives.lists import less
+
+__all__ = ["search", "brute_segments", "merge_queries", "sym_requests", "sym_place", "sym_write",
+           "SYM_MAX_POPS", "SYM_CANDIDATES", "MIDPOINT"]
+
+#: pops of one symmetric-linking path search (the authors' code; the paper gives none, digest A6)
+SYM_MAX_POPS = 20
+#: candidates kept per missing path for the link placement (the closest to z first)
+SYM_CANDIDATES = 8
+#: the midpoint of section 5.2.1: q_m = z + MIDPOINT * (x - z)
+MIDPOINT = 0.4
+_TASK = 16
+#: proposals fetched together (one per lane of the GPU's warp)
+CHUNK = 32
+
+
+@host_and_device
+def threshold(kind, bd, nb, kb, tau, nn1):
+    """The criterion's bound on internal distances: d_k + tau^2 * min(d_1, nn1) (Eq. 2 on squared
+    distances, as the authors' code applies it; ``nn1`` is internal too); inf while best holds fewer
+    than kb."""
+    if nb < kb:
+        return np.float32(np.inf)
+    return np.float32(bd[nb - 1] + tau * tau * min(abs(bd[0]), nn1))
+
+
+@host_and_device
+def in_cache(v, bi, pi, vi, st):
+    nb = st[0]
+    pn = st[1]
+    vn = st[3]
+    for t in range(nb):
+        if bi[t] == v:
+            return True
+    for t in range(pn):
+        if pi[t] == v:
+            return True
+    for t in range(vn):
+        if vi[t] == v:
+            return True
+    return False
+
+
+@host_and_device
+def best_insert(d, v, bd, bi, nb, kb):
+    """Insert (d, v) into the ascending list bd/bi of nb <= kb entries, keeping the kb smallest;
+    returns the new count."""
+    if nb < kb or less(d, v, bd[nb - 1], bi[nb - 1]):
+        j = nb if nb < kb else kb - 1
+        while j > 0 and less(d, v, bd[j - 1], bi[j - 1]):
+            bd[j] = bd[j - 1]
+            bi[j] = bi[j - 1]
+            j -= 1
+        bd[j] = d
+        bi[j] = v
+        if nb < kb:
+            return nb + 1
+    return nb
+
+
+@host_and_device
+def push_prioq(d, v, pd, pi, P, st):
+    """Insert (d, v) into prioq (sorted descending, head last); when full the worst (index 0) leaves, or
+    (d, v) is dropped when it is no better."""
+    pn = st[1]
+    if pn < P:
+        j = pn
+        while j > 0 and less(pd[j - 1], pi[j - 1], d, v):
+            pd[j] = pd[j - 1]
+            pi[j] = pi[j - 1]
+            j -= 1
+        pd[j] = d
+        pi[j] = v
+        st[1] = pn + 1
+    elif less(d, v, pd[0], pi[0]):
+        j = 0
+        while j + 1 < P and less(d, v, pd[j + 1], pi[j + 1]):
+            pd[j] = pd[j + 1]
+            pi[j] = pi[j + 1]
+            j += 1
+        pd[j] = d
+        pi[j] = v
+
+
+@host_and_device
+def push(d, v, bd, bi, kb, pd, pi, P, st):
+    """push(p, d) of Algorithm 2: insert into best (sorted ascending) and into prioq."""
+    st[0] = best_insert(d, v, bd, bi, st[0], kb)
+    push_prioq(d, v, pd, pi, P, st)
+
+
+@host_and_device
+def pop(thr, pd, pi, vi, V, st):
+    """The prioq head when it meets the criterion (moved to the visited ring), else -1."""
+    pn = st[1]
+    if pn == 0:
+        return -1
+    if pd[pn - 1] > thr:
+        return -1
+    v = pi[pn - 1]
+    st[1] = pn - 1
+    vi[st[2]] = v
+    st[2] = (st[2] + 1) % V
+    if st[3] < V:
+        st[3] += 1
+    return v
+
+
+@host_and_device
+def reset(st):
+    st[0] = 0
+    st[1] = 0
+    st[2] = 0
+    st[3] = 0
+
+
+@numba.njit(fastmath=True)
+def fetch_chunk(cand, c, kind, base, Q, qj, inv_b, inv_q, tau, nn1, use_trans, trans, bd, bi, kb, pd, pi, P, vi,
+                st, cd):
+    """fetch() of one chunk of c <= 32 proposals (Algorithm 2): (a) drop those already in the cache or
+    earlier in the chunk, (b) compute the distances of the rest, (c) push each that meets the criterion,
+    in order. The GPU kernel does (a) and (b) with one proposal per lane, so both paths agree exactly.
+    Returns the distances computed."""
+    m = 0
+    for t in range(c):
+        v = cand[t]
+        dup = in_cache(v, bi, pi, vi, st)
+        for u in range(m):
+            if cand[u] == v:
+                dup = True
+        if not dup:
+            cand[m] = v
+            m += 1
+    for t in range(m):
+        x = trans[cand[t]] if use_trans else cand[t]
+        cd[t] = cpu_distance(kind, base, x, Q, qj, inv_b, inv_q)
+    for t in range(m):
+        if cd[t] <= threshold(kind, bd, st[0], kb, tau, nn1):
+            push(cd[t], cand[t], bd, bi, kb, pd, pi, P, st)
+    return m
+
+
+@numba.njit(fastmath=True)
+def walk(graph, kind, base, Q, qj, inv_b, inv_q, tau, nn1, use_trans, trans, zb, bd, bi, kb, pd, pi, P, vi, V,
+         st, max_pops, cand, cd):
+    """pop / fetch(N_a) until pop gives nothing or ``max_pops`` vertices were expanded (Algorithm 1),
+    rows fetched in chunks of 32. With ``use_trans`` the cache holds rows whose vectors are
+    ``base[trans[row]]`` and rows of vector ``zb`` are skipped (the build's query point); else ids are
+    vector ids. Returns (pops, distances)."""
+    deg = graph.shape[1]
+    pops = 0
+    nd = 0
+    while pops < max_pops:
+        a = pop(threshold(kind, bd, st[0], kb, tau, nn1), pd, pi, vi, V, st)
+        if a < 0:
+            break
+        pops += 1
+        for s0 in range(0, deg, CHUNK):
+            c = 0
+            for t in range(s0, min(deg, s0 + CHUNK)):
+                v = graph[a, t]
+                if v < 0 or (use_trans and trans[v] == zb):
+                    continue
+                cand[c] = v
+                c += 1
+            nd += fetch_chunk(cand, c, kind, base, Q, qj, inv_b, inv_q, tau, nn1, use_trans, trans, bd, bi, kb, pd,
+                              pi, P, vi, st, cd)
+    return pops, nd
+
+
+# --------------------------------------------------------------------------------------------------
+# search (section 4.1, 5.4): start from the entry points (the top layer), search the bottom layer
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, kb, P, V, tau, nn1, max_it,
+            out_d, out_i, out_nd, out_ne):
+    nq = queries.shape[0]
+    ntasks = (nq + _TASK - 1) // _TASK
+    dummy = np.zeros(1, np.int32)
+    for task in prange(ntasks):
+        bd = np.empty(kb, np.float32)
+        bi = np.empty(kb, np.int32)
+        pd = np.empty(P, np.float32)
+        pi = np.empty(P, np.int32)
+        vi = np.empty(V, np.int32)
+        st = np.zeros(4, np.int64)
+        cand = np.empty(CHUNK, np.int32)
+        cd = np.empty(CHUNK, np.float32)
+        for j in range(task * _TASK, min(nq, (task + 1) * _TASK)):
+            reset(st)
+            nd = 0
+            ne = entries.shape[0]
+            for s0 in range(0, ne, CHUNK):
+                c = min(ne, s0 + CHUNK) - s0
+                for t in range(c):
+                    cand[t] = entries[s0 + t]
+                nd += fetch_chunk(cand, c, kind, base, queries, j, inv_b, inv_q, tau, nn1, False, dummy, bd, bi, kb,
+                                  pd, pi, P, vi, st, cd)
+            pops, nd2 = walk(graph, kind, base, queries, j, inv_b, inv_q, tau, nn1, False, dummy, -1, bd, bi, kb,
+                             pd, pi, P, vi, V, st, max_it, cand, cd)
+            nb = st[0]
+            for t in range(k):
+                if t < nb:
+                    out_d[j, t] = bd[t]
+                    out_i[j, t] = bi[t]
+                else:
+                    out_d[j, t] = np.inf
+                    out_i[j, t] = -1
+            out_nd[j] = nd + nd2
+            out_ne[j] = pops
+
+
+def cache_layout(k: int, queue_size: int, cache_size: int):
+    """(best, prioq, visited) sizes of a search cache: best = max(k, 10) (section 4.1.2), the ring gets
+    the rest of ``cache_size``."""
+    kb = max(k, 10)
+    return kb, queue_size, cache_size - kb - queue_size
+
+
+def search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, tau, nn1, max_iterations, queue_size,
+           cache_size, *, batch_size=0):
+    """Search every query (host arrays, validated): ``graph_ids`` [n, degree] (-1 = none), ``base`` what
+    CPU kernels read, ``queries`` float32, ``entries`` int32 start ids, ``nn1`` the graph's d+_nn1.
+    Returns internal distances, ids ([nq, k], -1 / inf padded), distances computed and vertices
+    expanded per query. ``batch_size`` is a GPU setting (same signature as :func:`.cuda.search`)."""
+    nq = queries.shape[0]
+    kb, P, V = cache_layout(k, queue_size, cache_size)
+    out_d = np.empty((nq, k), np.float32)
+    out_i = np.empty((nq, k), np.int32)
+    out_nd = np.empty(nq, np.int32)
+    out_ne = np.empty(nq, np.int32)
+    _search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, kb, P, V, np.float32(tau),
+            np.float32(nn1), max_iterations, out_d, out_i, out_nd, out_ne)
+    return out_d, out_i, out_nd, out_ne
+
+
+# --------------------------------------------------------------------------------------------------
+# build: merge (section 5.1, Algorithms 3 and 4)
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def brute_segments(base, inv, kind, trans, lo, starts, k, out_i, out_d):
+    """merge(l, l): the k nearest of every row inside its segment (brute force); the segments of the
+    layer whose first global row is ``lo`` are local rows ``starts[b] .. starts[b + 1]``. Writes global
+    rows."""
+    nseg = starts.shape[0] - 1
+    for b in prange(nseg):
+        a0 = starts[b]
+        a1 = starts[b + 1]
+        bd = np.empty(k, np.float32)
+        bi = np.empty(k, np.int32)
+        for z in range(a0, a1):
+            nb = 0
+            zb = trans[lo + z]
+            for y in range(a0, a1):
+                if y == z:
+                    continue
+                d = cpu_distance(kind, base, trans[lo + y], base, zb, inv, inv)
+                nb = best_insert(d, lo + y, bd, bi, nb, k)
+            for t in range(k):
+                if t < nb:
+                    out_d[z, t] = bd[t]
+                    out_i[z, t] = bi[t]
+                else:
+                    out_d[z, t] = np.inf
+                    out_i[z, t] = -1
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def merge_queries(base, inv, kind, graph, trans, sel, offsets, top_seg, lt, lm, s, k, P, V, tau, nn1, max_pops,
+                  out_i, out_d):
+    """merge(lt, lm), lt > lm: for every row z of layer lm, the hierarchical query of Algorithm 4: fetch
+    the s rows of its top segment ``top_seg[z]`` at layer lt, then for each layer lt - 1 .. lm translate
+    the cache to that layer (best kept, prioq = best, visited cleared: digest 1.5) and walk it. The
+    query is z's vector; rows of z's vector are never proposed. Writes the k best (global rows)."""
+    lo_m = offsets[lm]
+    nz = offsets[lm + 1] - lo_m
+    lo_t = offsets[lt]
+    ntasks = (nz + _TASK - 1) // _TASK
+    for task in prange(ntasks):
+        bd = np.empty(k, np.float32)
+        bi = np.empty(k, np.int32)
+        pd = np.empty(P, np.float32)
+        pi = np.empty(P, np.int32)
+        vi = np.empty(V, np.int32)
+        st = np.zeros(4, np.int64)
+        cand = np.empty(CHUNK, np.int32)
+        cd = np.empty(CHUNK, np.float32)
+        for z in range(task * _TASK, min(nz, (task + 1) * _TASK)):
+            zb = trans[lo_m + z]
+            reset(st)
+            t0 = lo_t + top_seg[z] * s
+            for s0 in range(t0, t0 + s, CHUNK):
+                c = 0
+                for v in range(s0, min(t0 + s, s0 + CHUNK)):
+                    if trans[v] != zb:
+                        cand[c] = v
+                        c += 1
+                fetch_chunk(cand, c, kind, base, base, zb, inv, inv, tau, nn1, True, trans, bd, bi, k, pd, pi, P, vi,
+                            st, cd)
+            for layer in range(lt - 1, lm - 1, -1):
+                # transform: rows of layer + 1 -> the rows they were selected from; prioq <- best
+                nb = st[0]
+                for t in range(nb):
+                    bi[t] = sel[bi[t]]
+                st[1] = 0
+                for t in range(nb):
+                    push_prioq(bd[nb - 1 - t], bi[nb - 1 - t], pd, pi, P, st)
+                st[2] = 0
+                st[3] = 0
+                walk(graph, kind, base, base, zb, inv, inv, tau, nn1, True, trans, zb, bd, bi, k, pd, pi, P, vi,
+                     V, st, max_pops, cand, cd)
+            nb = st[0]
+            for t in range(k):
+                if t < nb:
+                    out_d[z, t] = bd[t]
+                    out_i[z, t] = bi[t]
+                else:
+                    out_d[z, t] = np.inf
+                    out_i[z, t] = -1
+
+
+# --------------------------------------------------------------------------------------------------
+# build: symmetric linking (section 5.2, Algorithm 5)
+
+
+@numba.njit(inline="always")
+def links_to(graph, knn, sym, cnt, a, z):
+    """Whether row a holds z among its nearest-neighbour slots or its inverse links so far."""
+    for t in range(knn):
+        if graph[a, t] == z:
+            return True
+    for t in range(cnt[a]):
+        if sym[a, t] == z:
+            return True
+    return False
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V, tau, nn1, req_i, req_d, req_n):
+    """Path searches of the rows z0 .. z1 (local rows of the layer starting at global row ``lo``): for
+    each of z's nearest neighbours x that does not link back to z, search from x towards z over the
+    nearest-neighbour slots and the inverse links placed so far, accepting only points inside the
+    sphere around q_m = z + 0.4 (x - z) through x (section 5.2.1, plus the slack tau^2 * mean nn1), at most
+    SYM_MAX_POPS pops. When z is not reached, the search's best list (nearest to z first) is kept as the
+    candidates for an inverse link: ``req_i/req_d[z - z0, i, :req_n]``."""
+    C = req_i.shape[2]
+    nz = z1 - z0
+    ntasks = (nz + _TASK - 1) // _TASK
+    kb = knn
+    for task in prange(ntasks):
+        bd = np.empty(kb, np.float32)
+        bi = np.empty(kb, np.int32)
+        pd = np.empty(P, np.float32)
+        pi = np.empty(P, np.int32)
+        vi = np.empty(V, np.int32)
+        st = np.zeros(4, np.int64)
+        for zz in range(task * _TASK, min(nz, (task + 1) * _TASK)):
+            z = lo + z0 + zz
+            zb = trans[z]
+            for i in range(knn):
+                req_n[zz, i] = 0
+                x = graph[z, i]
+                if x < 0 or links_to(graph, knn, sym, cnt, x, z):
+                    continue
+                xb = trans[x]
+                dxz = cpu_distance(kind, base, xb, base, zb, inv, inv)
+                # squared radius of the sphere through x around q_m, plus the slack (authors' code form)
+                rad2 = np.float32((1.0 - MIDPOINT) * (1.0 - MIDPOINT) * dxz + tau * tau * nn1)
+                reset(st)
+                push(dxz, x, bd, bi, kb, pd, pi, P, st)
+                found = False
+                pops = 0
+                while pops < SYM_MAX_POPS:
+                    a = pop(threshold(kind, bd, st[0], kb, tau, nn1), pd, pi, vi, V, st)
+                    if a < 0:
+                        break
+                    pops += 1
+                    if links_to(graph, knn, sym, cnt, a, z):
+                        found = True
+                        break
+                    na = cnt[a]
+                    for t in range(knn + na):
+                        v = graph[a, t] if t < knn else sym[a, t - knn]
+                        if v < 0 or v == z or in_cache(v, bi, pi, vi, st):
+                            continue
+                        vb = trans[v]
+                        dz = cpu_distance(kind, base, vb, base, zb, inv, inv)
+                        if dz > threshold(kind, bd, st[0], kb, tau, nn1):
+                            continue
+                        if kind != DIST_IP:
+                            # ||v - q_m||^2 = (1 - t) d(v, z) + t d(v, x) - t (1 - t) d(x, z)
+                            dx = cpu_distance(kind, base, vb, base, xb, inv, inv)
+                            dm = (1.0 - MIDPOINT) * dz + MIDPOINT * dx - MIDPOINT * (1.0 - MIDPOINT) * dxz
+                            if dm > rad2:
+                                continue
+                        push(dz, v, bd, bi, kb, pd, pi, P, st)
+                if found:
+                    continue
+                c = min(st[0], C)
+                for t in range(c):
+                    req_i[zz, i, t] = bi[t]
+                    req_d[zz, i, t] = bd[t]
+                req_n[zz, i] = c
+
+
+@numba.njit(cache=True)
+def sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n):
+    """Place the inverse links of rows z0 .. z1 in row order (deterministic; the GPU uses atomics): for
+    each missing path, z goes to the first candidate p (nearest to z first) with a free inverse slot,
+    unless p links to z already. Returns the links placed."""
+    placed = 0
+    for zz in range(z1 - z0):
+        z = lo + z0 + zz
+        for i in range(knn):
+            for t in range(req_n[zz, i]):
+                p = req_i[zz, i, t]
+                if links_to(graph, knn, sym, cnt, p, z):
+                    break
+                if cnt[p] < ksym:
+                    sym[p, cnt[p]] = z
+                    sym_d[p, cnt[p]] = req_d[zz, i, t]
+                    cnt[p] += 1
+                    placed += 1
+                    break
+    return placed
+
+
+@numba.njit(parallel=True, cache=True)
+def sym_write(graph, gdist, lo, n_rows, knn, sym, sym_d, cnt):
+    """Write the inverse links into the rows: [nearest neighbours | inverse links | further nearest
+    neighbours not already present], degree kept."""
+    deg = graph.shape[1]
+    for r in prange(n_rows):
+        z = lo + r
+        c = cnt[z]
+        if c == 0:
+            continue
+        old_i = graph[z, knn:].copy()
+        old_d = gdist[z, knn:].copy()
+        w = knn
+        for t in range(c):
+            graph[z, w] = sym[z, t]
+            gdist[z, w] = sym_d[z, t]
+            w += 1
+        for t in range(old_i.shape[0]):
+            if w >= deg:
+                break
+            v = old_i[t]
+            dup = False
+            for u in range(c):
+                if sym[z, u] == v:
+                    dup = True
+            if not dup:
+                graph[z, w] = v
+                gdist[z, w] = old_d[t]
+                w += 1
+        while w < deg:
+            graph[z, w] = -1
+            gdist[z, w] = np.inf
+            w += 1

@@ -1,0 +1,304 @@
+"""CUDA kernels of the GRNND rounds (numba-cuda). The steps, and why each vertex writes only its own
+proposal slots, are those of :mod:`knngraph.grnnd.cpu`; here:
+
+* :func:`propose_kernel`: one warp per vertex (section 3.3). The pool (codes, distances, alive flags)
+  sits in shared memory. The warp takes the random pair order 32 terms at a time: each lane computes one
+  pair's distance (the pool's vectors are read by many pairs, so they stay in L1) and its Eq. (2) test;
+  the redirects found are then applied one by one in term order through a ballot, a pair whose member
+  was redirected by an earlier term of the batch being skipped. That is the sequential order of the
+  CPU path, so both paths make the same decisions on the same distances. (The paper computes one pair at
+  a time with a warp-wide distance, Alg. 5; 32 independent pairs keep more loads in flight.)
+* :func:`merge_kernel`: one warp per target vertex. Proposals arrive sorted by target; the warp keeps the
+  current pool and the next chunk of proposals side by side in shared memory, sorts them with the warp
+  bitonic sort and keeps the first copy of each id (ballot + popc compaction), at most R: the
+  fixed-capacity write pool of section 3.5 without atomics.
+* :func:`count_kernel`, :func:`scatter_kernel`: the grouping of proposals by target (atomic counts, a
+  scan, an atomic scatter; the merge does not depend on the order within a target).
+* :func:`row_proposals_kernel`, :func:`random_rows_kernel`, :func:`reverse_kernel`: one thread per
+  entry / row.
+
+Nothing allocates: shared arrays have compile-time sizes (capacity rounded up to a power of two >= 32),
+every other array is the caller's. Flat offsets into the proposal arrays are int64.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda, float32, int32, uint32
+
+from ..primitives.compile import cuda_version
+from ..primitives.constants import FULL_MASK, ID_NONE, WARP
+from ..primitives.distances import DIST_L2SQ
+from ..primitives.random import progression
+from ..primitives.warp import finish_device, warp_bitonic_sort
+from ._common import pair_of, pair_order, reverse_count
+
+__all__ = ["propose_kernel", "merge_kernel", "row_proposals_kernel", "random_rows_kernel", "reverse_kernel",
+           "count_kernel", "scatter_kernel", "WPB"]
+
+INF = float32(np.inf)
+#: warps per block of the warp-per-vertex kernels
+WPB = 4
+_pair_order = cuda_version(pair_order)
+_pair_of = cuda_version(pair_of)
+_reverse_count = cuda_version(reverse_count)
+_progression = cuda_version(progression)
+
+
+@cuda.jit(device=True, inline=True)
+def pair_distance(kind, x, inv, a, b):
+    """d(x[a], x[b]) by one thread, in the canonical order a < b (every copy of a pair's distance is the
+    same float, which the duplicate rule relies on)."""
+    if a > b:
+        a, b = b, a
+    acc = float32(0.0)
+    if kind == DIST_L2SQ:
+        for t in range(x.shape[1]):
+            diff = float32(x[a, t]) - float32(x[b, t])
+            acc += diff * diff
+    else:
+        for t in range(x.shape[1]):
+            acc += float32(x[a, t]) * float32(x[b, t])
+    return finish_device(kind, acc, inv, a, inv, b)
+
+
+@cuda.jit
+def random_rows_kernel(n, s, seed, lo, out):
+    """out[r, :s] = s distinct random ids other than lo + r (one thread per row)."""
+    r = cuda.grid(1)
+    if r >= out.shape[0]:
+        return
+    v = lo + r
+    start, step = _progression(seed, v, n - 1)
+    for t in range(s):
+        c = (start + t * step) % (n - 1)
+        out[r, t] = c + 1 if c >= v else c
+
+
+@cuda.jit
+def row_proposals_kernel(x, inv, kind, rows, lo, pt, pc, pd):
+    """Proposal (lo + r, rows[r, t], new) with its distance, one thread per entry."""
+    e = cuda.grid(1)
+    w = rows.shape[1]
+    if e >= rows.shape[0] * w:
+        return
+    r = e // w
+    t = e - r * w
+    v = lo + r
+    c = rows[r, t]
+    if c < 0 or c == v:
+        pt[r, t] = -1
+        return
+    pt[r, t] = v
+    pc[r, t] = 2 * c + 1
+    pd[r, t] = pair_distance(kind, x, inv, v, c)
+
+
+@cuda.jit
+def reverse_kernel(rho, pool_c, pool_d, cnt, pt, pc, pd):
+    """Reverse-edge proposals of one vertex per thread (see :func:`knngraph.grnnd.cpu.reverse`)."""
+    v = cuda.grid(1)
+    n = pool_c.shape[0]
+    cap = pool_c.shape[1]
+    if v >= n:
+        return
+    m = cnt[v]
+    r = _reverse_count(rho, m)
+    for s in range(cap):
+        if s < m:
+            pt[v, s] = v
+            pc[v, s] = pool_c[v, s]
+            pd[v, s] = pool_d[v, s]
+        else:
+            pt[v, s] = -1
+    for s in range(pt.shape[1] - cap):
+        if s < r:
+            pt[v, cap + s] = pool_c[v, s] >> 1
+            pc[v, cap + s] = 2 * v + 1
+            pd[v, cap + s] = pool_d[v, s]
+        else:
+            pt[v, cap + s] = -1
+
+
+@cuda.jit
+def count_kernel(pt, counts):
+    """counts[t] += 1 for every proposal aimed at t (one thread per proposal)."""
+    e = cuda.grid(1)
+    if e < pt.shape[0]:
+        t = pt[e]
+        if t >= 0:
+            cuda.atomic.add(counts, t, 1)
+
+
+@cuda.jit
+def scatter_kernel(pt, pc, pd, fill, sc, sd):
+    """Each proposal into the next free slot of its target's range (fill: the ranges' next slots)."""
+    e = cuda.grid(1)
+    if e < pt.shape[0]:
+        t = pt[e]
+        if t >= 0:
+            pos = cuda.atomic.add(fill, t, 1)
+            sc[pos] = pc[e]
+            sd[pos] = pd[e]
+
+
+@functools.lru_cache(maxsize=None)
+def propose_kernel(cap: int):
+    """Step 1 of a round (Alg. 4), one warp per vertex, pools of up to ``cap`` entries (a power of two)."""
+    slots = WPB * cap
+
+    @cuda.jit
+    def kernel(x, inv, kind, seed, rnd, pool_c, pool_d, cnt, pt, pc, pd, redirects):
+        sc = cuda.shared.array(slots, dtype=int32)
+        sd = cuda.shared.array(slots, dtype=float32)
+        al = cuda.shared.array(slots, dtype=int32)
+        w = cuda.threadIdx.x // WARP
+        lane = cuda.threadIdx.x % WARP
+        v = cuda.blockIdx.x * WPB + w
+        if v >= pool_c.shape[0]:
+            return  # whole warps leave together
+        b = w * cap
+        m = cnt[v]
+        for s in range(lane, cap, WARP):
+            if s < m:
+                sc[b + s] = pool_c[v, s]
+                sd[b + s] = pool_d[v, s]
+            al[b + s] = 1
+        cuda.syncwarp(FULL_MASK)
+        red = 0
+        if m > 1:
+            start, step = _pair_order(seed, rnd, v, m)
+            mm = m * m
+            for t0 in range(0, mm, WARP):
+                t = t0 + lane
+                ok = False
+                i = 0
+                j = 0
+                dij = float32(0.0)
+                if t < mm:
+                    i, j = _pair_of(start, step, t, m)
+                    if i < j and al[b + i] != 0 and al[b + j] != 0:
+                        ci = sc[b + i]
+                        cj = sc[b + j]
+                        if (ci & 1) != 0 or (cj & 1) != 0:  # old-old pairs were tested last round
+                            dij = pair_distance(kind, x, inv, ci >> 1, cj >> 1)
+                            ok = dij < max(sd[b + i], sd[b + j])  # Eq. (2)
+                mask = cuda.ballot_sync(FULL_MASK, ok)
+                # apply the batch's redirects in term order, as the sequential loop would
+                while mask != 0:
+                    src = cuda.ffs(mask) - 1
+                    li = cuda.shfl_sync(FULL_MASK, i, src)
+                    lj = cuda.shfl_sync(FULL_MASK, j, src)
+                    ld = cuda.shfl_sync(FULL_MASK, dij, src)
+                    live = al[b + li] != 0 and al[b + lj] != 0
+                    di = sd[b + li]
+                    dj = sd[b + lj]
+                    ci = sc[b + li]
+                    cj = sc[b + lj]
+                    cuda.syncwarp(FULL_MASK)
+                    if live:
+                        if di < dj or (di == dj and ci < cj):
+                            close = li
+                            far = lj
+                        else:
+                            close = lj
+                            far = li
+                        if lane == 0:
+                            al[b + far] = 0
+                            pt[v, far] = sc[b + close] >> 1
+                            pc[v, far] = sc[b + far] | 1
+                            pd[v, far] = ld
+                        red += 1
+                    cuda.syncwarp(FULL_MASK)
+                    mask &= mask - uint32(1)  # the next redirect of the batch
+        for s in range(lane, pt.shape[1], WARP):
+            if s < m:
+                if al[b + s] != 0:
+                    pt[v, s] = v
+                    pc[v, s] = sc[b + s] & ~1
+                    pd[v, s] = sd[b + s]
+            else:
+                pt[v, s] = -1
+        if lane == 0:
+            redirects[v] = red
+
+    return kernel
+
+
+@functools.lru_cache(maxsize=None)
+def merge_kernel(cap: int):
+    """Step 3 of a round, one warp per target vertex; ``cap`` (a power of two >= 32) >= R."""
+    c2 = 2 * cap
+    slots2 = WPB * c2
+    slots1 = WPB * cap
+
+    @cuda.jit
+    def kernel(sc, sd, offsets, r, pool_c, pool_d, cnt):
+        bd = cuda.shared.array(slots2, dtype=float32)
+        bi = cuda.shared.array(slots2, dtype=int32)
+        td = cuda.shared.array(slots1, dtype=float32)
+        ti = cuda.shared.array(slots1, dtype=int32)
+        w = cuda.threadIdx.x // WARP
+        lane = cuda.threadIdx.x % WARP
+        t = cuda.blockIdx.x * WPB + w
+        if t >= pool_c.shape[0]:
+            return
+        b2 = w * c2
+        b1 = w * cap
+        below = (1 << lane) - 1
+        for s in range(lane, cap, WARP):
+            bd[b2 + s] = INF
+            bi[b2 + s] = ID_NONE
+        lo = offsets[t]
+        hi = offsets[t + 1]
+        kept = 0
+        for c0 in range(lo, hi, cap):
+            # the next chunk of proposals beside the current pool
+            for s in range(lane, cap, WARP):
+                e = c0 + s
+                if e < hi:
+                    bd[b2 + cap + s] = sd[e]
+                    bi[b2 + cap + s] = sc[e]
+                else:
+                    bd[b2 + cap + s] = INF
+                    bi[b2 + cap + s] = ID_NONE
+            cuda.syncwarp(FULL_MASK)
+            warp_bitonic_sort(bd, bi, b2, c2, lane)
+            # first copy of each id (copies are adjacent, the surviving one first), at most r
+            kept = 0
+            for s0 in range(0, c2, WARP):
+                pos = s0 + lane
+                c = bi[b2 + pos]
+                keep = c != ID_NONE
+                if keep and pos > 0:
+                    keep = (bi[b2 + pos - 1] >> 1) != (c >> 1)
+                bal = cuda.ballot_sync(FULL_MASK, keep)
+                dst = kept + cuda.popc(bal & below)
+                if keep and dst < r:
+                    ti[b1 + dst] = c
+                    td[b1 + dst] = bd[b2 + pos]
+                kept += cuda.popc(bal)
+            if kept > r:
+                kept = r
+            cuda.syncwarp(FULL_MASK)
+            for s in range(lane, cap, WARP):
+                if s < kept:
+                    bd[b2 + s] = td[b1 + s]
+                    bi[b2 + s] = ti[b1 + s]
+                else:
+                    bd[b2 + s] = INF
+                    bi[b2 + s] = ID_NONE
+            cuda.syncwarp(FULL_MASK)
+        for s in range(lane, pool_c.shape[1], WARP):
+            if s < kept:
+                pool_c[t, s] = bi[b2 + s]
+                pool_d[t, s] = bd[b2 + s]
+            else:
+                pool_c[t, s] = -1
+                pool_d[t, s] = INF
+        if lane == 0:
+            cnt[t] = kept
+
+    return kernel

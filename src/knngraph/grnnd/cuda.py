@@ -1,0 +1,90 @@
+"""GRNND rounds on the GPU: the functions of :mod:`knngraph.grnnd.cpu` over CuPy arrays, launching the
+kernels of :mod:`knngraph.grnnd._kernels`. Given NumPy arrays (the numba CUDA simulator, in tests) the
+same kernels run through numba's launch and the grouping uses NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..primitives.constants import WARP, pow2_at_least
+from . import _kernels as K
+
+__all__ = ["random_rows", "row_proposals", "propose", "reverse", "group", "merge", "capacity"]
+
+#: threads per block of the one-thread-per-item kernels
+TPB = 256
+
+
+def _xp(a):
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+
+    return cupy
+
+
+def _launch(kernel, blocks, threads, args):
+    if blocks <= 0:
+        return
+    if isinstance(args[-1], np.ndarray):  # simulator
+        kernel[blocks, threads](*args)
+        return
+    from .._cuda_launch import launch
+
+    launch(kernel, blocks, threads, args)
+
+
+def capacity(r: int) -> int:
+    """Shared-memory pool capacity of the warp kernels for pools of ``r`` entries."""
+    return pow2_at_least(r, WARP)
+
+
+def random_rows(n, s, seed, lo, out):
+    """out[r, :s] = s distinct random ids other than lo + r."""
+    _launch(K.random_rows_kernel, -(-out.shape[0] // TPB), TPB, (int(n), int(s), int(seed), int(lo), out))
+
+
+def row_proposals(x, inv, kind, rows, lo, pt, pc, pd):
+    total = rows.shape[0] * rows.shape[1]
+    _launch(K.row_proposals_kernel, -(-total // TPB), TPB, (x, inv, int(kind), rows, int(lo), pt, pc, pd))
+
+
+def propose(x, inv, kind, seed, rnd, pool_c, pool_d, cnt, pt, pc, pd):
+    xp = _xp(pool_c)
+    n = pool_c.shape[0]
+    redirects = xp.empty(n, xp.int32)
+    kern = K.propose_kernel(capacity(pool_c.shape[1]))
+    _launch(kern, -(-n // K.WPB), K.WPB * WARP, (x, inv, int(kind), int(seed), int(rnd), pool_c, pool_d, cnt,
+                                                   pt, pc, pd, redirects))
+    return redirects.sum(dtype=xp.int64)  # on the device: no host sync per round
+
+
+def reverse(rho, pool_c, pool_d, cnt, pt, pc, pd):
+    n = pool_c.shape[0]
+    _launch(K.reverse_kernel, -(-n // TPB), TPB, (float(rho), pool_c, pool_d, cnt, pt, pc, pd))
+    return (pt[:, pool_c.shape[1]:] >= 0).sum()
+
+
+def group(pt, pc, pd, n):
+    """(offsets [n + 1], codes, distances) of the proposals by target: a count (atomics), a scan and a
+    scatter (atomics: a target's proposals land in any order, which :func:`merge` does not see)."""
+    xp = _xp(pt)
+    size = pt.size
+    counts = xp.zeros(n + 1, xp.int64)
+    blocks = -(-size // TPB)
+    _launch(K.count_kernel, blocks, TPB, (pt.ravel(), counts))
+    offsets = xp.empty(n + 1, xp.int64)
+    offsets[0] = 0
+    xp.cumsum(counts[:n], out=offsets[1:])
+    fill = offsets[:n].copy()
+    sc = xp.empty(size, xp.int32)
+    sd = xp.empty(size, xp.float32)
+    _launch(K.scatter_kernel, blocks, TPB, (pt.ravel(), pc.ravel(), pd.ravel(), fill, sc, sd))
+    return offsets, sc, sd
+
+
+def merge(grouping, pool_c, pool_d, cnt):
+    offsets, sc, sd = grouping
+    n, r = pool_c.shape
+    kern = K.merge_kernel(capacity(r))
+    _launch(kern, -(-n // K.WPB), K.WPB * WARP, (sc, sd, offsets, int(r), pool_c, pool_d, cnt))

@@ -1,0 +1,82 @@
+"""GGNN on a real GPU (marker ``gpu``; scripts/gpu_check.sh runs these with KNNGRAPH_GPU_TESTS=1).
+
+sift-photos 450k comes from $KNNGRAPH_DEVICE_DATA (scripts/prepare_device_data.py). On uint8 data every
+distance is an exact integer in float32, so the GPU and CPU searches of one index return the same ids;
+GPU builds place inverse links with atomics, so they are compared by search quality."""
+
+import numpy as np
+import pytest
+
+from knngraph import ggnn
+
+from tests.song.test_song_gpu import _sift450k
+
+from .conftest import recall_at
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def sift_index():
+    base, queries, gt = _sift450k()
+    return base, queries, gt, ggnn.build(ggnn.IndexParams(), base, device="cuda", verbose=False)
+
+
+def test_sift450k_recall_and_same_ids_as_cpu(sift_index):
+    import cupy as cp
+
+    base, queries, gt, index = sift_index
+    sp = ggnn.SearchParams(tau=0.5)
+    d, i = ggnn.search(index, cp.asarray(queries), 10, sp, device="cuda")
+    i = cp.asnumpy(i)
+    assert recall_at(i, gt, 10) >= 0.95
+    dc, ic = ggnn.search(index, queries[:300], 10, sp, device="cpu")
+    np.testing.assert_array_equal(i[:300], ic)
+    np.testing.assert_array_equal(cp.asnumpy(d)[:300], dc)
+
+
+def test_gpu_build_matches_cpu_build_quality_on_a_slice(sift_index):
+    """The GPU build places inverse links with atomics (another order than the CPU's waves), so the graphs
+    differ; their search quality must not."""
+    from collections import deque
+
+    base, queries, _, _ = sift_index
+    x = base[:20000]
+    import knngraph
+
+    truth = knngraph.knn(x, queries[:1000], 10, device="cuda").indices
+    p = ggnn.IndexParams(graph_degree=16, refinements=1)
+    a = ggnn.build(p, x, device="cuda", verbose=False)
+    b = ggnn.build(p, x, device="cpu", verbose=False)
+    np.testing.assert_array_equal(a.entry_points, b.entry_points)  # the selection does not see the links' order
+    sp = ggnn.SearchParams(tau=0.5)
+    ra = recall_at(ggnn.search(a, queries[:1000], 10, sp, device="cpu").indices, np.asarray(truth), 10)
+    rb = recall_at(ggnn.search(b, queries[:1000], 10, sp, device="cpu").indices, np.asarray(truth), 10)
+    assert ra >= 0.95 and abs(ra - rb) <= 0.02, (ra, rb)
+    g = a.graph.indices
+    seen = np.zeros(g.shape[0], bool)
+    seen[a.entry_points] = True
+    todo = deque(a.entry_points.tolist())
+    while todo:
+        for v in g[todo.popleft()]:
+            if v >= 0 and not seen[v]:
+                seen[v] = True
+                todo.append(v)
+    assert seen.all()
+
+
+def test_sharded_search_swaps_shards_through_host_memory(sift_index):
+    import cupy as cp
+
+    base, queries, gt, _ = sift_index
+    x = base[:100_000]
+    index = ggnn.build(ggnn.IndexParams(n_shards=4), x, device="cuda", verbose=False)
+    q = cp.asarray(queries[:2000])
+    sp = ggnn.SearchParams(tau=0.5)
+    resident = ggnn.search(index, q, 10, sp, device="cuda")
+    index.release()
+    swapped = ggnn.search(index, q, 10, sp, device="cuda", memory_limit=10_000_000)  # < one shard's bytes * 4
+    np.testing.assert_array_equal(cp.asnumpy(resident.indices), cp.asnumpy(swapped.indices))
+    assert not index._cache, "swapped shards are dropped after their search"
+    cpu = ggnn.search(index, queries[:2000], 10, sp, device="cpu")
+    np.testing.assert_array_equal(cp.asnumpy(resident.indices), cpu.indices)

@@ -1,0 +1,197 @@
+"""CPU query paths (issue 15): the beam searcher behind ``song.search`` on the CPU, its single-query and
+batch paths, ``n_threads``, the visited stamps reused across calls, any builder's graph (NN-Descent), and the
+few-query exact path of ``knngraph.knn``. Results are checked against brute force, the plain-Python
+reference walk of the beam search, and the GEMM exact path."""
+
+import numpy as np
+import pytest
+
+import knngraph
+from knngraph import metrics, nndescent, song
+from knngraph.evaluate import recall_at_k
+from knngraph.primitives.distances import DIST_IP, DIST_L2SQ
+from knngraph.song import cpu
+
+from .song.conftest import complete_graph, random_vectors
+from .song.test_beam_sim import reference_walk
+
+
+def _brute(base, queries, k, metric):
+    full = metrics.pairwise_distances(queries, base, metric)
+    order = np.array([np.lexsort((np.arange(base.shape[0]), row))[:k] for row in full])
+    return np.take_along_axis(full, order, 1), order
+
+
+@pytest.fixture(scope="module")
+def nnd_index(sample):
+    """A SONG index over an NN-Descent graph of the 20k sample, prepared (the ``query()`` recipe)."""
+    g = nndescent.build(nndescent.IndexParams(graph_degree=32), sample.base, device="cpu", verbose=False).graph
+    prepared = knngraph.optimize_graph(g, sample.base, graph_degree=24, device="cpu", verbose=False)
+    return song.from_graph(prepared, sample.base, device="cpu", verbose=False)
+
+
+@pytest.mark.parametrize("algo", ["beam", "song"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.int8])
+@pytest.mark.parametrize("metric", metrics.METRICS)
+def test_complete_graph_is_exact(algo, dtype, metric, rng):
+    base = random_vectors(rng, 40, 12, dtype)
+    queries = random_vectors(rng, 6, 12, dtype)
+    g = complete_graph(40)
+    g.metric = metric
+    index = song.from_graph(g, base, device="cpu")
+    st = {}
+    d, i = song.search(index, queries, 5, song.SearchParams(queue_size=8, algo=algo), device="cpu", verbose=False,
+                       stats=st)
+    assert st.get("algo", "song") == algo
+    ref_d, ref_i = _brute(base, queries, 5, metric)
+    got = np.take_along_axis(metrics.pairwise_distances(queries, base, metric), i.astype(np.int64), 1)
+    assert recall_at_k(i, ref_i, 5, distances=got, true_distances=ref_d) == 1.0
+    np.testing.assert_allclose(d, ref_d, rtol=1e-4, atol=1e-3 * max(1.0, float(np.abs(ref_d).max())))
+
+
+@pytest.mark.parametrize("kind", [DIST_L2SQ, DIST_IP])
+def test_beam_kernel_equals_reference_walk(kind, rng):
+    """Ids, distances, distance computations and expansions equal the plain-Python walk exactly (small
+    integers: every distance is exact), including rows with -1 and repeated entry points."""
+    x = rng.integers(0, 8, (300, 16)).astype(np.uint8)
+    q = rng.integers(0, 8, (12, 16)).astype(np.uint8)
+    ids = knngraph.optimize_graph(knngraph.knn_graph(x, 12, device="cpu", verbose=False), x, graph_degree=8,
+                                  fill=False, device="cpu").indices
+    assert (ids < 0).any()
+    entries = np.array([0, 7, 7, 100], np.int32)
+    for queue in (4, 11, 40):
+        d, i, nd, ne = cpu.search_beam(ids, x, q, np.zeros(1, np.float32), kind, entries, 4, queue)
+        for j in range(len(q)):
+            rd, ri, rn, rexp = reference_walk(ids, x, q[j], kind, entries, 4, queue)
+            np.testing.assert_array_equal(i[j], ri)
+            np.testing.assert_array_equal(d[j], rd.astype(np.float32))
+            assert (nd[j], ne[j]) == (rn, rexp)
+
+
+def test_recall_floor_on_nndescent_graph(sample, nnd_index):
+    """query()-style search on an NN-Descent graph: recall@10 on sift 20k at two operating points."""
+    for queue, floor in ((16, 0.93), (48, 0.98)):
+        st = {}
+        d, i = song.search(nnd_index, sample.queries, 10, song.SearchParams(queue_size=queue), device="cpu",
+                           verbose=False, stats=st)
+        r = recall_at_k(i, sample.gt_indices, 10, distances=d, true_distances=sample.gt_distances)
+        assert r >= floor, (queue, r)
+        assert st["algo"] == "beam" and 0 < st["distances_per_query"] < 0.2 * len(sample.base)
+
+
+def test_single_query_and_batch_paths_agree(sample, nnd_index):
+    """One query per call (serial kernel) and batches on 1 and 2 threads give identical results."""
+    q = sample.queries[:40]
+    sp = song.SearchParams(queue_size=24)
+    one = [song.search(nnd_index, q[j:j + 1], 10, sp, device="cpu", verbose=False) for j in range(len(q))]
+    d1 = np.concatenate([r.distances for r in one])
+    i1 = np.concatenate([r.indices for r in one])
+    for threads in (1, 2):
+        d, i = song.search(nnd_index, q, 10, sp, device="cpu", verbose=False, n_threads=threads)
+        np.testing.assert_array_equal(i, i1)
+        np.testing.assert_array_equal(d, d1)
+    # the reported distances are the exact squared L2 of the returned ids (integers here)
+    full = metrics.pairwise_distances(q, sample.base, "sqeuclidean")
+    np.testing.assert_array_equal(d1, np.take_along_axis(full, i1.astype(np.int64), 1).astype(np.float32))
+
+
+def test_same_seed_same_result_and_stamps_wrap(sample, nnd_index):
+    """Two indexes from the same graph and seed answer identically; the visited stamps kept in an index
+    across calls (cleared when their generation counter wraps) never change a result."""
+    g = nnd_index.graph
+    sp = song.SearchParams(queue_size=16)
+    q = sample.queries[:64]
+    a = song.search(song.from_graph(g, sample.base, song.IndexParams(seed=3), device="cpu"), q, 10, sp,
+                    device="cpu", verbose=False)
+    other = song.from_graph(g, sample.base, song.IndexParams(seed=3), device="cpu")
+    b = song.search(other, q, 10, sp, device="cpu", verbose=False)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    sc = cpu.index_scratch(other)
+    sc.gens[:] = 65534  # the next queries cross the wrap-around
+    c = song.search(other, q, 10, sp, device="cpu", verbose=False, n_threads=2)
+    np.testing.assert_array_equal(a.indices, c.indices)
+    np.testing.assert_array_equal(a.distances, c.distances)
+    assert (sc.gens <= 65535).all()
+
+
+def test_out_and_padding_and_bad_arguments(sample, nnd_index, rng):
+    q = sample.queries[:3]
+    out = (np.empty((3, 5), np.float32), np.empty((3, 5), np.int32))
+    r = song.search(nnd_index, q, 5, song.SearchParams(queue_size=16), device="cpu", verbose=False, out=out)
+    assert r.indices is out[1] and r.distances is out[0]
+    ref = song.search(nnd_index, q, 5, song.SearchParams(queue_size=16), device="cpu", verbose=False)
+    np.testing.assert_array_equal(out[1], ref.indices)
+    # fewer than k vertices reachable: -1 / inf, as the SONG path pads
+    base = rng.standard_normal((10, 3)).astype(np.float32)
+    ids = np.full((10, 2), -1, np.int32)
+    ids[0] = [1, 2]
+    small = song.from_graph(knngraph.Graph(ids, np.zeros((10, 2), np.float32)), base, entry_points=[0], device="cpu")
+    d, i = song.search(small, base[:1], 5, song.SearchParams(queue_size=5), device="cpu", verbose=False)
+    assert sorted(i[0, :3].tolist()) == [0, 1, 2] and i[0, 3:].tolist() == [-1, -1] and np.isinf(d[0, 3:]).all()
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="n_threads must be a positive integer"):
+            song.search(nnd_index, q, 5, device="cpu", n_threads=bad)
+    with pytest.raises(ValueError, match="algo='beam' does not support a filter"):
+        song.search(nnd_index, q, 5, song.SearchParams(algo="beam"), device="cpu",
+                    filter=np.ones(len(sample.base), bool))
+    with pytest.raises(ValueError, match="algo='beam' does not support visited='bloom'"):
+        song.search(nnd_index, q, 5, song.SearchParams(algo="beam", visited="bloom"), device="cpu")
+
+
+def test_filter_still_walks_with_song(sample, nnd_index):
+    """A filter takes SONG's walk (algo='auto'); only allowed ids come back, near the exact answer."""
+    mask = np.zeros(len(sample.base), bool)
+    mask[::3] = True
+    st = {}
+    d, i = song.search(nnd_index, sample.queries[:100], 10, song.SearchParams(queue_size=32), device="cpu",
+                       verbose=False, filter=mask, stats=st)
+    assert st["filtered_path"] == "graph" and "algo" not in st
+    assert mask[i[i >= 0]].all()
+    ref_d, ref_i = knngraph.knn(sample.base, sample.queries[:100], 10, device="cpu", verbose=False, filter=mask)
+    assert recall_at_k(i, ref_i, 10, distances=d, true_distances=ref_d) >= 0.95
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.float32])
+@pytest.mark.parametrize("metric", ["sqeuclidean", "euclidean"])
+def test_few_query_exact_path_matches_gemm_path(dtype, metric, rng):
+    """knn with at most FEW_QUERIES queries takes the direct pass; it must equal the GEMM path and brute
+    force (ties by lower id), also far from the origin and with many ties (where its proof fails and
+    it falls back)."""
+    from knngraph.bruteforce.cpu import FEW_QUERIES, exact_few_l2
+
+    n, d = 3000, 16
+    if dtype == np.float32:
+        base = (rng.standard_normal((n, d)) + 1000).astype(dtype)
+        q = (rng.standard_normal((3, d)) + 1000).astype(dtype)
+    else:
+        lo, hi = (0, 4) if dtype == np.uint8 else (-2, 2)
+        base = rng.integers(lo, hi, (n, d)).astype(dtype)
+        q = rng.integers(lo, hi, (3, d)).astype(dtype)
+    assert len(q) <= FEW_QUERIES
+    d1, i1 = knngraph.knn(base, q, 7, metric=metric, device="cpu", verbose=False)
+    d2, i2 = knngraph.knn(base, np.concatenate([q] * 3), 7, metric=metric, device="cpu", verbose=False)
+    ref_d, ref_i = _brute(base, q, 7, metric)
+    np.testing.assert_array_equal(i1, ref_i)
+    np.testing.assert_array_equal(i1, i2[:3])
+    np.testing.assert_array_equal(d1, d2[:3])
+    np.testing.assert_allclose(d1, ref_d, rtol=1e-6)
+    few = exact_few_l2(base, q, 7, metric)
+    if dtype == np.float32:
+        assert few is not None  # distinct distances: proven in one pass
+    if few is not None:
+        np.testing.assert_array_equal(few[1], ref_i)
+
+
+@pytest.mark.gpu
+def test_cpu_beam_returns_the_gpu_beams_ids(sample, nnd_index):
+    """On uint8 data every distance is an exact integer on both sides, so the CPU beam searcher and the
+    GPU's (song/_beam_kernels.py) walk identically: same ids, distances and work per query."""
+    pytest.importorskip("cupy")
+    for queue in (16, 64):
+        sp = song.SearchParams(queue_size=queue, algo="beam", search_width=1)  # the CPU expands one at a time
+        sc, sg = {}, {}
+        dc, ic = song.search(nnd_index, sample.queries, 10, sp, device="cpu", verbose=False, stats=sc)
+        dg, ig = song.search(nnd_index, sample.queries, 10, sp, device="cuda", verbose=False, stats=sg)
+        np.testing.assert_array_equal(ic, ig)
+        np.testing.assert_array_equal(dc, dg)
+        assert sc["expansions_per_query"] == sg["expansions_per_query"]
