@@ -4,8 +4,8 @@
 
 Builds a GGNN index (k=24 and k=40, s=32, L=4, tau_b=0.5, r=2) and reports the time of each build phase
 (select / merge / symmetric linking / refinement, the paper's Fig. 6), then sweeps the query slack tau
-(10k queries, k=10, one batch; search caches of 256 and 512 ids) and writes ``ggnn_gpu.jsonl`` and ``ggnn_gpu.png`` (recall@10 against
-queries per second). Every search is the median of --repeats calls after a warm-up call. Targets
+(10k queries, k=10, one batch; search caches of 256 and 512 ids) and writes ``ggnn_gpu.jsonl`` and
+``ggnn_gpu.png`` (recall@10 against queries per second). Every search is the median of --repeats calls after a warm-up call. Targets
 (issue 13, H200): build <= 1.8 s at k=24; >= 1.5M QPS at recall@10 0.95; recall@10 0.99 at >= 1M QPS.
 """
 

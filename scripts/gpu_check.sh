@@ -35,6 +35,12 @@ GPU_BENCHMARKS=(
   # GNND time against iterations from random lists and from cluster windows (JSON lines on stdout)
   "profile_join:python3 benchmarks/profile_join.py --sample-size 32 --iterations 5,6,7 --repeat 3 --recall && python3 benchmarks/profile_join.py --init cluster_windows --sample-size 32 --iterations 1,3,4,7 --repeat 2 --recall"
   "song:python3 benchmarks/song_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  # the fast searcher against cuVS CAGRA on the same graph (source /root/cuvs-env.sh first; without cuVS
+  # the CAGRA parts are skipped): sift-photos 450k, and minilm-words from /root/minilm (copied there from
+  # a carried .minilm folder)
+  "search_sift:python3 benchmarks/search_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  "search_minilm:python3 benchmarks/search_gpu.py --dataset minilm --out $OUT ${BENCH_ARGS:-}"
+  "grnnd:python3 benchmarks/grnnd_gpu.py --out $OUT ${BENCH_ARGS:-}"
   # the benchmark runner's whole GPU suite, within the lent machine's 10 minutes: sift-photos 450k and the
   # in-memory scaling series took about 5 minutes on an H200, the clustered out-of-core builds at 1M and
   # 10M about 1.5 more; BENCH_ARGS="--parts ooc" runs only the out-of-core part (the last --parts wins)

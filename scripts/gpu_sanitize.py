@@ -5,7 +5,8 @@ library on tiny inputs, every vector dtype, L2 and cosine.
     python3 scripts/sanitizer_summary.py LOG...      # fails on any kernel error or hazard
 
 Exact k-NN (both selection strategies, graph and search), NN-Descent (random lists, merge, extend),
-graph preparation, SONG search (generic, packed 8-bit and hashed), the list merge. Sizes are small: the
+graph preparation, SONG search (generic, packed 8-bit and hashed), the fast searcher (every distance mode,
+warp and block per query), the list merge. Sizes are small: the
 sanitizer runs kernels tens of times slower.
 """
 
@@ -49,8 +50,14 @@ def main():
             prepared = knngraph.optimize_graph(g, x, 12, device="cuda", verbose=False)
             index = song.from_graph(prepared, x, device="cuda")
             for visited in ("hash", "bloom"):
-                song.search(index, q, 10, song.SearchParams(queue_size=32, visited=visited), device="cuda",
+                song.search(index, q, 10, song.SearchParams(queue_size=32, visited=visited, algo="song"),
+                            device="cuda", verbose=False)
+            # the fast searcher: warp per query and block per query, float queries against 8-bit vectors
+            for width in (1, 4):
+                song.search(index, q, 10, song.SearchParams(queue_size=32, search_width=width), device="cuda",
                             verbose=False)
+            song.search(index, q.astype(cp.float32), 10, song.SearchParams(queue_size=48), device="cuda",
+                        verbose=False)
             print(f"{dtype} {metric}: ok ({time.perf_counter() - t0:.0f} s)", flush=True)
     x = cp.asarray(data("float32", 1500, 64, 4))
     hashed = song.from_graph(knngraph.optimize_graph(knngraph.knn_graph(x, 16, device="cuda", verbose=False), x,

@@ -4,6 +4,10 @@ import json
 
 import numpy as np
 
+import pytest
+
+pytest.importorskip("distributed")  # the dask extra
+
 import knngraph
 from knngraph import io
 from knngraph.cli import main

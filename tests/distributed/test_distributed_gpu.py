@@ -4,6 +4,7 @@ machine: the test cluster's 2 worker processes then share its GPU)."""
 import numpy as np
 import pytest
 
+pytest.importorskip("distributed")  # the dask extra
 import knngraph
 from knngraph import song
 from knngraph import distributed as kd

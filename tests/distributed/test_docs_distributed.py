@@ -2,6 +2,10 @@
 
 import doctest
 
+import pytest
+
+pytest.importorskip("distributed")  # the dask extra
+
 import knngraph.distributed._index as sharded
 
 

@@ -5,11 +5,11 @@ arrays, files), save/load, faults (a killed worker, a shard that cannot be rebui
 import os
 import signal
 import threading
-import time
 
 import numpy as np
 import pytest
 
+pytest.importorskip("distributed")  # the dask extra
 import knngraph
 from knngraph import bruteforce, nndescent, song
 from knngraph import distributed as kd
@@ -153,7 +153,8 @@ def test_bad_input(client, rng, tmp_path):
         kd.build(bruteforce.IndexParams(), [tmp_path / "a.fbin", tmp_path / "b.fbin"], client=client)
     with pytest.raises(TypeError, match="IndexParams of a searching algorithm"):
         kd.build(nndescent.IndexParams(), x, client=client)
-    with pytest.raises(ValueError, match=r"shards must be in the range \[1, 60\] \(one row at least per shard\), got 61"):
+    with pytest.raises(ValueError, match=r"shards must be in the range \[1, 60\] \(one row at least per shard\), "
+                                         "got 61"):
         kd.build(bruteforce.IndexParams(), x, client=client, shards=61)
     index = kd.build(bruteforce.IndexParams(), x, client=client, shards=2)
     with pytest.raises(ValueError, match="queries have dimension 3 but the index has 4"):

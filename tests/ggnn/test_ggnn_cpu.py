@@ -9,11 +9,11 @@ import pytest
 import knngraph
 from knngraph import ggnn, song
 from knngraph.ggnn._hierarchy import bottom_segment, plan
-from knngraph.metrics import pairwise_distances
 
 from .conftest import complete_graph, recall_at
 
-#: the query slack documented for recall@10 >= 0.95 on sift 20k (measured 0.984, benchmarks/ggnn_cpu.py)
+#: the query slack documented for recall@10 >= 0.95 on sift 20k (0.984 with the default build,
+#: benchmarks/ggnn_cpu.py)
 TAU_95 = 0.5
 
 
@@ -165,16 +165,16 @@ def test_sharded_search_is_the_union_of_per_shard_exact_searches():
 
 
 def test_sharded_sift_keeps_recall(sample, tmp_path):
-    x = sample.base[:6000]
+    x = sample.base[:4000]
     q = sample.queries[:200]
     truth = knngraph.knn(x, q, 10, device="cpu").indices
-    index = ggnn.build(ggnn.IndexParams(n_shards=3, refinements=1), x, device="cpu", verbose=False)
+    index = ggnn.build(ggnn.IndexParams(n_shards=2, refinements=0), x, device="cpu", verbose=False)
     d, i = ggnn.search(index, q, 10, ggnn.SearchParams(tau=TAU_95), device="cpu")
     assert recall_at(i, truth, 10) >= 0.95
     path = tmp_path / "sharded.ggnn"
     ggnn.save(path, index)
     back = ggnn.load(path)
-    assert back.n_shards == 3 and np.array_equal(back.entry_points, index.entry_points)
+    assert back.n_shards == 2 and np.array_equal(back.entry_points, index.entry_points)
     d2, i2 = ggnn.search(back, q, 10, ggnn.SearchParams(tau=TAU_95), device="cpu")
     assert np.array_equal(i, i2) and np.array_equal(d, d2)
 

@@ -68,8 +68,8 @@ def test_sift450k_recall_and_same_ids_as_cpu():
     assert recall_at_k(i2, gt[:, :10], 10, distances=d2, true_distances=gt_d) >= 0.99  # CPU path: 0.995-0.997
     np.testing.assert_array_equal(d[:100], _true_dist(base, queries[:100], i[:100]))
     cpu_stats = {}
-    dc, ic = index.search(queries[:300], 10, song.SearchParams(queue_size=64), device="cpu", verbose=False,
-                          stats=cpu_stats)
+    dc, ic = index.search(queries[:300], 10, song.SearchParams(queue_size=64, algo="song"), device="cpu",
+                          verbose=False, stats=cpu_stats)
     np.testing.assert_array_equal(i[:300], ic)
     np.testing.assert_array_equal(d[:300], dc)
 

@@ -213,6 +213,7 @@ def search(index: Index, queries, k: int, params: SearchParams | None = None, *,
     k = check_k(k, base.shape[0])
     allowed = prepare_filter(filter, base.shape[0])
     check_finite(q, "queries")
+    _budget(memory_limit, dev)  # validated whichever path runs
     few = None
     if (allowed is None and not dev.is_cuda and index.metric in ("sqeuclidean", "euclidean")
             and base.dtype != np.float16):

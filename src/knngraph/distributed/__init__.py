@@ -37,6 +37,12 @@ times) raises an error naming the shard or piece (:class:`ShardError`, or the or
 the name in front); no partial result is ever returned.
 """
 
+try:
+    import dask  # noqa: F401
+    import distributed  # noqa: F401
+except ImportError:  # pragma: no cover - the dask extra is missing
+    raise ImportError("knngraph.distributed needs Dask: pip install 'knngraph[dask]'") from None
+
 from ._common import ShardError, connect
 from ._graph import knn_graph, load_graph
 from ._index import ShardedIndex, build, load, save, search

@@ -32,7 +32,8 @@ def build(args) -> int:
 
     algorithm = registry.get(args.method)
     if not algorithm.builds_graphs:
-        raise ValueError(f"unknown graph method {args.method!r}; graph builders: {', '.join(registry.graph_builders())}")
+        raise ValueError(f"unknown graph method {args.method!r}; graph builders: "
+                         f"{', '.join(registry.graph_builders())}")
     _no_hdf5_dataset(args, "base_dataset")
     folder = Path(str(args.out)).suffix == ""
     if not folder:

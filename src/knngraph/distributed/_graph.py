@@ -158,7 +158,12 @@ def _as_dask(dataset, client, block_rows):
         named_sources = [(s.source, src) for s, src in zip(plan, sources)]
     parts = [da.from_delayed(dask.delayed(named, pure=True)(name, read_source, src), (hi - lo, d), dtype)
              for name, src, (lo, hi) in ((nm, src, _rows_of(src)) for nm, src in named_sources)]
-    return da.concatenate(parts, axis=0), n, d
+    x = da.concatenate(parts, axis=0)
+    if not _is_file_list(dataset):
+        # a NumPy array travels once: later tasks (samples, pieces) refer to the workers' copies, and Dask
+        # keeps the blocks' tasks to remake a copy lost with its worker
+        x = client.persist(x)
+    return x, n, d
 
 
 def _rows_of(src):

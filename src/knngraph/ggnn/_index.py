@@ -20,8 +20,8 @@ from ..graph import Graph
 from ..graphops import default_entry_points
 from ..index import Index as IndexBase
 from ..index import KNNResult, assembling, load_index, runtime_docs, save_index
-from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms, report_distances
-from ._build import build_hierarchy, plain
+from ..primitives.distances import distance_kind, inverse_norms, report_distances
+from ._build import build_hierarchy
 from ._params import MIN_VISITED, IndexParams, SearchParams
 from ._shards import search_shards, shard_bounds
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._device import Device, as_numpy, default_memory_limit, device_context, implementation, parse_memory, resolve_device
+from .._device import (Device, as_numpy, default_memory_limit, device_context, implementation, parse_memory,
+                       resolve_device)
 from ..graphops import merge_topk
 from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms, report_distances
 

@@ -272,6 +272,40 @@ def _slot(cand, w, s, c):
 
 
 @cuda.jit(device=True, inline=True)
+def _four_slots(cand, w, s1, nteams, c):
+    """The four candidates a team computes in one pass: slots s1 + {0, 1, 2, 3} * nteams."""
+    return (_slot(cand, w, s1, c), _slot(cand, w, s1 + nteams, c), _slot(cand, w, s1 + 2 * nteams, c),
+            _slot(cand, w, s1 + 3 * nteams, c))
+
+
+@cuda.jit(device=True, inline=True)
+def _store_float4(kind, cdist, w, s1, nteams, c, a1, a2, a3, a4, v1, v2, v3, v4, inv_b, qinv, member, tsize):
+    """Finish a pass of float sums: team reduction, then the team's first lane writes the distances."""
+    a1 = team_sum(a1, tsize)
+    a2 = team_sum(a2, tsize)
+    a3 = team_sum(a3, tsize)
+    a4 = team_sum(a4, tsize)
+    if member == 0:
+        if s1 < c:
+            cdist[w, s1] = finish_query_device(kind, a1, inv_b, v1, qinv)
+        if s1 + nteams < c:
+            cdist[w, s1 + nteams] = finish_query_device(kind, a2, inv_b, v2, qinv)
+        if s1 + 2 * nteams < c:
+            cdist[w, s1 + 2 * nteams] = finish_query_device(kind, a3, inv_b, v3, qinv)
+        if s1 + 3 * nteams < c:
+            cdist[w, s1 + 3 * nteams] = finish_query_device(kind, a4, inv_b, v4, qinv)
+
+
+@cuda.jit(device=True, inline=True)
+def _element_terms(kind, x, qt, acc):
+    x = float32(x)
+    if kind == DIST_L2SQ:
+        x -= qt
+        return acc + x * x
+    return acc + x * qt
+
+
+@cuda.jit(device=True, inline=True)
 def _distances_generic(kind, base, qv, w, cand, cdist, c, inv_b, qinv, team, member, tsize, nteams, per_lane):
     """Each team computes four candidates per pass: team ``team`` takes slots s0 + team + {0, 1, 2, 3} *
     nteams; member m sums dimensions m, m + T, ... (``per_lane``, a compile-time count, so that the loop
@@ -280,146 +314,57 @@ def _distances_generic(kind, base, qv, w, cand, cdist, c, inv_b, qinv, team, mem
     s0 = int32(0)
     while s0 < c:
         s1 = s0 + team
-        v1 = _slot(cand, w, s1, c)
-        v2 = _slot(cand, w, s1 + nteams, c)
-        v3 = _slot(cand, w, s1 + 2 * nteams, c)
-        v4 = _slot(cand, w, s1 + 3 * nteams, c)
-        a1 = float32(0.0)
-        a2 = float32(0.0)
-        a3 = float32(0.0)
-        a4 = float32(0.0)
+        v1, v2, v3, v4 = _four_slots(cand, w, s1, nteams, c)
+        a1 = a2 = a3 = a4 = float32(0.0)
         for i in range(per_lane):
             t = member + i * tsize
             if t < dim:
                 qt = qv[w, t]
-                x1 = float32(base[v1, t])
-                x2 = float32(base[v2, t])
-                x3 = float32(base[v3, t])
-                x4 = float32(base[v4, t])
-                if kind == DIST_L2SQ:
-                    x1 -= qt
-                    x2 -= qt
-                    x3 -= qt
-                    x4 -= qt
-                    a1 += x1 * x1
-                    a2 += x2 * x2
-                    a3 += x3 * x3
-                    a4 += x4 * x4
-                else:
-                    a1 += x1 * qt
-                    a2 += x2 * qt
-                    a3 += x3 * qt
-                    a4 += x4 * qt
-        a1 = team_sum(a1, tsize)
-        a2 = team_sum(a2, tsize)
-        a3 = team_sum(a3, tsize)
-        a4 = team_sum(a4, tsize)
-        if member == 0:
-            if s1 < c:
-                cdist[w, s1] = finish_query_device(kind, a1, inv_b, v1, qinv)
-            if s1 + nteams < c:
-                cdist[w, s1 + nteams] = finish_query_device(kind, a2, inv_b, v2, qinv)
-            if s1 + 2 * nteams < c:
-                cdist[w, s1 + 2 * nteams] = finish_query_device(kind, a3, inv_b, v3, qinv)
-            if s1 + 3 * nteams < c:
-                cdist[w, s1 + 3 * nteams] = finish_query_device(kind, a4, inv_b, v4, qinv)
+                a1 = _element_terms(kind, base[v1, t], qt, a1)
+                a2 = _element_terms(kind, base[v2, t], qt, a2)
+                a3 = _element_terms(kind, base[v3, t], qt, a3)
+                a4 = _element_terms(kind, base[v4, t], qt, a4)
+        _store_float4(kind, cdist, w, s1, nteams, c, a1, a2, a3, a4, v1, v2, v3, v4, inv_b, qinv, member, tsize)
         s0 += 4 * nteams
 
 
 @cuda.jit(device=True, inline=True)
 def _half2_terms(kind, y, q0, q1, acc):
-    x0 = half_lo(y)
-    x1 = half_hi(y)
-    if kind == DIST_L2SQ:
-        x0 -= q0
-        x1 -= q1
-        return acc + x0 * x0 + x1 * x1
-    return acc + x0 * q0 + x1 * q1
-
-
-@cuda.jit(device=True, inline=True)
-def _distances_half2(kind, words, qv, w, cand, cdist, c, inv_b, qinv, team, member, tsize, nteams, per_lane):
-    """As :func:`_distances_generic` for float16 vectors read as 32-bit words of two halves."""
-    nwords = words.shape[1]
-    s0 = int32(0)
-    while s0 < c:
-        s1 = s0 + team
-        v1 = _slot(cand, w, s1, c)
-        v2 = _slot(cand, w, s1 + nteams, c)
-        v3 = _slot(cand, w, s1 + 2 * nteams, c)
-        v4 = _slot(cand, w, s1 + 3 * nteams, c)
-        a1 = float32(0.0)
-        a2 = float32(0.0)
-        a3 = float32(0.0)
-        a4 = float32(0.0)
-        for i in range(per_lane):
-            t = member + i * tsize
-            if t < nwords:
-                q0 = qv[w, 2 * t]
-                q1 = qv[w, 2 * t + 1]
-                a1 = _half2_terms(kind, words[v1, t], q0, q1, a1)
-                a2 = _half2_terms(kind, words[v2, t], q0, q1, a2)
-                a3 = _half2_terms(kind, words[v3, t], q0, q1, a3)
-                a4 = _half2_terms(kind, words[v4, t], q0, q1, a4)
-        a1 = team_sum(a1, tsize)
-        a2 = team_sum(a2, tsize)
-        a3 = team_sum(a3, tsize)
-        a4 = team_sum(a4, tsize)
-        if member == 0:
-            if s1 < c:
-                cdist[w, s1] = finish_query_device(kind, a1, inv_b, v1, qinv)
-            if s1 + nteams < c:
-                cdist[w, s1 + nteams] = finish_query_device(kind, a2, inv_b, v2, qinv)
-            if s1 + 2 * nteams < c:
-                cdist[w, s1 + 2 * nteams] = finish_query_device(kind, a3, inv_b, v3, qinv)
-            if s1 + 3 * nteams < c:
-                cdist[w, s1 + 3 * nteams] = finish_query_device(kind, a4, inv_b, v4, qinv)
-        s0 += 4 * nteams
+    return _element_terms(kind, half_hi(y), q1, _element_terms(kind, half_lo(y), q0, acc))
 
 
 @cuda.jit(device=True, inline=True)
 def _half4_terms(kind, y, qv, w, t, acc):
-    lo = uint32(y & uint64(0xFFFFFFFF))
-    hi = uint32(y >> uint64(32))
-    acc = _half2_terms(kind, lo, qv[w, 4 * t], qv[w, 4 * t + 1], acc)
-    return _half2_terms(kind, hi, qv[w, 4 * t + 2], qv[w, 4 * t + 3], acc)
+    acc = _half2_terms(kind, uint32(y & uint64(0xFFFFFFFF)), qv[w, 4 * t], qv[w, 4 * t + 1], acc)
+    return _half2_terms(kind, uint32(y >> uint64(32)), qv[w, 4 * t + 2], qv[w, 4 * t + 3], acc)
 
 
 @cuda.jit(device=True, inline=True)
-def _distances_half4(kind, words, qv, w, cand, cdist, c, inv_b, qinv, team, member, tsize, nteams, per_lane):
-    """As :func:`_distances_half2` with 8-byte words of four halves (half the load instructions)."""
+def _distances_half(kind, words, qv, w, cand, cdist, c, inv_b, qinv, team, member, tsize, nteams, per_lane, four):
+    """As :func:`_distances_generic` for float16 vectors read as words of two (uint32) or, ``four``,
+    four (uint64) halves: fewer load instructions."""
     nwords = words.shape[1]
     s0 = int32(0)
     while s0 < c:
         s1 = s0 + team
-        v1 = _slot(cand, w, s1, c)
-        v2 = _slot(cand, w, s1 + nteams, c)
-        v3 = _slot(cand, w, s1 + 2 * nteams, c)
-        v4 = _slot(cand, w, s1 + 3 * nteams, c)
-        a1 = float32(0.0)
-        a2 = float32(0.0)
-        a3 = float32(0.0)
-        a4 = float32(0.0)
+        v1, v2, v3, v4 = _four_slots(cand, w, s1, nteams, c)
+        a1 = a2 = a3 = a4 = float32(0.0)
         for i in range(per_lane):
             t = member + i * tsize
             if t < nwords:
-                a1 = _half4_terms(kind, words[v1, t], qv, w, t, a1)
-                a2 = _half4_terms(kind, words[v2, t], qv, w, t, a2)
-                a3 = _half4_terms(kind, words[v3, t], qv, w, t, a3)
-                a4 = _half4_terms(kind, words[v4, t], qv, w, t, a4)
-        a1 = team_sum(a1, tsize)
-        a2 = team_sum(a2, tsize)
-        a3 = team_sum(a3, tsize)
-        a4 = team_sum(a4, tsize)
-        if member == 0:
-            if s1 < c:
-                cdist[w, s1] = finish_query_device(kind, a1, inv_b, v1, qinv)
-            if s1 + nteams < c:
-                cdist[w, s1 + nteams] = finish_query_device(kind, a2, inv_b, v2, qinv)
-            if s1 + 2 * nteams < c:
-                cdist[w, s1 + 2 * nteams] = finish_query_device(kind, a3, inv_b, v3, qinv)
-            if s1 + 3 * nteams < c:
-                cdist[w, s1 + 3 * nteams] = finish_query_device(kind, a4, inv_b, v4, qinv)
+                if four:
+                    a1 = _half4_terms(kind, words[v1, t], qv, w, t, a1)
+                    a2 = _half4_terms(kind, words[v2, t], qv, w, t, a2)
+                    a3 = _half4_terms(kind, words[v3, t], qv, w, t, a3)
+                    a4 = _half4_terms(kind, words[v4, t], qv, w, t, a4)
+                else:
+                    q0 = qv[w, 2 * t]
+                    q1 = qv[w, 2 * t + 1]
+                    a1 = _half2_terms(kind, words[v1, t], q0, q1, a1)
+                    a2 = _half2_terms(kind, words[v2, t], q0, q1, a2)
+                    a3 = _half2_terms(kind, words[v3, t], q0, q1, a3)
+                    a4 = _half2_terms(kind, words[v4, t], q0, q1, a4)
+        _store_float4(kind, cdist, w, s1, nteams, c, a1, a2, a3, a4, v1, v2, v3, v4, inv_b, qinv, member, tsize)
         s0 += 4 * nteams
 
 
@@ -442,19 +387,13 @@ def _dp4a(signed, x, q, acc):
 @cuda.jit(device=True, inline=True)
 def _distances_dp4a(kind, words, qw, w, cand, cdist, c, nb, qn, qinv, team, member, tsize, nteams, signed,
                     per_lane):
-    """As :func:`_distances_generic` on 4-byte words, one ``dp4a`` per word and candidate."""
+    """As :func:`_distances_generic` on 4-byte words, one ``dp4a`` per word and candidate, in int32."""
     nwords = words.shape[1]
     s0 = int32(0)
     while s0 < c:
         s1 = s0 + team
-        v1 = _slot(cand, w, s1, c)
-        v2 = _slot(cand, w, s1 + nteams, c)
-        v3 = _slot(cand, w, s1 + 2 * nteams, c)
-        v4 = _slot(cand, w, s1 + 3 * nteams, c)
-        a1 = int32(0)
-        a2 = int32(0)
-        a3 = int32(0)
-        a4 = int32(0)
+        v1, v2, v3, v4 = _four_slots(cand, w, s1, nteams, c)
+        a1 = a2 = a3 = a4 = int32(0)
         for i in range(per_lane):
             t = member + i * tsize
             if t < nwords:
@@ -536,9 +475,11 @@ def _sorted_chunk(v, ht, voff, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff
             _distances_dp4a(kind, base, qw, w, cand, cdist, c, norms, qn, qinv, team, member, tsize, nteams, signed,
                             per_lane)
         elif mode == MODE_HALF4:
-            _distances_half4(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams, per_lane)
+            _distances_half(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams, per_lane,
+                            True)
         elif mode == MODE_HALF2:
-            _distances_half2(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams, per_lane)
+            _distances_half(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams, per_lane,
+                            False)
         else:
             _distances_generic(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams, per_lane)
         cuda.syncwarp(FULL_MASK)

@@ -495,16 +495,23 @@ _BEAM = threaded_and_serial(_beam, fastmath=True)
 _WORKERS_PER_THREAD = 4
 
 
+#: stamps memory that extra workers may touch (beyond one row per thread)
+_STAMPS_BUDGET = 1 << 28
+
+
 def _workers(nq: int, scratch) -> int:
     if nq <= 1:
         return 1
-    return max(1, min(nq, _WORKERS_PER_THREAD * numba.get_num_threads(), scratch.gens.shape[0]))
+    threads = numba.get_num_threads()
+    per_row = 2 * scratch.stamps.shape[1]
+    cap = max(threads, min(_WORKERS_PER_THREAD * threads, _STAMPS_BUDGET // per_row))
+    return max(1, min(nq, cap, scratch.gens.shape[0]))
 
 
 class Scratch:
     """Visited stamps for searches over ``n`` vertices, one row of n uint16 per worker (4 per thread of
-    ``NUMBA_NUM_THREADS``: zero pages until a worker touches its row) and each row's last generation; made once per index and reused by
-    every call, so a query clears nothing."""
+    ``NUMBA_NUM_THREADS``: zero pages until a worker touches its row) and each row's last generation;
+    made once per index and reused by every call, so a query clears nothing."""
 
     def __init__(self, n: int):
         rows = max(1, _WORKERS_PER_THREAD * numba.config.NUMBA_NUM_THREADS)
@@ -537,7 +544,8 @@ def search_cpu(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_s
     :class:`Scratch` for ``len(base)`` vertices to reuse (default: a new one). ``inv_q`` is accepted
     for the GPU path's signature: the kernel computes each query's inverse norm itself.
 
-    ``base`` is what the CPU kernels can read (see :func:`knngraph.primitives.distances.cpu_vectors`) or uint32 codes with
+    ``base`` is what the CPU kernels can read (see :func:`knngraph.primitives.distances.cpu_vectors`) or
+    uint32 codes with
     ``kind=DIST_HAMMING``; ``queries`` float32 (or uint32 codes). Returns internal distances float32,
     ids int32 (both [nq, k], -1/inf where fewer than k were found), distance computations and expanded
     vertices per query.
