@@ -41,6 +41,9 @@ GPU_BENCHMARKS=(
   "search_sift:python3 benchmarks/search_gpu.py --out $OUT ${BENCH_ARGS:-}"
   "search_minilm:python3 benchmarks/search_gpu.py --dataset minilm --out $OUT ${BENCH_ARGS:-}"
   "grnnd:python3 benchmarks/grnnd_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  "ggnn:python3 benchmarks/ggnn_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  # Dask on one GPU: needs the wheels listed in benchmarks/distributed_gpu.py in .whl/ (or on PYTHONPATH)
+  "distributed:python3 benchmarks/distributed_gpu.py --out $OUT --part search ${BENCH_ARGS:-}"
   # the benchmark runner's whole GPU suite, within the lent machine's 10 minutes: sift-photos 450k and the
   # in-memory scaling series took about 5 minutes on an H200, the clustered out-of-core builds at 1M and
   # 10M about 1.5 more; BENCH_ARGS="--parts ooc" runs only the out-of-core part (the last --parts wins)
