@@ -249,6 +249,22 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 
 _MAX_MEMORY = 1 << 50
 
 
+def sm_count(device_index: int | None = None) -> int:
+    """Streaming multiprocessors of GPU ``device_index`` (default: CuPy's current device), read once per
+    device: CuPy's ``Device.attributes`` queries every attribute of the device each time."""
+    import cupy
+
+    dev = cupy.cuda.Device(device_index) if device_index is not None else cupy.cuda.Device()
+    return _sm_count_of(dev.id)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count_of(device_id: int) -> int:
+    import cupy
+
+    return int(cupy.cuda.Device(device_id).attributes["MultiProcessorCount"])
+
+
 def parse_memory(value) -> int | None:
     """Bytes from ``memory_limit=``: a whole number of bytes (at least 1, finite), a string like
     "8GB" / "512MiB" / "1.5g", or None (automatic). ValueError for anything else, including limits below

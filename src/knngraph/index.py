@@ -57,7 +57,8 @@ from typing import ClassVar, NamedTuple
 from ._device import as_numpy
 from .graph import _display_name, _jsonable, load_arrays, save_arrays
 
-__all__ = ["KNNResult", "Index", "save_index", "load_index", "assembling", "RUNTIME_DOCS", "runtime_docs"]
+__all__ = ["KNNResult", "Index", "save_index", "load_index", "save_graph_index", "load_graph_index", "assembling",
+           "RUNTIME_DOCS", "runtime_docs"]
 
 
 class KNNResult(NamedTuple):
@@ -126,6 +127,28 @@ def load_index(source, cls: type, *, metric: str | None = None) -> tuple[dict, o
     if metric is not None and canonical_metric(metric) != params.metric:
         raise ValueError(f"{name}: index was saved with metric {params.metric!r}, not {metric!r}")
     return arrays, params, meta
+
+
+def save_graph_index(target, index: Index) -> None:
+    """:func:`save_index` for an index that is its vectors, its params and one graph (``dataset``,
+    ``params``, ``graph``: the graph builders' indexes); the graph's scalar ``info`` is kept."""
+    g = index.graph.to_host()
+    info = {k: v for k, v in g.info.items() if isinstance(v, (int, float, str, bool))}
+    save_index(target, index, {"indices": g.indices, "distances": g.distances, "dataset": index.dataset},
+               {"info": info})
+
+
+def load_graph_index(source, cls: type, *, metric: str | None = None):
+    """The ``cls(dataset, params, graph)`` written by :func:`save_graph_index` (host arrays), with the
+    checks of :func:`load_index` and :func:`assembling`."""
+    from .graph import Graph
+
+    arrays, params, meta = load_index(source, cls, metric=metric)
+    with assembling(source, cls):
+        graph = Graph(arrays["indices"], arrays["distances"], params.metric, dict(meta.get("info", {})))
+        dataset = arrays["dataset"]
+    with assembling(source, cls, dataset, graph):
+        return cls(dataset, params, graph)
 
 
 @contextlib.contextmanager

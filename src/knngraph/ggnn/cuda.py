@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._device import sm_count
 from . import _kernels as kn
 from ..primitives.distances import DIST_COS
 from .cpu import cache_layout
@@ -33,7 +34,7 @@ def search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, tau, nn1, m
     out_i = xp.empty((nq, k), xp.int32)
     out_nd = xp.empty(nq, xp.int32)
     out_ne = xp.empty(nq, xp.int32)
-    sm = 1 if xp is np else int(xp.cuda.Device().attributes["MultiProcessorCount"])
+    sm = 1 if xp is np else sm_count()
     batch = int(batch_size) if batch_size else min(max(nq, 1), 1 << 20)
     for s in range(0, nq, batch):
         e = min(nq, s + batch)
@@ -94,7 +95,7 @@ def merge_queries(base, inv, kind, graph, trans, sel, offsets, top_seg, lt, lm, 
     kern = kn.merge_kernel(int(k), int(P), int(V))
     d_i = xp.empty((nz, k), xp.int32)
     d_d = xp.empty((nz, k), xp.float32)
-    sm = 1 if xp is np else int(xp.cuda.Device().attributes["MultiProcessorCount"])
+    sm = 1 if xp is np else sm_count()
     blocks = int(max(1, min(nz, 4 if xp is np else sm * 64)))
     kern[blocks, kn.THREADS](_on_device(base, xp, "base"), _on_device(inv, xp, "inv"), kind, _on_device(graph, xp),
                              _on_device(trans, xp), _on_device(sel, xp), lo_m, nz, lo_t, _on_device(top_seg, xp), lt,
@@ -113,7 +114,7 @@ def sym_link(base, inv, kind, graph, trans, lo, m, knn, ksym, sym, sym_d, cnt, P
         import cupy as xp
     kern = kn.sym_kernel(int(knn), int(P), int(V), SYM_CANDIDATES, SYM_MAX_POPS, MIDPOINT)
     d_sym, d_symd, d_cnt = _on_device(sym, xp), _on_device(sym_d, xp), _on_device(cnt, xp)
-    sm = 1 if xp is np else int(xp.cuda.Device().attributes["MultiProcessorCount"])
+    sm = 1 if xp is np else sm_count()
     blocks = int(max(1, min(m, 4 if xp is np else sm * 64)))
     kern[blocks, kn.THREADS](_on_device(base, xp, "base"), _on_device(inv, xp, "inv"), kind, _on_device(graph, xp),
                              _on_device(trans, xp), lo, m, knn, ksym, d_sym, d_symd, d_cnt, np.float32(tau),

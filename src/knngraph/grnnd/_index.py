@@ -16,7 +16,7 @@ from .._validate import check_finite, check_new_vectors, check_vectors
 from ..graph import Graph
 from ..graphops.prune import occlusion_factor
 from ..index import Index as IndexBase
-from ..index import assembling, load_index, runtime_docs, save_index
+from ..index import load_graph_index, runtime_docs, save_graph_index
 from ..primitives.distances import distance_kind, inverse_norms, report_distances
 from ._common import MAX_N
 from ._params import AUTO_INITIAL_DEGREE, IndexParams
@@ -284,17 +284,9 @@ def save(path, index: Index) -> None:
     """Write the index (graph, vectors, params) to ``path`` (versioned, atomic, checksummed)."""
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.grnnd.Index, got {type(index).__name__}")
-    g = index.graph.to_host()
-    info = {k: v for k, v in g.info.items() if isinstance(v, (int, float, str, bool))}
-    save_index(path, index, {"indices": g.indices, "distances": g.distances, "dataset": index.dataset},
-               {"info": info})
+    save_graph_index(path, index)
 
 
 def load(path, *, metric: str | None = None) -> Index:
     """Read an index written by :func:`save` (host arrays); ``metric``, when given, must match."""
-    arrays, params, meta = load_index(path, Index, metric=metric)
-    with assembling(path, Index):
-        graph = Graph(arrays["indices"], arrays["distances"], params.metric, dict(meta.get("info", {})))
-        dataset = arrays["dataset"]
-    with assembling(path, Index, dataset, graph):
-        return Index(dataset, params, graph)
+    return load_graph_index(path, Index, metric=metric)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import registry
 from .._device import (Device, array_kind, as_numpy, device_context, implementation, is_device_array,
-                       resolve_device, return_as)
+                       resolve_device, return_as, sm_count)
 from .._validate import check_finite, check_k, check_new_vectors, check_same_dim, check_vectors
 from ..graph import Graph
 from ..graphops import default_entry_points, optimize_graph, reverse_edges
@@ -322,20 +322,20 @@ def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *
         d, i = out if out is not None else (cp.empty((nq, k), cp.float32), cp.empty((nq, k), cp.int32))
         regs = sp.max_registers or BEAM_MAX_REGISTERS
         report = bk.report_code(index.metric)
-        width = search_width(nq, _sm_count(dev), sp.search_width)
+        width = search_width(nq, sm_count(dev.index), sp.search_width)
         if raw_launch_enabled():
             key = (str(dev), "beam", sp.queue_size, k, mode, q.shape[1], regs, width)
             plan = index._cache.get(key)
             if plan is None:
                 plan = BeamPlan(g_ids, xb, _beam_norms(dev, index, mode, kind, inv_b), entries, kind, k, sp.queue_size,
-                                mode, report, q.shape[1], _sm_count(dev), regs, width)
+                                mode, report, q.shape[1], sm_count(dev.index), regs, width)
                 index._cache[key] = plan
             plan(q, d, i)
             nd, ne = plan.counts(nq) if stats is not None else (None, None)
         else:
             nd, ne = cp.empty(nq, cp.int32), cp.empty(nq, cp.int32)
             search_beam_device(g_ids, xb, q, _beam_norms(dev, index, mode, kind, inv_b), kind, entries, k,
-                               sp.queue_size, mode, xp=cp, sm_count=_sm_count(dev), out=(d, i, nd, ne),
+                               sp.queue_size, mode, xp=cp, sm_count=sm_count(dev.index), out=(d, i, nd, ne),
                                report=report, width=width)
         if stats is not None:
             stats["distances_per_query"] = float(nd.mean())
@@ -349,13 +349,11 @@ def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *
 
 def _beam_norms(dev: Device, index: Index, mode: int, kind: int, inv_b):
     """The norms the fast kernel reads, made once per device: int32 squared norms of 8-bit vectors for
-    the dp4a L2 distance, the inverse norms for cosine, else a dummy."""
+    the dp4a L2 distance, else ``inv_b`` (the inverse norms for cosine, a 1-element dummy otherwise)."""
     from . import _beam_kernels as bk
 
-    if kind == distance_kind("cosine"):
-        return inv_b
     if mode not in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) or kind != distance_kind("sqeuclidean"):
-        return _dummy(dev)
+        return inv_b
     key = (str(dev), "square_norms")
     if key not in index._cache:
         import cupy as cp
@@ -364,27 +362,6 @@ def _beam_norms(dev: Device, index: Index, mode: int, kind: int, inv_b):
 
         index._cache[key] = square_norms(index._arrays(dev)[1], cp)
     return index._cache[key]
-
-
-_DUMMIES: dict = {}
-_SM_COUNTS: dict = {}
-
-
-def _dummy(dev: Device):
-    """A 1-element float32 device array, made once per device (arguments the kernel does not read)."""
-    if dev.index not in _DUMMIES:
-        import cupy as cp
-
-        _DUMMIES[dev.index] = cp.zeros(1, cp.float32)
-    return _DUMMIES[dev.index]
-
-
-def _sm_count(dev: Device) -> int:
-    if dev.index not in _SM_COUNTS:
-        import cupy as cp
-
-        _SM_COUNTS[dev.index] = int(cp.cuda.Device(dev.index).attributes["MultiProcessorCount"])
-    return _SM_COUNTS[dev.index]
 
 
 def _check_out(out, nq: int, k: int, dev: Device):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._device import sm_count as device_sm_count
 from .._progress import progress
 from ..primitives.constants import pow2_at_least
 from ..primitives.distances import DIST_COS, inverse_norms
@@ -277,7 +278,7 @@ def search(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, visite
     computations and expanded vertices per query)."""
     if xp is None:
         import cupy as xp
-    sm_count = 1 if xp is np else int(xp.cuda.Device().attributes["MultiProcessorCount"])
+    sm_count = 1 if xp is np else device_sm_count()
     hashed = kind == DIST_HAMMING
     mode = distance_mode(base.dtype, queries.shape[1], hashed)
     query_inv_fn = (lambda qb: inverse_norms(qb, xp)) if kind == DIST_COS else None
