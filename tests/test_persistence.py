@@ -668,3 +668,20 @@ def test_song_index_with_entry_point_out_of_range_is_refused(tmp_path):
     save_arrays(path, index._file_kind, arrays, meta)
     with pytest.raises(ValueError, match=re.escape(str(path)) + r": not a complete song index .*entry points"):
         song.load(path)
+
+
+def test_pickled_index_leaves_its_device_caches_behind():
+    """Dask and multiprocessing pickle indexes: the per-process caches (device copies, compiled launches
+    with raw pointers) must not travel; the copy rebuilds them and answers the same."""
+    import pickle
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((300, 8)).astype(np.float32)
+    q = rng.standard_normal((7, 8)).astype(np.float32)
+    index = song.build(song.IndexParams(graph_degree=8, intermediate_graph_degree=16), x)
+    before = index.search(q, 5, device="cpu")
+    assert index._cache  # the search filled it
+    copy = pickle.loads(pickle.dumps(index))
+    assert copy._cache == {} and index._cache
+    after = copy.search(q, 5, device="cpu")
+    assert np.array_equal(before.indices, after.indices) and np.array_equal(before.distances, after.distances)

@@ -92,6 +92,14 @@ class Index:
     def __len__(self) -> int:
         return self.shape[0]
 
+    def __getstate__(self) -> dict:
+        """Pickle (Dask, multiprocessing, copy) without the per-device caches: device copies, compiled
+        launches and their raw pointers belong to the process that made them and are rebuilt on first use."""
+        state = self.__dict__.copy()
+        if "_cache" in state:
+            state["_cache"] = {}
+        return state
+
     def search(self, queries, k: int, params=None, **kwargs) -> KNNResult:
         """The top-``k`` of each query: the algorithm's ``search(self, queries, k, params, **kwargs)``."""
         module = importlib.import_module(self._module)

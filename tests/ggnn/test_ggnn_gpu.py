@@ -35,9 +35,9 @@ def test_sift450k_recall_and_same_ids_as_cpu(sift_index):
     np.testing.assert_array_equal(cp.asnumpy(d)[:300], dc)
 
 
-def test_gpu_build_matches_cpu_build_quality_on_a_slice(sift_index):
-    """The GPU build places inverse links with atomics (another order than the CPU's waves), so the graphs
-    differ; their search quality must not."""
+def test_gpu_build_is_the_cpu_build_on_a_slice(sift_index):
+    """The GPU build runs the merges and the linking's path searches as kernels and places the links on
+    the host in the CPU's order: on integer data (exact distances) it is the CPU build, edge for edge."""
     from collections import deque
 
     base, queries, _, _ = sift_index
@@ -48,11 +48,13 @@ def test_gpu_build_matches_cpu_build_quality_on_a_slice(sift_index):
     p = ggnn.IndexParams(graph_degree=16, refinements=1)
     a = ggnn.build(p, x, device="cuda", verbose=False)
     b = ggnn.build(p, x, device="cpu", verbose=False)
-    np.testing.assert_array_equal(a.entry_points, b.entry_points)  # the selection does not see the links' order
+    np.testing.assert_array_equal(a.entry_points, b.entry_points)
+    np.testing.assert_array_equal(a.graph.indices, b.graph.indices)
+    np.testing.assert_array_equal(a.graph.distances, b.graph.distances)
     sp = ggnn.SearchParams(tau=0.5)
     ra = recall_at(ggnn.search(a, queries[:1000], 10, sp, device="cpu").indices, np.asarray(truth), 10)
     rb = recall_at(ggnn.search(b, queries[:1000], 10, sp, device="cpu").indices, np.asarray(truth), 10)
-    assert ra >= 0.95 and abs(ra - rb) <= 0.02, (ra, rb)
+    assert ra == rb and ra >= 0.94, (ra, rb)  # 0.949 with these settings
     g = a.graph.indices
     seen = np.zeros(g.shape[0], bool)
     seen[a.entry_points] = True

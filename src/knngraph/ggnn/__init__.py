@@ -51,8 +51,9 @@ slices; a search runs on every shard and merges the per-shard top-k. On a GPU, s
 * A6: symmetric linking accepts a point when it is within the criterion for z and inside the sphere
   around q_m = z + 0.4 (x - z) through x, both with slack tau_b^2 * mean nn1 (the code's AND); at most 20
   pops per path; the link goes to the first point of the best list (nearest to z) with a free slot.
-  The GPU places links with atomics as the paper does (GPU builds are not bit-reproducible); the CPU
-  in waves of rows (the searches of a wave see the links of earlier waves), so CPU builds are.
+  Links are placed in waves of rows (the searches of a wave see the links of earlier waves), in row
+  order, on the CPU and the GPU alike (the paper's code places them with atomics as they are found; on
+  the GPU that made the graph depend on the scheduling and search worse), so builds are reproducible.
 * A7: each shard keeps its own d+_nn1.
 * ``extend`` rebuilds the index with the new vectors (the paper has no insertion).
 

@@ -30,8 +30,9 @@ BUILD_MAX_POPS = 100
 #: recall of 64 / 128 with 200 pops (recall@10 0.984 at tau 0.5) for 2/3 of the CPU time
 BUILD_QUEUE = 32
 BUILD_VISITED = 64
-#: the CPU places inverse links in this many waves of rows: a wave's path searches see the links placed
-#: by the waves before it (the GPU places them with atomics as it goes, section 5.2)
+#: inverse links are placed in this many waves of rows: a wave's path searches see the links placed by
+#: the waves before it (the paper's GPU code places them with atomics as it goes, section 5.2; waves
+#: with placement in row order make CPU and GPU builds place the same links)
 SYM_WAVES = 8
 _SYM_QUEUE = 32
 _SYM_VISITED = 64
@@ -112,12 +113,6 @@ def build_hierarchy(impl, base, inv, kind, params, *, verbose=False, timings=Non
         lo, hi = off[lm], off[lm + 1]
         cnt[lo:hi] = 0
         m = hi - lo
-        if hasattr(impl, "sym_link"):  # the GPU: one pass, slots taken with atomics
-            impl.sym_link(base, inv, kind, graph, trans, lo, m, knn, ksym, sym, sym_d, cnt, _SYM_QUEUE, _SYM_VISITED,
-                          tau_b, np.float32(state["nn1_mean"]))
-            impl.sym_write(graph, gdist, lo, m, knn, sym, sym_d, cnt)
-            t[phase] += time.perf_counter() - t0
-            return
         waves = max(1, min(SYM_WAVES, m // 256))
         C = SYM_CANDIDATES
         for w in range(waves):

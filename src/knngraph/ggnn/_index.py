@@ -94,7 +94,7 @@ def _sorted_graph(ids, dist, metric) -> Graph:
 
 def build_ops(dev: Device, xp=None):
     """The build kernels for ``dev``: all CPU ones, or on a GPU those of :mod:`.cuda` (``xp=np``: in the
-    simulator) with the link write-back on the CPU."""
+    simulator) with the placing of the inverse links and their write-back on the CPU."""
     import types
 
     cpu = implementation(__package__, Device("cpu"))
@@ -106,7 +106,7 @@ def build_ops(dev: Device, xp=None):
     return types.SimpleNamespace(
         brute_segments=lambda *a: cuda.brute_segments(*a, **kw),
         merge_queries=lambda *a: cuda.merge_queries(*a, **kw),
-        sym_link=lambda *a: cuda.sym_link(*a, **kw), sym_write=cpu.sym_write,
+        sym_requests=lambda *a: cuda.sym_requests(*a, **kw), sym_place=cpu.sym_place, sym_write=cpu.sym_write,
         release=cuda.release_build_data)
 
 
@@ -123,7 +123,8 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
         float32, float16, uint8 or int8 vectors (NumPy, CuPy, PyTorch, DLPack).
     {device}
         On a GPU the merges (brute force in segments, hierarchical merge queries) and the symmetric
-        linking run as CUDA kernels (links placed with atomics, so GPU builds are not bit-reproducible).
+        linking's path searches run as CUDA kernels; the links are placed on the host in row order, so a
+        GPU build gives the CPU build's graph (exactly on integer data, where distances are exact).
     {memory_limit}
     {verbose}
     devices : list of str, optional

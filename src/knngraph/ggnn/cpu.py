@@ -42,10 +42,11 @@ CHUNK = 32
 @host_and_device
 def threshold(kind, bd, nb, kb, tau, nn1):
     """The criterion's bound on internal distances: d_k + tau^2 * min(d_1, nn1) (Eq. 2 on squared
-    distances, as the authors' code applies it; ``nn1`` is internal too); inf while best holds fewer
-    than kb."""
+    distances, as the authors' code applies it; ``nn1`` is internal too); while best holds fewer than
+    kb, the largest float32 (open to every finite distance; not inf, whose comparisons fastmath leaves
+    undefined and which the GPU's symmetric linking uses to mark points outside its sphere)."""
     if nb < kb:
-        return np.float32(np.inf)
+        return np.float32(3.4028235e38)
     return np.float32(bd[nb - 1] + tau * tau * min(abs(bd[0]), nn1))
 
 
@@ -432,7 +433,7 @@ def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V,
 
 @numba.njit(cache=True)
 def sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n):
-    """Place the inverse links of rows z0 .. z1 in row order (deterministic; the GPU uses atomics): for
+    """Place the inverse links of rows z0 .. z1 in row order (deterministic; the GPU build uses it too): for
     each missing path, z goes to the first candidate p (nearest to z first) with a free inverse slot,
     unless p links to z already. Returns the links placed."""
     placed = 0

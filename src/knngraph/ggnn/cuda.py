@@ -4,9 +4,9 @@
 be CuPy arrays (real GPU) or NumPy arrays with ``xp=np`` (the numba CUDA simulator in tests).
 Everything here is validated already (see ``_index.py``).
 
-Build: :func:`brute_segments`, :func:`merge_queries` and :func:`sym_link` run on the GPU with host
-arrays in and out (the vectors uploaded once per build); writing the inverse links into the rows and
-the top-layer selection run on the host.
+Build: :func:`brute_segments`, :func:`merge_queries` and :func:`sym_requests` (the path searches of the
+symmetric linking) run on the GPU with host arrays in and out (the vectors uploaded once per build);
+placing the inverse links, writing them into the rows and the top-layer selection run on the host.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from . import _kernels as kn
 from ..primitives.distances import DIST_COS
 from .cpu import cache_layout
 
-__all__ = ["search", "brute_segments", "merge_queries", "sym_link"]
+__all__ = ["search", "brute_segments", "merge_queries", "sym_requests"]
 
 
 def search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, tau, nn1, max_iterations, queue_size,
@@ -104,23 +104,26 @@ def merge_queries(base, inv, kind, graph, trans, sel, offsets, top_seg, lt, lm, 
     out_d[:] = d_d if xp is np else xp.asnumpy(d_d)
 
 
-def sym_link(base, inv, kind, graph, trans, lo, m, knn, ksym, sym, sym_d, cnt, P, V, tau, nn1, *, xp=None):
-    """Symmetric linking of the m rows from global row ``lo`` on the GPU (:func:`.kernels.sym_kernel`,
-    inverse-link slots taken with atomics): fills ``sym``, ``sym_d`` and ``cnt`` (host arrays, the layer's
-    counters zero on entry); the link order depends on the GPU's scheduling."""
-    from .cpu import MIDPOINT, SYM_CANDIDATES, SYM_MAX_POPS
+def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V, tau, nn1, req_i, req_d, req_n, *,
+                 xp=None):
+    """:func:`.cpu.sym_requests` on the GPU, one block per row (host arrays in, the candidates written into
+    ``req_i/req_d/req_n``); the host places the links (:func:`.cpu.sym_place`)."""
+    from .cpu import MIDPOINT, SYM_MAX_POPS
 
     if xp is None:
         import cupy as xp
-    kern = kn.sym_kernel(int(knn), int(P), int(V), SYM_CANDIDATES, SYM_MAX_POPS, MIDPOINT)
-    d_sym, d_symd, d_cnt = _on_device(sym, xp), _on_device(sym_d, xp), _on_device(cnt, xp)
+    nz = z1 - z0
+    C = req_i.shape[2]
+    kern = kn.sym_kernel(int(knn), int(P), int(V), int(C), SYM_MAX_POPS, MIDPOINT)
+    d_i = xp.empty(req_i.shape, xp.int32)
+    d_d = xp.empty(req_d.shape, xp.float32)
+    d_n = xp.empty(req_n.shape, xp.int32)
     sm = 1 if xp is np else sm_count()
-    blocks = int(max(1, min(m, 4 if xp is np else sm * 64)))
+    blocks = int(max(1, min(nz, 4 if xp is np else sm * 64)))
+    ksym = sym.shape[1]
     kern[blocks, kn.THREADS](_on_device(base, xp, "base"), _on_device(inv, xp, "inv"), kind, _on_device(graph, xp),
-                             _on_device(trans, xp), lo, m, knn, ksym, d_sym, d_symd, d_cnt, np.float32(tau),
-                             np.float32(nn1))
-    if xp is not np:
-        sym[:] = xp.asnumpy(d_sym)
-        sym_d[:] = xp.asnumpy(d_symd)
-        cnt[:] = xp.asnumpy(d_cnt)
-    np.minimum(cnt, ksym, out=cnt)
+                             _on_device(trans, xp), lo, z0, nz, knn, ksym, _on_device(sym, xp), _on_device(cnt, xp),
+                             np.float32(tau), np.float32(nn1), d_i, d_d, d_n)
+    req_n[:] = d_n if xp is np else xp.asnumpy(d_n)
+    req_i[:] = d_i if xp is np else xp.asnumpy(d_i)
+    req_d[:] = d_d if xp is np else xp.asnumpy(d_d)

@@ -154,12 +154,16 @@ def propose_kernel(cap: int):
         sc = cuda.shared.array(slots, dtype=int32)
         sd = cuda.shared.array(slots, dtype=float32)
         al = cuda.shared.array(slots, dtype=int32)
+        ti = cuda.shared.array(WPB * WARP, dtype=int32)  # a batch's terms: slot i (-1: no redirect), j,
+        tj = cuda.shared.array(WPB * WARP, dtype=int32)  # and d(i, j)
+        td = cuda.shared.array(WPB * WARP, dtype=float32)
         w = cuda.threadIdx.x // WARP
         lane = cuda.threadIdx.x % WARP
         v = cuda.blockIdx.x * WPB + w
         if v >= pool_c.shape[0]:
             return  # whole warps leave together
         b = w * cap
+        tb = w * WARP
         m = cnt[v]
         for s in range(lane, cap, WARP):
             if s < m:
@@ -185,34 +189,36 @@ def propose_kernel(cap: int):
                         if (ci & 1) != 0 or (cj & 1) != 0:  # old-old pairs were tested last round
                             dij = pair_distance(kind, x, inv, ci >> 1, cj >> 1)
                             ok = dij < max(sd[b + i], sd[b + j])  # Eq. (2)
-                mask = cuda.ballot_sync(FULL_MASK, ok)
-                # apply the batch's redirects in term order, as the sequential loop would
-                while mask != 0:
-                    src = cuda.ffs(mask) - 1
-                    li = cuda.shfl_sync(FULL_MASK, i, src)
-                    lj = cuda.shfl_sync(FULL_MASK, j, src)
-                    ld = cuda.shfl_sync(FULL_MASK, dij, src)
-                    live = al[b + li] != 0 and al[b + lj] != 0
-                    di = sd[b + li]
-                    dj = sd[b + lj]
-                    ci = sc[b + li]
-                    cj = sc[b + lj]
-                    cuda.syncwarp(FULL_MASK)
-                    if live:
+                # the batch's redirects, applied by lane 0 in term order as the sequential loop would
+                # (through shared memory: every lane's term stays where it was computed)
+                ti[tb + lane] = i if ok else -1
+                tj[tb + lane] = j
+                td[tb + lane] = dij
+                any_ok = cuda.ballot_sync(FULL_MASK, ok)  # also the warp's barrier for the stores above
+                if lane == 0 and any_ok != 0:
+                    for u in range(WARP):
+                        li = ti[tb + u]
+                        if li < 0:
+                            continue
+                        lj = tj[tb + u]
+                        if al[b + li] == 0 or al[b + lj] == 0:
+                            continue  # a member was redirected by an earlier term of the batch
+                        di = sd[b + li]
+                        dj = sd[b + lj]
+                        ci = sc[b + li]
+                        cj = sc[b + lj]
                         if di < dj or (di == dj and ci < cj):
                             close = li
                             far = lj
                         else:
                             close = lj
                             far = li
-                        if lane == 0:
-                            al[b + far] = 0
-                            pt[v, far] = sc[b + close] >> 1
-                            pc[v, far] = sc[b + far] | 1
-                            pd[v, far] = ld
+                        al[b + far] = 0
+                        pt[v, far] = sc[b + close] >> 1
+                        pc[v, far] = sc[b + far] | 1
+                        pd[v, far] = td[tb + u]
                         red += 1
-                    cuda.syncwarp(FULL_MASK)
-                    mask &= mask - uint32(1)  # the next redirect of the batch
+                cuda.syncwarp(FULL_MASK)
         for s in range(lane, pt.shape[1], WARP):
             if s < m:
                 if al[b + s] != 0:
