@@ -49,7 +49,11 @@ def test_dtypes_and_metrics_against_reference(dtype, metric, rng):
     g = knngraph.optimize_graph(knngraph.knn_graph(base, 24, metric=metric, device="cpu", verbose=False), base,
                                 graph_degree=16, device="cpu")
     index = song.from_graph(g, base, device="cuda")
-    dg, ig = song.search(index, queries, 10, song.SearchParams(queue_size=32, algo="beam"), device="cuda",
+    # one warp per query: the reference's walk (a batch this small would get the block kernel, whose
+    # wider steps walk otherwise; it is checked against the truth below)
+    dg, ig = song.search(index, queries, 10, song.SearchParams(queue_size=32, algo="beam", search_width=1),
+                         device="cuda", verbose=False)
+    da, ia = song.search(index, queries, 10, song.SearchParams(queue_size=32, algo="beam"), device="cuda",
                          verbose=False)
     kind = distance_kind(metric)
     xf = base.astype(np.float32)
@@ -69,6 +73,8 @@ def test_dtypes_and_metrics_against_reference(dtype, metric, rng):
         expect = np.sqrt(np.maximum(rd[:, 0], 0)) if metric == "euclidean" else rd[:, 0]
         np.testing.assert_allclose(dg[same, 0], expect[same], rtol=1e-3, atol=1e-3)
     assert (dg >= 0).all() or metric == "inner_product"
+    truth = knngraph.knn(base, queries, 10, metric=metric, device="cpu")[1]
+    assert recall_at_k(ia, truth, 10) >= recall_at_k(ig, truth, 10) - 0.03  # the block kernel (auto width)
 
 
 def test_device_queries_out_arrays_small_batches_and_errors(sample):

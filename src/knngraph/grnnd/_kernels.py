@@ -4,8 +4,8 @@ proposal slots, are those of :mod:`knngraph.grnnd.cpu`; here:
 * :func:`propose_kernel`: one warp per vertex (section 3.3). The pool (codes, distances, alive flags)
   sits in shared memory. The warp takes the random pair order 32 terms at a time: each lane computes one
   pair's distance (the pool's vectors are read by many pairs, so they stay in L1) and its Eq. (2) test;
-  the redirects found are then applied one by one in term order through a ballot, a pair whose member
-  was redirected by an earlier term of the batch being skipped. That is the sequential order of the
+  the batch's terms go to shared memory and lane 0 applies the redirects in term order, a pair whose
+  member was redirected by an earlier term of the batch being skipped. That is the sequential order of the
   CPU path, so both paths make the same decisions on the same distances. (The paper computes one pair at
   a time with a warp-wide distance, Alg. 5; 32 independent pairs keep more loads in flight.)
 * :func:`merge_kernel`: one warp per target vertex. Proposals arrive sorted by target; the warp keeps the
@@ -148,15 +148,16 @@ def scatter_kernel(pt, pc, pd, fill, sc, sd):
 def propose_kernel(cap: int):
     """Step 1 of a round (Alg. 4), one warp per vertex, pools of up to ``cap`` entries (a power of two)."""
     slots = WPB * cap
+    terms = WPB * WARP
 
     @cuda.jit
     def kernel(x, inv, kind, seed, rnd, pool_c, pool_d, cnt, pt, pc, pd, redirects):
         sc = cuda.shared.array(slots, dtype=int32)
         sd = cuda.shared.array(slots, dtype=float32)
         al = cuda.shared.array(slots, dtype=int32)
-        ti = cuda.shared.array(WPB * WARP, dtype=int32)  # a batch's terms: slot i (-1: no redirect), j,
-        tj = cuda.shared.array(WPB * WARP, dtype=int32)  # and d(i, j)
-        td = cuda.shared.array(WPB * WARP, dtype=float32)
+        ti = cuda.shared.array(terms, dtype=int32)  # a batch's terms: slot i (-1: no redirect), j,
+        tj = cuda.shared.array(terms, dtype=int32)  # and d(i, j)
+        td = cuda.shared.array(terms, dtype=float32)
         w = cuda.threadIdx.x // WARP
         lane = cuda.threadIdx.x % WARP
         v = cuda.blockIdx.x * WPB + w
