@@ -40,6 +40,8 @@ GPU_BENCHMARKS=(
   # a carried .minilm folder)
   "search_sift:python3 benchmarks/search_gpu.py --out $OUT ${BENCH_ARGS:-}"
   "search_minilm:python3 benchmarks/search_gpu.py --dataset minilm --out $OUT ${BENCH_ARGS:-}"
+  # GRNND and GGNN builds, CPU against GPU step by step on sift-photos (must agree exactly; fails otherwise)
+  "compare_builders:python3 scripts/compare_builders.py"
   "grnnd:python3 benchmarks/grnnd_gpu.py --out $OUT ${BENCH_ARGS:-}"
   "ggnn:python3 benchmarks/ggnn_gpu.py --out $OUT ${BENCH_ARGS:-}"
   # Dask on one GPU: needs the wheels listed in benchmarks/distributed_gpu.py in .whl/ (or on PYTHONPATH)

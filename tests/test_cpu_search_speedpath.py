@@ -195,3 +195,39 @@ def test_cpu_beam_returns_the_gpu_beams_ids(sample, nnd_index):
         np.testing.assert_array_equal(ic, ig)
         np.testing.assert_array_equal(dc, dg)
         assert sc["expansions_per_query"] == sg["expansions_per_query"]
+
+
+def test_half_bits_widen_every_finite_float16_exactly():
+    import numba
+
+    @numba.njit
+    def widen(bits):
+        out = np.empty(bits.shape[0], np.float32)
+        for t in range(bits.shape[0]):
+            out[t] = cpu.half_bits_to_float32(bits[t])
+        return out
+
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    halves = bits.view(np.float16)
+    finite = np.isfinite(halves)
+    got = widen(bits[finite])
+    want = halves[finite].astype(np.float32)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))  # signed zeros and subnormals too
+
+
+@pytest.mark.parametrize("metric", metrics.METRICS)
+def test_float16_index_searches_its_bits_as_the_float32_copy(metric, rng):
+    """A float16 index's CPU beam search reads the float16 bit patterns (half the bytes); it walks and
+    answers as the float32 copy of the same vectors does."""
+    base = (rng.standard_normal((2000, 48)) * np.where(rng.random((2000, 48)) < 0.1, 1e-6, 1.0)).astype(np.float16)
+    queries = rng.standard_normal((40, 48)).astype(np.float16)
+    g = knngraph.knn_graph(base, 16, metric=metric, device="cpu", verbose=False)
+    half = song.from_graph(g, base, device="cpu", verbose=False)
+    single = song.from_graph(g, base.astype(np.float32), device="cpu", verbose=False)
+    sp = song.SearchParams(queue_size=32)
+    stats = {}
+    dh, ih = half.search(queries, 10, sp, device="cpu", verbose=False, stats=stats)
+    assert stats["algo"] == "beam" and half._cache["cpu-half-bits"].dtype == np.uint16
+    ds, is_ = single.search(queries.astype(np.float32), 10, sp, device="cpu", verbose=False)
+    np.testing.assert_array_equal(ih, is_)
+    np.testing.assert_allclose(dh, ds, rtol=1e-5, atol=1e-5)
