@@ -213,7 +213,7 @@ def search(index: Index, queries, k: int, params: SearchParams | None = None, *,
     k = check_k(k, base.shape[0])
     allowed = prepare_filter(filter, base.shape[0])
     check_finite(q, "queries")
-    _budget(memory_limit, dev)  # validated whichever path runs
+    parse_memory(memory_limit)  # a bad limit is an error on every path below, the few-query one too
     few = None
     if (allowed is None and not dev.is_cuda and index.metric in ("sqeuclidean", "euclidean")
             and base.dtype != np.float16):

@@ -383,9 +383,9 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
                         if lane == 0:
                             for c in range(WARP):
                                 u = cand[c]
-                                # INF marks a point outside the sphere: never pushed, even while the
-                                # criterion is open (best not full)
-                                if u >= 0 and cd[c] < INF and cd[c] <= _threshold(kind, bd, st[0], kb, tau, nn1):
+                                # INF (outside the sphere) never meets the criterion: an open one is
+                                # the largest finite float32 (see threshold)
+                                if u >= 0 and cd[c] <= _threshold(kind, bd, st[0], kb, tau, nn1):
                                     _push(cd[c], u, bd, bi, kb, pd, pi, P, st)
                         cuda.syncthreads()
                 if lane == 0 and st[5] == 0:
