@@ -323,3 +323,35 @@ def test_build_and_search_on_an_ann_benchmarks_file_use_its_metric(capsys, tmp_p
     assert code == 0 and res["metric"] == "cosine" and res["n_queries"] == 60
     code, out, _ = run(capsys, "eval", ids, str(path), "-k", "10", "--json")
     assert code == 0 and json.loads(out)["recall"] >= 0.9
+
+
+@pytest.mark.slow
+def test_first_run_compiles_nndescent_kernels_in_a_second_process(monkeypatch):
+    """The demo's second process (knngraph._firstrun) leaves NN-Descent's threaded iteration kernels on
+    disk, where a later build finds them; nothing is started when they are there or when it is refused."""
+    import subprocess
+    import sys
+
+    from knngraph import _firstrun
+    from knngraph.cli import _Timer
+    from knngraph.nndescent import cpu
+
+    child = subprocess.run([sys.executable, "-m", "knngraph._firstrun", "uint8"], capture_output=True, text=True,
+                           timeout=600)
+    assert child.returncode == 0, child.stderr
+    assert float(child.stdout.strip().splitlines()[-1]) >= 0  # its compile seconds, read by _firstrun.wait
+    assert _firstrun._on_disk(cpu.local_join)
+    assert _firstrun.start_nndescent_compile(np.uint8) is None
+    monkeypatch.setattr(_firstrun, "_on_disk", lambda dispatcher: False)
+    monkeypatch.setenv("KNNGRAPH_NO_BACKGROUND_COMPILE", "1")
+    assert _firstrun.start_nndescent_compile(np.uint8) is None
+    assert _firstrun.wait(None) == 0.0
+    # what the child compiled is what this process's threaded build calls: loaded, not compiled again
+    from knngraph.datasets import load_sample
+    from knngraph.primitives.compile import SERIAL_BELOW
+
+    base = np.ascontiguousarray(load_sample().base[: SERIAL_BELOW + 200])
+    with _Timer() as t:
+        knngraph.knn_graph(base, 8, method="nndescent", device="cpu", verbose=False, init="random",
+                           max_iterations=1)
+    assert t.compiled == 0

@@ -549,6 +549,7 @@ def cmd_demo(args) -> int:
     Lines are printed as each step ends; timings leave out the compilation of kernels (a first run), which
     is reported on its own line."""
     import knngraph
+    from . import _firstrun
     from ._device import resolve_device
     from .datasets import load_sample
     from .evaluate import graph_recall, recall_at_k
@@ -562,6 +563,11 @@ def cmd_demo(args) -> int:
     say(f"knngraph {knngraph.__version__} demo on the bundled sift-photos sample: {s.base.shape[0]} base "
         f"vectors, {s.queries.shape[0]} queries, {s.base.shape[1]}-d uint8, device={device}")
     results = {"device": device, "n": int(s.base.shape[0]), "n_queries": int(s.queries.shape[0])}
+    # a first run on the CPU compiles NN-Descent's kernels in a second process meanwhile (knngraph._firstrun);
+    # the NN-Descent step comes last to give it the time
+    nndescent_compile, compiled_aside = None, 0.0
+    if device == "cpu" and "nndescent" in knngraph.registry.graph_builders():
+        nndescent_compile = _firstrun.start_nndescent_compile(s.base.dtype)
 
     # first calls (GPU context, threads, kernels) on the batches timed below: a smaller warm-up batch would
     # take the few-query kernels and compile them too, for nothing
@@ -578,12 +584,6 @@ def cmd_demo(args) -> int:
     results["exact_graph"] = {"seconds": t.seconds, "k": 32}
     say(f"exact graph      k=32: built in {t.seconds:.2f} s")
 
-    if "nndescent" in knngraph.registry.graph_builders():
-        with _Timer() as t:
-            g = knngraph.knn_graph(s.base, 32, method="nndescent", device=device, verbose=False)
-        r10 = graph_recall(g, 10, true_graph=exact)
-        results["nndescent_graph"] = {"seconds": t.seconds, "k": 32, "graph_recall@10": r10}
-        say(f"NN-Descent graph k=32: built in {t.seconds:.2f} s, graph recall@10 {r10:.4f}")
     if "song" in knngraph.registry.graph_searchers():
         from . import song
 
@@ -596,10 +596,19 @@ def cmd_demo(args) -> int:
         results["song_search"] = {"seconds": t.seconds, "queries_per_second": s.queries.shape[0] / t.seconds,
                                   "recall@10": rec}
         say(f"SONG graph search k=10: recall@10 {rec:.4f}, {s.queries.shape[0] / t.seconds:>10,.0f} queries/s")
+    if "nndescent" in knngraph.registry.graph_builders():
+        compiled_aside = _firstrun.wait(nndescent_compile)
+        with _Timer() as t:
+            g = knngraph.knn_graph(s.base, 32, method="nndescent", device=device, verbose=False)
+        r10 = graph_recall(g, 10, true_graph=exact)
+        results["nndescent_graph"] = {"seconds": t.seconds, "k": 32, "graph_recall@10": r10}
+        say(f"NN-Descent graph k=32: built in {t.seconds:.2f} s, graph recall@10 {r10:.4f}")
     results["compile_seconds"] = compile_seconds() - compiled_before
+    results["compile_seconds_second_process"] = compiled_aside
     if results["compile_seconds"] >= 0.05:
-        say(f"(+ {results['compile_seconds']:.1f} s compiling kernels, first run only: cached on disk now; the "
-            f"timings above leave it out)")
+        aside = f" (+ {compiled_aside:.1f} s in a second process meanwhile)" if compiled_aside else ""
+        say(f"(+ {results['compile_seconds']:.1f} s compiling kernels{aside}, first run only: cached on disk now; "
+            f"the timings above leave it out)")
     if args.json:
         print(json.dumps(results, default=_jsonable))
     return 0

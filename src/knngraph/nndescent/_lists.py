@@ -35,7 +35,7 @@ def sort_row(gd, gi, gf, s):
         gf[s, t] = f
 
 
-@numba.njit(inline="always")
+@numba.njit
 def distance_rows(kind, buf, binv, i, i1, j0, j1, dm):
     """dm[i, j] and dm[i1, j] for j in [j0, j1) (``i1`` may equal ``i``), by tiles of 2 rows x 4 columns
     that share their loads: about 1.5x the speed of one pair at a time. Rows of ``buf`` are float32."""
