@@ -1,12 +1,13 @@
-"""First run on the CPU: compile NN-Descent's iteration kernels in a second process.
+"""First run on the CPU: compile in two processes.
 
 numba compiles one function at a time on one core. On a fresh install the demo's kernels take about 45 s
-to compile on a 2-core machine, and the largest share, NN-Descent's local join and update kernels, does
-not depend on the rest. :func:`start_nndescent_compile` starts ``python -m knngraph._firstrun DTYPE``,
-which builds a small NN-Descent graph (random initial lists, threaded kernels) and so compiles those
-kernels into numba's disk cache while the calling process compiles everything else; the caller
-waits for it (:func:`wait`) before its own NN-Descent build, whose compilation then finds the
-kernels on disk (numba looks there before compiling a new signature).
+to compile on a 2-core machine. NN-Descent's iteration kernels (local join, updates, sampling) and the
+beam searcher do not depend on the rest: :func:`start_nndescent_compile` starts
+``python -m knngraph._firstrun DTYPE``, which builds a small NN-Descent graph (random initial lists,
+threaded kernels) and searches it, and so compiles those kernels into numba's disk cache, while the
+calling process compiles the others (exact search, graph pruning, and the random projection forest that
+starts NN-Descent: :func:`compile_forest`). The caller waits for the child (:func:`wait`) before its own
+NN-Descent build; numba looks in its disk cache before compiling a new signature, and finds them there.
 
 Nothing is started when the kernels are already on disk, when the machine has one core, or when
 ``KNNGRAPH_NO_BACKGROUND_COMPILE`` is set; a child that fails costs nothing but the time it took (the
@@ -65,14 +66,34 @@ def wait(child: subprocess.Popen | None, timeout: float = 300.0) -> float:
         return 0.0
 
 
+def compile_forest(x, k: int) -> None:
+    """Compile (or load) the kernels of the random projection forest that starts a CPU NN-Descent build
+    of ``x`` (L2) with ``k`` neighbours, by running that initialisation alone (a few tenths of a second on
+    the demo's data): the part of the demo's NN-Descent build that the second process does not compile."""
+    from .nndescent._common import forest_params
+    from .nndescent.cpu import Engine
+    from .primitives.distances import DIST_L2SQ
+
+    engine = Engine()
+    xc, inv = engine.prepare(x, DIST_L2SQ)
+    gd, gi, gf = engine.new_graph(xc.shape[0], k)
+    n_trees, leaf_size = forest_params(xc.shape[0], k)
+    _, _, order = engine.init_forest(xc, inv, DIST_L2SQ, gd, gi, gf, 0, n_trees, leaf_size)
+    engine.unpermute(gd, gi, order)
+
+
 def _compile(dtype: str) -> None:
     import knngraph
+    from . import song
     from .datasets import load_sample
     from .primitives.compile import SERIAL_BELOW, compile_seconds
 
-    base = np.ascontiguousarray(load_sample().base[: SERIAL_BELOW + 1000], dtype=dtype)  # threaded kernels
-    knngraph.knn_graph(base, 16, method="nndescent", device="cpu", verbose=False, init="random",
-                       max_iterations=2)
+    sample = load_sample()
+    base = np.ascontiguousarray(sample.base[: SERIAL_BELOW + 1000], dtype=dtype)  # threaded kernels
+    graph = knngraph.knn_graph(base, 16, method="nndescent", device="cpu", verbose=False, init="random",
+                               max_iterations=2)
+    queries = np.ascontiguousarray(sample.queries[:64], dtype=dtype)
+    song.search(song.from_graph(graph, base, device="cpu"), queries, 10, device="cpu", verbose=False)
     print(compile_seconds())
 
 
