@@ -45,6 +45,23 @@ def test_sharded_exact_equals_exact_knn(client, rng):
     assert i.dtype == np.int32 and d.dtype == np.float32
 
 
+def test_a_batch_is_one_task_per_worker_holding_shards(client, rng):
+    """Each batch goes to each worker once, for all the shards it holds (merged there), not once per
+    shard: the scheduler's latency is paid per batch and worker."""
+    from distributed import get_task_stream
+
+    x = rng.standard_normal((900, 8)).astype(np.float32)
+    q = rng.standard_normal((100, 8)).astype(np.float32)
+    index = kd.build(bruteforce.IndexParams(), x, client=client, shards=6, device="cpu").wait()
+    workers = {w for ws in client.who_has(index.futures).values() for w in ws}
+    with get_task_stream(client) as stream:
+        d, i = kd.search(index, q, 5, batch_size=25, device="cpu")  # 4 batches
+    searches = {t["key"] for t in stream.data if "knngraph-search" in str(t["key"])}
+    assert len(searches) == 4 * len(workers)
+    expected = knngraph.knn(x, q, 5, device="cpu")
+    np.testing.assert_array_equal(i, expected.indices)
+
+
 def test_sharded_song_equals_single_indexes_on_same_shards(client, sift):
     x, q = sift
     # the in-process indexes first: their kernels, compiled here, load from numba's cache in the workers

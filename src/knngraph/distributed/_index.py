@@ -34,7 +34,8 @@ FORMAT = "knngraph-sharded-index"
 VERSION = 1
 #: queries sent to the shards per batch
 DEFAULT_BATCH_SIZE = 10_000
-#: batches under way at once while queries stream (enough to hide the scheduler's latency)
+#: batches under way at once while queries stream (enough to hide the scheduler's latency: each batch is one
+#: task per worker, queries in the task, the shards' top-k merged on the worker)
 MAX_IN_FLIGHT = 4
 
 
@@ -108,6 +109,16 @@ def _search_shard(index, queries, k, params, offset, device):
     return d.astype(np.float32, copy=False), i
 
 
+def _search_shards(queries, k, params, offsets, device, *indexes):
+    """One batch of queries on every shard a worker holds, their top-k merged there: one task per worker
+    and batch, so a batch costs one trip through the scheduler whatever the number of shards."""
+    q = np.ascontiguousarray(as_numpy(queries))
+    parts = [_search_shard(ix, q, k, params, off, device) for ix, off in zip(indexes, offsets)]
+    if len(parts) == 1:
+        return parts[0]
+    return _merge(k, *parts)
+
+
 def _merge(k, *parts):
     return merge_topk([p[0] for p in parts], [p[1] for p in parts], k)
 
@@ -120,10 +131,6 @@ def _save_shard(index, path):
     mod = registry.get(index.algorithm).load()
     mod.save(path, index)
     return os.path.getsize(path)
-
-
-def _queries_block(block):
-    return np.ascontiguousarray(as_numpy(block))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -174,6 +181,20 @@ def _which(index: ShardedIndex, exc) -> str:
 def _near(workers) -> dict:
     """submit() options that run a task on ``workers`` (those holding its shard) while they live."""
     return {"workers": list(workers), "allow_other_workers": True} if workers else {}
+
+
+def _holders(index: ShardedIndex) -> list:
+    """Per shard, the workers that hold it (a sorted tuple; empty while it is not computed)."""
+    who = index.client.who_has(index.futures)
+    return [tuple(sorted(who.get(f.key) or ())) for f in index.futures]
+
+
+def _names(group) -> str:
+    """'shard 3 (...)' or 'shards 0, 1 and 2' for a worker's search task (error messages)."""
+    if len(group) == 1:
+        return group[0][0].name
+    ids = [str(s.index) for s, _ in group]
+    return f"shards {', '.join(ids[:-1])} and {ids[-1]}"
 
 
 def _algorithm_of(params):
@@ -262,8 +283,8 @@ def build(params, dataset, *, client=None, shards=None, device="auto", memory_li
 
 
 def _query_batches(index: ShardedIndex, queries, batch_size: int, token: str):
-    """(row offset, rows, future of the batch's host queries) per batch, created lazily; the queries are
-    checked here (Dask array chunks by the worker that reads them)."""
+    """(row offset, rows, the batch's host queries or a future of them) per batch, created lazily; the
+    queries are checked here (Dask array chunks by the worker that reads them)."""
     client = index.client
     if _is_dask_array(queries):
         q = queries
@@ -281,8 +302,8 @@ def _query_batches(index: ShardedIndex, queries, batch_size: int, token: str):
         lo = 0
         for c, block in enumerate(q.to_delayed().ravel()):
             rows = int(q.chunks[0][c])
-            fut = client.compute(__import__("dask").delayed(_queries_block)(block,
-                                 dask_key_name=f"knngraph-queries-{token}-{c}"))
+            fut = client.compute(__import__("dask").delayed(np.ascontiguousarray)(
+                block, dask_key_name=f"knngraph-queries-{token}-{c}"))
             yield lo, rows, fut
             lo += rows
         return
@@ -290,10 +311,11 @@ def _query_batches(index: ShardedIndex, queries, batch_size: int, token: str):
     check_finite(q, "queries")
     if q.shape[1] != index.dim:
         raise ValueError(f"queries have dimension {q.shape[1]} but the index has {index.dim}")
-    for b, lo in enumerate(range(0, q.shape[0], batch_size)):
-        block = q[lo:lo + batch_size]
-        # submitted, not scattered: the batch stays in the task, so a lost worker's copy can be remade
-        yield lo, block.shape[0], client.submit(_queries_block, block, key=f"knngraph-queries-{token}-{b}")
+    for lo in range(0, q.shape[0], batch_size):
+        # an argument of the search tasks, not scattered: it stays in their specification, so a task lost
+        # with its worker is rerun with it elsewhere
+        block = np.ascontiguousarray(q[lo:lo + batch_size])
+        yield lo, block.shape[0], block
 
 
 def search(index: ShardedIndex, queries, k: int, params=None, *, device="auto", batch_size: int = DEFAULT_BATCH_SIZE,
@@ -343,28 +365,31 @@ def search(index: ShardedIndex, queries, k: int, params=None, *, device="auto", 
     pending = []
 
     def finish(item):
-        lo, rows, fut = item
+        lo, rows, parts = item
         # a failed shard task raises here, named (named()); nothing partial is returned
-        d, i = _gather(index, fut)
+        results = _gather(index, parts)
+        d, i = results[0] if len(results) == 1 else _merge(k, *results)
         out_d[lo:lo + rows] = d
         out_i[lo:lo + rows] = i
         bar.update(1)
 
     n_batches = -(-n_q // batch_size) if n_q else 0
-    holders = index.client.who_has(index.futures)
+    # one task per worker and batch, for the shards that worker holds (elsewhere only when it is gone); a
+    # shard not built yet has a task of its own, so that no task pulls shards from several workers
+    groups: dict = {}
+    for s, f, where in zip(index.shards, index.futures, _holders(index)):
+        groups.setdefault(where or ("unplaced", s.index), (where, []))[1].append((s, f))
     with progress(n_batches, "sharded search", disable=not verbose, min_steps=2) as bar:
-        for b, (lo, rows, qfut) in enumerate(_query_batches(index, queries, batch_size, token)):
+        for b, (lo, rows, block) in enumerate(_query_batches(index, queries, batch_size, token)):
             if out_d is None:
                 out_d = np.empty((n_q, k), np.float32)
                 out_i = np.empty((n_q, k), np.int32)
-            # each shard's search runs where the shard is (elsewhere only when that worker is gone)
-            parts = [index.client.submit(named, f"{s.name}, query batch {b}", _search_shard, f, qfut, k, params,
-                                         s.offset, device, key=_key("search", s, f"{token}-{b}"),
-                                         **_near(holders.get(f.key)))
-                     for s, f in zip(index.shards, index.futures)]
-            merged = index.client.submit(_merge, k, *parts, key=f"knngraph-merge-{token}-{b}")
-            pending.append((lo, rows, merged))
-            del parts, qfut
+            parts = [index.client.submit(named, f"{_names(group)}, query batch {b}", _search_shards, block, k, params,
+                                         [s.offset for s, _ in group], device, *[f for _, f in group],
+                                         key=_key("search", group[0][0], f"{token}-{b}"), **_near(where))
+                     for where, group in groups.values()]
+            pending.append((lo, rows, parts))
+            del parts, block
             if len(pending) >= MAX_IN_FLIGHT:
                 finish(pending.pop(0))
         while pending:
