@@ -36,7 +36,7 @@ VERSION = 1
 DEFAULT_BATCH_SIZE = 10_000
 #: batches under way at once while queries stream (enough to hide the scheduler's latency: each batch is one
 #: task per worker, queries in the task, the shards' top-k merged on the worker)
-MAX_IN_FLIGHT = 4
+MAX_IN_FLIGHT = 8
 
 
 @dataclasses.dataclass(eq=False)
