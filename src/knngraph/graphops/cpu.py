@@ -26,7 +26,7 @@ from ..primitives.lists import dedup_sorted, less, sort_pairs
 __all__ = ["prune", "merge_sorted_lists"]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, fastmath=True)
 def _gather(u, src, base, kind, inv, ids, d, n0):
     """Append the valid ids of row ``src`` (not u, not -1) with their distance to u; returns the count."""
     n = n0
@@ -40,7 +40,9 @@ def _gather(u, src, base, kind, inv, ids, d, n0):
     return n
 
 
-@numba.njit(parallel=True, cache=True)
+# fastmath: cpu_distance is inlined (numba IR) and so compiled with these flags; without it the distance
+# sums cannot be reordered and stay scalar (optimize_graph on minilm-words, 60k x 384: 6.3 s -> 2.5 s)
+@numba.njit(parallel=True, cache=True, fastmath=True)
 def _prune(base, inv, kind, factor, primary, primary2, secondary, degree, fill, out_ids, out_d):
     n = primary.shape[0]
     cap = primary.shape[1] + primary2.shape[1] + secondary.shape[1]

@@ -35,10 +35,14 @@ def sort_row(gd, gi, gf, s):
         gf[s, t] = f
 
 
-@numba.njit
+@numba.njit(fastmath=True)
 def distance_rows(kind, buf, binv, i, i1, j0, j1, dm):
     """dm[i, j] and dm[i1, j] for j in [j0, j1) (``i1`` may equal ``i``), by tiles of 2 rows x 4 columns
-    that share their loads: about 1.5x the speed of one pair at a time. Rows of ``buf`` are float32."""
+    that share their loads: about 1.5x the speed of one pair at a time. Rows of ``buf`` are float32.
+
+    Compiled as a function of its own (numba's IR inlining of it into the local joins took about 20 s of
+    the first run's compilation) with ``fastmath`` of its own: the flags of a compiled callee are its own,
+    while inlined code takes its caller's."""
     dim = buf.shape[1]
     j = j0
     while j + 4 <= j1:

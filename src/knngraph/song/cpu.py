@@ -717,7 +717,7 @@ def index_search_beam(index, queries, k, queue_size, *, stats=None, out=None):
     return d, i
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, fastmath=True)
 def _rerank(base, queries, inv_b, inv_q, kind, cand, k, out_k, out_i):
     nq, r = cand.shape
     for j in prange(nq):
