@@ -9,9 +9,12 @@ contract (:mod:`knngraph.index`):
   of the dataset (a node is never its own neighbour), so ``knn_graph(method=name)`` works;
 * ``searches``: it has ``SearchParams`` and ``search(index, queries, k, params)``;
 * ``searches_graphs``: it has ``from_graph(graph, dataset)``: it searches any builder's graph;
-* ``search_graph``: (with ``builds_graphs``) its graph is a pruned search graph, not the k-NN graph: rows of
-  up to ``graph_degree`` neighbours that pass its pruning rule, -1 padded; hand it to a graph searcher as
-  it is.
+* ``search_graph``: (with ``builds_graphs``) its graph is a search graph, not the k-NN graph: rows of up to
+  ``graph_degree`` distinct neighbours (never the node itself) chosen by its own rule, -1 padded; hand it
+  to a graph searcher as it is;
+* ``rng_pruned``: (with ``search_graph``) that rule is the relative neighbourhood graph's: for kept
+  neighbours n1 nearer than n2 of v, d(n1, n2) >= d(v, n2) (GRNND). GGNN's bottom layer is not: it keeps
+  nearest neighbours and symmetric links (GGNN section 5).
 
 A new algorithm adds one line to :data:`ALGORITHMS`.
 """
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+
+import numpy as np
 
 __all__ = ["Algorithm", "ALGORITHMS", "get", "graph_builders", "searchers", "graph_searchers", "by_file_kind"]
 
@@ -35,6 +40,7 @@ class Algorithm:
     searches: bool = False
     searches_graphs: bool = False
     search_graph: bool = False
+    rng_pruned: bool = False
     file_kind: str = ""
 
     def load(self):
@@ -56,7 +62,13 @@ class Algorithm:
             params = dataclasses.replace(params, graph_degree=graph_degree, metric=metric, **param_fields)
         else:
             params = mod.IndexParams(graph_degree=graph_degree, metric=metric, **param_fields)
-        return mod.build(params, dataset, device=device, memory_limit=memory_limit, verbose=verbose).graph
+        graph = mod.build(params, dataset, device=device, memory_limit=memory_limit, verbose=verbose).graph
+        if isinstance(graph.indices, np.ndarray) and type(dataset).__module__.startswith("cupy"):
+            # device input, device output, whatever the builder keeps its graph in (GGNN: host memory)
+            import cupy as cp
+
+            graph = type(graph)(cp.asarray(graph.indices), cp.asarray(graph.distances), graph.metric, graph.info)
+        return graph
 
 
 #: name -> Algorithm, in the order users meet them
@@ -66,11 +78,11 @@ ALGORITHMS = {a.name: a for a in (
     Algorithm("nndescent", "knngraph.nndescent", "approximate k-NN graphs by NN-Descent (GNND on the GPU)",
               builds_graphs=True, file_kind="nndescent-index"),
     Algorithm("grnnd", "knngraph.grnnd", "sparse RNG-pruned search graphs by relative NN-Descent (GRNND)",
-              builds_graphs=True, search_graph=True, file_kind="grnnd-index"),
+              builds_graphs=True, search_graph=True, rng_pruned=True, file_kind="grnnd-index"),
     Algorithm("song", "knngraph.song", "graph search, one GPU warp per query (SONG), on any graph",
               searches=True, searches_graphs=True, file_kind="song-index"),
     Algorithm("ggnn", "knngraph.ggnn", "hierarchical graph build + block-per-query search (GGNN), sharding",
-              searches=True, searches_graphs=True, file_kind="ggnn-index"),
+              builds_graphs=True, search_graph=True, searches=True, searches_graphs=True, file_kind="ggnn-index"),
 )}
 
 

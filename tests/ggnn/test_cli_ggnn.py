@@ -25,3 +25,26 @@ def test_cli_builds_saves_and_searches_a_ggnn_index(tmp_path, capsys, sample):
     assert main(["search", str(idx), str(queries), "-k", "10", "--tau", "-1", "--out", str(tmp_path / "x.npy"),
                  "--device", "cpu", "--quiet"]) == 2
     assert "'tau' parameter of SearchParams" in capsys.readouterr().err
+
+
+def test_cli_build_method_ggnn_writes_its_search_graph(tmp_path, capsys, sample):
+    """``knngraph build --method ggnn``: the bottom layer as a graph file, which ``knngraph search --graph``
+    searches (SONG by default, GGNN's search with ``--method ggnn``)."""
+    base, queries = tmp_path / "base.u8bin", tmp_path / "q.u8bin"
+    io.write(base, sample.base[:3000])
+    io.write(queries, sample.queries[:100])
+    graph, out = tmp_path / "g.knng", tmp_path / "ids.ibin"
+    assert main(["build", str(base), "-k", "16", "--method", "ggnn", "--refinements", "1", "--out", str(graph),
+                 "--device", "cpu", "--quiet", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["method"] == "ggnn"
+    g = knngraph.Graph.load(graph)
+    assert g.indices.shape == (3000, 16) and g.info["method"] == "ggnn"
+    _, i_true = knngraph.knn(sample.base[:3000], sample.queries[:100], 10, device="cpu", verbose=False)
+    for method in ("song", "ggnn"):
+        assert main(["search", str(base), str(queries), "-k", "10", "--graph", str(graph), "--method", method,
+                     "--out", str(out), "--device", "cpu", "--quiet", "--json"]) == 0
+        capsys.readouterr()
+        assert recall_at_k(io.read(out), i_true, 10) >= 0.9, method
+    assert main(["build", str(base), "-k", "16", "--method", "ggnn", "--tau-build", "-1", "--out", str(graph),
+                 "--device", "cpu", "--quiet"]) == 2
+    assert "'tau_build' parameter of IndexParams" in capsys.readouterr().err

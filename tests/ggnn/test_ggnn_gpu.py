@@ -89,3 +89,17 @@ def test_sharded_search_swaps_shards_through_host_memory(sift_index):
     assert not index._cache, "swapped shards are dropped after their search"
     cpu = ggnn.search(index, queries[:2000], 10, sp, device="cpu")
     np.testing.assert_array_equal(cp.asnumpy(resident.indices), cpu.indices)
+
+
+def test_knn_graph_of_device_input_is_on_the_device(sift_index):
+    """``knn_graph(method="ggnn")`` of a CuPy array returns CuPy arrays (the contract), the graph of the
+    same build from host input."""
+    import cupy as cp
+
+    import knngraph
+
+    x = sift_index[0][:5000]
+    g = knngraph.knn_graph(cp.asarray(x), 16, method="ggnn", device="cuda", verbose=False, refinements=1)
+    h = knngraph.knn_graph(x, 16, method="ggnn", device="cuda", verbose=False, refinements=1)
+    assert isinstance(g.indices, cp.ndarray) and isinstance(g.distances, cp.ndarray)
+    np.testing.assert_array_equal(g.indices.get(), h.indices)

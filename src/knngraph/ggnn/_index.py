@@ -146,6 +146,7 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
     >>> i[:, 0].tolist()
     [0, 1]
     """
+    t0 = time.perf_counter()
     params = _check_params(params, IndexParams, "build")
     dev = resolve_device(device, dataset)
     x = check_vectors(dataset, "dataset", on_gpu=False)
@@ -184,7 +185,9 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
     if dev.is_cuda:
         impl.release()
     graph = _sorted_graph(ids, dist, params.metric)
-    graph.info.update(builder="ggnn", n_shards=params.n_shards)
+    graph.info.update(method="ggnn", graph_degree=params.graph_degree, n_shards=params.n_shards,
+                      refinements=params.refinements, device="cuda" if dev.is_cuda else "cpu",
+                      mean_degree=float((ids >= 0).sum(1).mean()), build_seconds=time.perf_counter() - t0)
     return Index(x, params, graph, np.concatenate(entries).astype(np.int32), np.asarray(e_bounds, np.int64),
                  bounds, np.asarray(nn1, np.float32), hierarchy)
 
