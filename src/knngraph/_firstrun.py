@@ -94,7 +94,9 @@ def _compile(dtype: str) -> None:
                                max_iterations=2)
     queries = np.ascontiguousarray(sample.queries[:64], dtype=dtype)
     song.search(song.from_graph(graph, base, device="cpu"), queries, 10, device="cpu", verbose=False)
-    print(compile_seconds())
+    # this process's output, read by wait(): the seconds it spent compiling (a command's result, not a
+    # diagnostic; diagnostics go to the logger, which is silent here)
+    sys.stdout.write(f"{compile_seconds()}\n")
 
 
 if __name__ == "__main__":
