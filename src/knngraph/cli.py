@@ -565,8 +565,10 @@ def cmd_demo(args) -> int:
     results = {"device": device, "n": int(s.base.shape[0]), "n_queries": int(s.queries.shape[0])}
     # a first run on the CPU compiles NN-Descent's iteration kernels and the beam searcher in a second
     # process meanwhile (knngraph._firstrun): this one compiles the rest first
+    has_nndescent = "nndescent" in knngraph.registry.graph_builders()
+    has_song = "song" in knngraph.registry.graph_searchers()
     nndescent_compile, compiled_aside = None, 0.0
-    if device == "cpu" and "nndescent" in knngraph.registry.graph_builders():
+    if device == "cpu" and has_nndescent:
         nndescent_compile = _firstrun.start_nndescent_compile(s.base.dtype)
 
     # first calls (GPU context, threads, kernels) on the batches timed below: a smaller warm-up batch would
@@ -584,10 +586,9 @@ def cmd_demo(args) -> int:
     results["exact_graph"] = {"seconds": t.seconds, "k": 32}
     say(f"exact graph      k=32: built in {t.seconds:.2f} s")
 
-    has_song = "song" in knngraph.registry.graph_searchers()
     if has_song:
         search_graph = knngraph.optimize_graph(exact, s.base, device=device, verbose=False)
-    if "nndescent" in knngraph.registry.graph_builders():
+    if has_nndescent:
         if nndescent_compile is not None:
             _firstrun.compile_forest(s.base, 32)
         compiled_aside = _firstrun.wait(nndescent_compile)

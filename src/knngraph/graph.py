@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._device import as_numpy
+from ._device import as_cupy, as_numpy
 from .io import _atomic_write, _finish, _open_new, _parse_npy_header
 from .metrics import canonical_metric
 
@@ -243,6 +243,12 @@ class Graph:
         if isinstance(self.indices, np.ndarray):
             return self
         return Graph(as_numpy(self.indices), as_numpy(self.distances), self.metric, dict(self.info))
+
+    def to_device(self) -> "Graph":
+        """A copy whose arrays are CuPy, on the current GPU (a no-op for device graphs)."""
+        if not isinstance(self.indices, np.ndarray):
+            return self
+        return Graph(as_cupy(self.indices), as_cupy(self.distances), self.metric, dict(self.info))
 
     def to_csr(self, *, include_self: bool = False, symmetrize: bool = False, mode: str = "distance",
                metric: str | None = None, dtype=np.float32):

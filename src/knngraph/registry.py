@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 
-import numpy as np
+from ._device import is_device_array
 
 __all__ = ["Algorithm", "ALGORITHMS", "get", "graph_builders", "searchers", "graph_searchers", "by_file_kind"]
 
@@ -63,12 +63,8 @@ class Algorithm:
         else:
             params = mod.IndexParams(graph_degree=graph_degree, metric=metric, **param_fields)
         graph = mod.build(params, dataset, device=device, memory_limit=memory_limit, verbose=verbose).graph
-        if isinstance(graph.indices, np.ndarray) and type(dataset).__module__.startswith("cupy"):
-            # device input, device output, whatever the builder keeps its graph in (GGNN: host memory)
-            import cupy as cp
-
-            graph = type(graph)(cp.asarray(graph.indices), cp.asarray(graph.distances), graph.metric, graph.info)
-        return graph
+        # device input, device output, whatever memory the builder keeps its graph in (GGNN: the host's)
+        return graph.to_device() if is_device_array(dataset) else graph
 
 
 #: name -> Algorithm, in the order users meet them

@@ -87,7 +87,11 @@ def finish_query_distance(kind, acc, inv_x, i, inv_q):
 
 @numba.njit(inline="always", fastmath=True)
 def cpu_distance(kind, x, i, y, j, inv_x, inv_y):
-    """Distance between x[i] and y[j] (2-D arrays), float32 arithmetic."""
+    """Distance between x[i] and y[j] (2-D arrays), float32 arithmetic.
+
+    Inlined into its callers at numba's IR level, so it is compiled with *their* flags: its sum vectorises
+    only in a caller compiled with ``fastmath`` (every caller in the library is; without it the pruning of
+    ``optimize_graph`` ran 2.5x slower)."""
     d = x.shape[1]
     acc = np.float32(0.0)
     if kind == DIST_L2SQ:
