@@ -11,13 +11,19 @@ Writes ``search_gpu_<dataset>.jsonl`` and ``search_gpu_<dataset>.png`` to --out:
    queries and outputs are on the GPU for every method (a call = one search of all queries, synchronised);
    per point: distance computations and expansions per query, bytes of vectors + graph rows read per
    query and the share of the GPU's copy bandwidth that reaches;
-3. small batches (1, 10, 100, 1000 queries per call): median time per call at the queue sizes / itopk
-   sizes whose batch-10k recall is nearest 0.95 and 0.99; knngraph also with host queries (NumPy in and
-   out) and its host time per call (device queries, ``out=``: the call returns before the kernel ends);
+3. small batches (``--batches``, default 1, 10, 100, 1000 queries per call): per method and batch size, a
+   sweep of queue / itopk sizes with the recall at that batch size (the first 2000 queries, or all from batch
+   100 on, searched a batch at a time: knngraph's search width and CAGRA's algorithm both follow the batch
+   size) and the median time per call; a ``small_batch_summary`` line per target recall (0.95, 0.99) and
+   batch: each method's fastest setting that reaches the target, knngraph / CAGRA time ratios, and knngraph's
+   time with host queries (NumPy in and out) and host time per call (device queries, ``out=``: the call
+   returns before the kernel ends); ``--widths 2,8`` also sweeps fixed search widths at batch 1000 (the
+   automatic choice is 4);
 4. a ``summary`` line: per curve, the QPS interpolated at recall 0.90, 0.95, 0.99, and knngraph / CAGRA.
 
-cuVS comes from ``../shared/tools/cuvs_wheels.sh`` + ``cuvs_device_install.sh`` (source /root/cuvs-env.sh
-first); without it the CAGRA parts are skipped with a note.
+CAGRA runs in child processes of this script (one per index), so that an error inside cuVS is logged and
+ends only that part. cuVS comes from ``../shared/tools/cuvs_wheels.sh`` + ``cuvs_device_install.sh``
+(source /root/cuvs-env.sh first); without it the CAGRA parts are skipped with a note.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ BEAM_QUEUES = [16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256]
 SONG_QUEUES = [16, 24, 32, 48, 64, 96, 128, 192, 256]
 CAGRA_ITOPK = [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
 BATCHES = [1, 10, 100, 1000]
+SMALL_QUEUES = [16, 20, 24, 32, 40, 48, 64, 96, 128]
 
 
 def load_minilm(d: Path):
@@ -90,6 +97,159 @@ def interpolate(points, target):
     return max(best) if best else None
 
 
+def load(args):
+    """(base, queries, gt ids, gt distances, metric, bytes per vector row) of ``args.dataset``."""
+    if args.dataset == "sift":
+        base, queries, gt = load_sift(450_000)
+        gt = gt[:, :10]
+        diff = base[gt].astype(np.float32) - queries[:, None, :].astype(np.float32)
+        return base, queries, gt, (diff * diff).sum(-1), "sqeuclidean", 128
+    base, queries, gt, gt_d = load_minilm(Path(args.minilm_dir))
+    return base, queries, gt, gt_d, "cosine", base.shape[1] * 2
+
+
+class SmallBatches:
+    """Per (method, batch size): the sweep of settings with the recall at that batch size and the time per
+    call; stops a sweep at the first setting whose recall reaches 0.99."""
+
+    def __init__(self, log, gt, gt_d, calls):
+        self.log, self.gt, self.gt_d, self.calls = log, gt, gt_d, calls
+        self.points = {}  # (method, batch) -> [(recall, ms, setting)]
+        self.t0 = time.perf_counter()
+
+    def recall_and_ms(self, search_fn, b):
+        """(recall@10 over the first queries searched ``b`` at a time: 2000, or all from batch 100 on; the
+        median ms per call of one batch). ``search_fn(s0, s1, fetch)`` -> (ids, distances or None)."""
+        from knngraph.evaluate import recall_at_k
+
+        nr = len(self.gt) if b >= 100 else min(len(self.gt), 2000)
+        parts = [search_fn(s0, min(s0 + b, nr), True) for s0 in range(0, nr, b)]
+        ids = np.concatenate([p[0] for p in parts])
+        if parts[0][1] is not None:
+            r = recall_at_k(ids, self.gt[:nr], 10, distances=np.maximum(np.concatenate([p[1] for p in parts]), 0),
+                            true_distances=self.gt_d[:nr])
+        else:  # CAGRA's inner products on normalised rows: scored by ids
+            r = recall_at_k(ids, self.gt[:nr], 10)
+        return r, per_call(lambda: search_fn(0, b, False), self.calls) * 1e3
+
+    def sweep(self, method, b, settings, make_fn):
+        pts = self.points.setdefault((method, b), [])
+        for setting in settings:
+            r, ms = self.recall_and_ms(make_fn(setting, b), b)
+            pts.append((r, ms, setting))
+            self.log.write(part="small_batch", method=method, batch=b, setting=setting, recall_at_batch=r,
+                           ms_per_call_device_io=ms, elapsed_s=time.perf_counter() - self.t0)
+            if r >= 0.99:
+                break
+
+
+def fastest(pts, target):
+    """The fastest (recall, ms, setting) point whose recall reaches ``target``, or None."""
+    ok = [p for p in pts if p[0] >= target]
+    return min(ok, key=lambda p: p[1]) if ok else None
+
+
+def cagra_child(args, which: str, graph_file: str):
+    """One CAGRA index (``which``: on knngraph's graph from ``graph_file``, or CAGRA's own nn_descent build):
+    the batch-10k sweep and the small batches, logged; prints its curves as a last ``CURVES`` line."""
+    import json
+
+    import cupy as cp
+    import libcuvs
+
+    libcuvs.load_library()
+    from cuvs.neighbors import cagra
+
+    from knngraph.evaluate import recall_at_k
+
+    log = JsonLines(Path(args.out) / f"search_gpu_{args.dataset}.jsonl")
+    base, queries, gt, gt_d, metric, _ = load(args)
+    nq = len(queries)
+    xb, xq = cp.asarray(base), cp.asarray(queries)
+    # cosine: CAGRA searches normalised vectors by inner product; its ids are scored, not its distances
+    cmetric = {"sqeuclidean": "sqeuclidean", "cosine": "inner_product"}[metric]
+    if metric == "cosine":
+        def unit(a):
+            f = a.astype(cp.float32)
+            return (f / cp.maximum(cp.linalg.norm(f, axis=1, keepdims=True), 1e-30)).astype(a.dtype)
+        xb, xq = unit(xb), unit(xq)
+    t0 = time.perf_counter()
+    if which == "cagra-on-knngraph":
+        cidx = cagra.from_graph(cp.asarray(np.load(graph_file)).astype(cp.uint32), xb, metric=cmetric)
+        method = "cagra.from_graph"
+    else:
+        cidx = cagra.build(cagra.IndexParams(metric=cmetric, graph_degree=32, intermediate_graph_degree=64,
+                                             build_algo="nn_descent"), xb)
+        method = "cagra.build nn_descent 64->32"
+    sync()
+    log.write(part="graph", method=method, build_s=time.perf_counter() - t0)
+
+    def make(it, b):
+        sp = cagra.SearchParams(itopk_size=it)
+        d_out = cp.empty((b, 10), cp.float32)
+        i_out = cp.empty((b, 10), cp.uint32)
+
+        def fn(s0, s1, fetch=True):
+            if s1 - s0 == b:
+                cagra.search(sp, cidx, xq[s0:s1], 10, neighbors=i_out, distances=d_out)
+                di, ii = d_out, i_out
+            else:
+                di, ii = cagra.search(sp, cidx, xq[s0:s1], 10)
+            if not fetch:
+                return None
+            return (cp.asnumpy(cp.asarray(ii)).astype(np.int64),
+                    cp.asnumpy(cp.asarray(di)) if metric == "sqeuclidean" else None)
+        return fn
+
+    curve = []
+    for it in CAGRA_ITOPK:
+        fn = make(it, nq)
+        secs = per_call(lambda: fn(0, nq, False), args.repeats)
+        ids, dists = fn(0, nq, True)
+        r = (recall_at_k(ids, gt, 10, distances=np.maximum(dists, 0), true_distances=gt_d) if dists is not None
+             else recall_at_k(ids, gt, 10))
+        curve.append((r, nq / secs, it))
+        log.write(part="batch10k", method=which, itopk_size=it, recall=r, qps=nq / secs, seconds=secs)
+    small = SmallBatches(log, gt, gt_d, args.calls)
+    for b in parse_batches(args.batches):
+        small.sweep(which, b, CAGRA_ITOPK[:8], make)
+    print("CURVES " + json.dumps({"batch10k": curve,
+                                  "small": [[b, pts] for (_, b), pts in small.points.items()]}), flush=True)
+
+
+def parse_batches(text: str):
+    return [int(b) for b in text.split(",") if b]
+
+
+def run_cagra_children(args, graph_file: Path, log):
+    """CAGRA on knngraph's graph and on its own, each in a child process: an error inside cuVS (cuVS 26.10
+    hit an illegal address on minilm-words after knngraph's searches in one process) poisons only that
+    process's CUDA context, and is logged."""
+    import json
+    import subprocess
+
+    curves, small = {}, {}
+    for which in ("cagra-on-knngraph", "cagra-own-graph"):
+        cmd = [sys.executable, __file__, "--dataset", args.dataset, "--minilm-dir", args.minilm_dir, "--out",
+               args.out, "--repeats", str(args.repeats), "--calls", str(args.calls), "--batches", args.batches,
+               "--cagra-child", which, "--graph-file", str(graph_file)]
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.cagra_timeout)
+        except subprocess.TimeoutExpired:
+            log.write(part="cuvs", method=which, failed=f"timed out after {args.cagra_timeout} s")
+            continue
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("CURVES ")]
+        if p.returncode != 0 or not lines:
+            err = [ln for ln in p.stderr.splitlines() if "Error" in ln or "error" in ln]
+            log.write(part="cuvs", method=which, failed=(err or p.stderr.splitlines() or ["?"])[-1][-400:])
+            continue
+        got = json.loads(lines[-1][len("CURVES "):])
+        curves[which] = [tuple(p) for p in got["batch10k"]]
+        for b, pts in got["small"]:
+            small[(which, b)] = [tuple(p) for p in pts]
+    return curves, small
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="out")
@@ -99,7 +259,14 @@ def main():
     ap.add_argument("--algos", default="beam,song", help="knngraph searchers to sweep")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--calls", type=int, default=50, help="calls per small-batch point")
+    ap.add_argument("--batches", default=",".join(map(str, BATCHES)), help="small batch sizes")
+    ap.add_argument("--widths", default="", help="fixed search widths also swept at batch 1000, e.g. 2,8")
+    ap.add_argument("--cagra-timeout", type=float, default=400)
+    ap.add_argument("--cagra-child", help=argparse.SUPPRESS)
+    ap.add_argument("--graph-file", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.cagra_child:
+        return cagra_child(args, args.cagra_child, args.graph_file)
     import cupy as cp
 
     import knngraph
@@ -108,15 +275,7 @@ def main():
 
     out = Path(args.out)
     log = JsonLines(out / f"search_gpu_{args.dataset}.jsonl")
-    if args.dataset == "sift":
-        base, queries, gt = load_sift(450_000)
-        gt = gt[:, :10]
-        diff = base[gt].astype(np.float32) - queries[:, None, :].astype(np.float32)
-        gt_d = (diff * diff).sum(-1)
-        metric, row_bytes = "sqeuclidean", 128
-    else:
-        base, queries, gt, gt_d = load_minilm(Path(args.minilm_dir))
-        metric, row_bytes = "cosine", base.shape[1] * 2
+    base, queries, gt, gt_d, metric, row_bytes = load(args)
     nq = len(queries)
     bw = copy_bandwidth()
     log.write(part="env", dataset=args.dataset, n=len(base), dim=base.shape[1], dtype=str(base.dtype),
@@ -161,112 +320,85 @@ def main():
                       distances_per_query=nd, expansions_per_query=ne, bytes_per_query=bytes_q,
                       bandwidth_share=bytes_q * qps / bw)
 
-    # 2b. CAGRA
-    cagra = None
-    if not args.no_cuvs:
-        try:
-            import libcuvs
+    # 3. small batches: per batch size and method, the setting sweep with the recall *at that batch size*
+    # (knngraph's search width and CAGRA's algorithm both follow the batch size)
+    small = SmallBatches(log, gt, gt_d, args.calls)
 
-            libcuvs.load_library()
-            from cuvs.neighbors import cagra
-        except Exception as exc:  # noqa: BLE001
-            log.write(part="cuvs", skipped=f"cuVS not importable: {type(exc).__name__}: {exc}")
-    cagra_indexes = {}
-    if cagra is not None:
-        # cosine: CAGRA searches normalised vectors by inner product (its cosine path crashed on float16
-        # here: an illegal address inside cuVS 26.10); its ids are scored, not its distances
-        cmetric = {"sqeuclidean": "sqeuclidean", "cosine": "inner_product"}[metric]
-        if metric == "cosine":
-            xf = xb.astype(cp.float32)
-            xb_c = (xf / cp.maximum(cp.linalg.norm(xf, axis=1, keepdims=True), 1e-30)).astype(xb.dtype)
-            qf = xq.astype(cp.float32)
-            xq_c = (qf / cp.maximum(cp.linalg.norm(qf, axis=1, keepdims=True), 1e-30)).astype(xq.dtype)
-        else:
-            xb_c, xq_c = xb, xq
-        t0 = time.perf_counter()
-        cagra_indexes["cagra-on-knngraph"] = cagra.from_graph(cp.asarray(graph.indices).astype(cp.uint32), xb_c,
-                                                              metric=cmetric)
-        sync()
-        log.write(part="graph", method="cagra.from_graph", build_s=time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        cagra_indexes["cagra-own-graph"] = cagra.build(
-            cagra.IndexParams(metric=cmetric, graph_degree=32, intermediate_graph_degree=64, build_algo="nn_descent"),
-            xb_c)
-        sync()
-        log.write(part="graph", method="cagra.build nn_descent 64->32", build_s=time.perf_counter() - t0)
-        for name, cidx in cagra_indexes.items():
-            curves[name] = []
-            for it in CAGRA_ITOPK:
-                sp = cagra.SearchParams(itopk_size=it)
-                d_out = cp.empty((nq, 10), cp.float32)
-                i_out = cp.empty((nq, 10), cp.uint32)
-
-                def run(sp=sp, cidx=cidx, d_out=d_out, i_out=i_out):
-                    return cagra.search(sp, cidx, xq_c, 10, neighbors=i_out, distances=d_out)
-
-                secs = per_call(run, args.repeats)
-                ids = i_out.get().astype(np.int64)
-                if metric == "sqeuclidean":
-                    r = score(ids, np.maximum(d_out.get(), 0))
-                else:
-                    r = recall_at_k(ids, gt, 10)
-                curves[name].append((r, nq / secs, it))
-                log.write(part="batch10k", method=name, itopk_size=it, recall=r, qps=nq / secs, seconds=secs)
-
-    # 3. small batches at the settings nearest recall 0.95 and 0.99
-    def nearest(curve, target):
-        ok = [p for p in curve if p[0] >= target]
-        return min(ok, key=lambda p: p[2]) if ok else max(curve)
-
-    hq = queries
-    for target in (0.95, 0.99):
-        r, _, qs = nearest(curves["knngraph-beam"], target)
-        sp = song.SearchParams(queue_size=qs)
-        for b in BATCHES:
-            qd = xq[:b]
+    def beam_fn(width):
+        def make(qs, b):
+            sp = song.SearchParams(queue_size=qs, search_width=width)
             o = (cp.empty((b, 10), cp.float32), cp.empty((b, 10), cp.int32))
-            t_dev = per_call(lambda: song.search(index, qd, 10, sp, device="cuda", verbose=False, out=o), args.calls)
-            t_host = per_call(lambda: song.search(index, hq[:b], 10, sp, device="cuda", verbose=False), args.calls)
-            host_times = []
-            for _ in range(args.calls):
-                sync()
-                t0 = time.perf_counter()
-                song.search(index, qd, 10, sp, device="cuda", verbose=False, out=o)
-                host_times.append(time.perf_counter() - t0)
-                sync()
-            # the recall of this batch size (the search width depends on it): every query, b at a time
-            parts = [song.search(index, queries[s0:s0 + b], 10, sp, device="cuda", verbose=False)
-                     for s0 in range(0, nq, b)]
-            ids = np.concatenate([p[1] for p in parts])
-            dists = np.concatenate([p[0] for p in parts])
-            stats = {}
-            song.search(index, qd, 10, sp, device="cuda", verbose=False, stats=stats)
-            log.write(part="small_batch", method="knngraph-beam", target=target, queue_size=qs, recall_10k=r,
-                      batch=b, recall_at_batch=score(ids, dists), search_width=stats.get("search_width"),
-                      ms_per_call_device_io=t_dev * 1e3, ms_per_call_host_io=t_host * 1e3,
-                      host_ms_per_call=statistics.median(host_times) * 1e3)
-        for name, cidx in cagra_indexes.items():
-            r, _, it = nearest(curves[name], target)
-            sp = cagra.SearchParams(itopk_size=it)
-            for b in BATCHES:
-                qd = xq_c[:b]
-                d_out = cp.empty((b, 10), cp.float32)
-                i_out = cp.empty((b, 10), cp.uint32)
-                t_dev = per_call(lambda: cagra.search(sp, cidx, qd, 10, neighbors=i_out, distances=d_out), args.calls)
-                log.write(part="small_batch", method=name, target=target, itopk_size=it, recall_10k=r, batch=b,
-                          ms_per_call_device_io=t_dev * 1e3)
 
-    # 4. summary
+            def fn(s0, s1, fetch=True):
+                d_, i_ = song.search(index, xq[s0:s1], 10, sp, device="cuda", verbose=False,
+                                     out=o if s1 - s0 == b else None)
+                return (cp.asnumpy(i_), cp.asnumpy(d_)) if fetch else None
+            return fn
+        return make
+
+    batches = parse_batches(args.batches)
+    for b in batches:
+        small.sweep("knngraph-beam", b, SMALL_QUEUES, beam_fn(0))
+        if b >= 1000:  # the automatic search width against fixed ones
+            for w in parse_batches(args.widths):
+                small.sweep(f"knngraph-beam-width{w}", b, SMALL_QUEUES, beam_fn(w))
+
+    # 2b + 3b. CAGRA, in child processes
+    if not args.no_cuvs:
+        import importlib.util
+
+        if importlib.util.find_spec("libcuvs") is None:
+            log.write(part="cuvs", skipped="cuVS not importable (source /root/cuvs-env.sh first)")
+        else:
+            graph_file = out / "_search_gpu_graph.npy"
+            np.save(graph_file, np.asarray(graph.to_host().indices))
+            cagra_curves, cagra_small = run_cagra_children(args, graph_file, log)
+            graph_file.unlink()
+            curves.update(cagra_curves)
+            small.points.update(cagra_small)
+
+    # 4. per target and batch: each method's fastest setting reaching the target, knngraph / CAGRA ratios,
+    # knngraph's time with host queries and its host time per call
+    small_summary = []
+    for target in (0.95, 0.99):
+        for b in batches:
+            row = {"target": target, "batch": b}
+            for (method, bb), pts in small.points.items():
+                if bb == b:
+                    best = fastest(pts, target)
+                    row[method] = None if best is None else {"ms": best[1], "recall": best[0], "setting": best[2]}
+            ours = row.get("knngraph-beam")
+            if ours is not None:
+                sp = song.SearchParams(queue_size=ours["setting"])
+                qd = xq[:b]
+                o = (cp.empty((b, 10), cp.float32), cp.empty((b, 10), cp.int32))
+                host_times = []
+                for _ in range(args.calls):
+                    sync()
+                    t0 = time.perf_counter()
+                    song.search(index, qd, 10, sp, device="cuda", verbose=False, out=o)
+                    host_times.append(time.perf_counter() - t0)
+                    sync()
+                ours["host_ms_per_call"] = statistics.median(host_times) * 1e3
+                ours["ms_per_call_host_io"] = per_call(
+                    lambda: song.search(index, queries[:b], 10, sp, device="cuda", verbose=False), args.calls) * 1e3
+                for other in ("cagra-on-knngraph", "cagra-own-graph"):
+                    if row.get(other):
+                        row[f"time_ratio_beam/{other}"] = ours["ms"] / row[other]["ms"]
+            small_summary.append(row)
+            log.write(part="small_batch_summary", **row)
+
+    # 5. summary
     summary = {}
     for name, pts in curves.items():
         summary[name] = {str(t): interpolate([(r, q) for r, q, _ in pts], t) for t in (0.90, 0.95, 0.99)}
     ratios = {}
     for other in ("cagra-on-knngraph", "cagra-own-graph"):
-        if other in summary:
+        if other in summary and "knngraph-beam" in summary:
             ratios[f"beam/{other}"] = {t: (summary["knngraph-beam"][t] / summary[other][t]
                                           if summary["knngraph-beam"][t] and summary[other][t] else None)
                                        for t in summary["knngraph-beam"]}
-    log.write(part="summary", qps_at_recall=summary, ratios=ratios)
+    log.write(part="summary", qps_at_recall=summary, ratios=ratios, small_batches=small_summary)
     try:
         import matplotlib
 

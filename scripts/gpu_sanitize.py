@@ -59,6 +59,15 @@ def main():
             song.search(index, q.astype(cp.float32), 10, song.SearchParams(queue_size=48), device="cuda",
                         verbose=False)
             print(f"{dtype} {metric}: ok ({time.perf_counter() - t0:.0f} s)", flush=True)
+    # float16 rows of 384 (minilm-words' shape): the four-halves distance mode, 16 lanes per distance
+    x = cp.asarray(data("float16", 1500, 384, 5))
+    index = song.from_graph(knngraph.optimize_graph(knngraph.knn_graph(x, 16, metric="cosine", device="cuda",
+                                                                       verbose=False), x, 12, device="cuda",
+                                                    verbose=False), x, song.IndexParams(metric="cosine"),
+                            device="cuda")
+    for width in (1, 8):
+        song.search(index, x[:40], 10, song.SearchParams(queue_size=24, search_width=width), device="cuda",
+                    verbose=False)
     x = cp.asarray(data("float32", 1500, 64, 4))
     hashed = song.from_graph(knngraph.optimize_graph(knngraph.knn_graph(x, 16, device="cuda", verbose=False), x,
                                                      12, device="cuda", verbose=False), x,

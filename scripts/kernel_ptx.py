@@ -1,6 +1,6 @@
 """Compile every GPU kernel to PTX for sm_90 on a machine without a GPU, to compare code generation.
 
-    python scripts/kernel_ptx.py OUT_DIR          # needs numba-cuda with NVVM (pip install numba-cuda[cu13])
+    python scripts/kernel_ptx.py OUT_DIR [NAME_PART]  # needs numba-cuda with NVVM (pip install numba-cuda[cu13])
     KNNGRAPH_SRC=../old/src python scripts/kernel_ptx.py before/      # the same for another checkout
     diff before/summary.txt OUT_DIR/summary.txt   # same PTX: the change cannot have moved kernel speed
 
@@ -19,6 +19,7 @@ import hashlib
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 # KNNGRAPH_SRC: another checkout's src/ (e.g. a worktree of the commit before a change)
@@ -51,7 +52,30 @@ def kernels():
     from knngraph.primitives import _rescore_kernel as rf
     from knngraph.song import _kernels as gk
 
-    return _cases(sk, rf, nk, gk, prune=go.prune_kernel, merge_lists=go.merge_lists_kernel)
+    return _cases(sk, rf, nk, gk, prune=go.prune_kernel, merge_lists=go.merge_lists_kernel) + _beam_cases()
+
+
+def _beam_cases():
+    """The fast searcher (``song/_beam_kernels``): warp per query and block per query (search width 4),
+    for 8-bit (dp4a), float16 (four halves per load, minilm-words' dim 384) and float32 vectors."""
+    import numpy as np
+
+    from knngraph.song import _beam_kernels as bk
+    from knngraph.song.cuda import beam_config, beam_mode
+
+    out = []
+    for label, dtype, dim, base_t, q_t in (("u8", np.uint8, 128, arr(u32), arr(u32)),
+                                           ("f16", np.float16, 384, None, arr(f32)),
+                                           ("f32", np.float32, 96, arr(f32), arr(f32))):
+        mode = beam_mode(dtype, dtype if label == "u8" else np.float32, dim)
+        if base_t is None:
+            base_t = arr(u64 if mode == bk.MODE_HALF4 else u32)
+        for qs, width in ((24, 1), (64, 1), (24, 4)):
+            kern, _ = beam_config(qs, dim, mode, width=width)
+            out.append((f"beam_{label}_q{qs}_w{width}", kern.py_func,
+                        (arr(i32), base_t, q_t, arr(f32, 1), i64, arr(i32, 1), i64, i64, i64, arr(i32, 1), arr(f32),
+                         arr(i32), arr(i32, 1), arr(i32, 1))))
+    return out
 
 
 def _legacy_kernels():
@@ -168,6 +192,7 @@ def normalise(ptx: str) -> str:
 
 def main():
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "ptx")
+    only = sys.argv[2] if len(sys.argv) > 2 else ""
     out.mkdir(parents=True, exist_ok=True)
     _pretend_sm90()
     try:
@@ -177,7 +202,11 @@ def main():
     summary = []
     ptxas = _find_ptxas()
     for name, fn, sig in cases:
+        if only not in name:
+            continue
+        t0 = time.perf_counter()
         ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
+        seconds = time.perf_counter() - t0
         text = normalise(ptx)
         (out / f"{name}.ptx").write_text(text)
         line = f"{name} {hashlib.sha256(text.encode()).hexdigest()[:16]} {len(text.splitlines())}"
@@ -185,7 +214,7 @@ def main():
             cap = next((v for k, v in REGISTER_CAPS.items() if name.startswith(k)), None)
             line += " " + _resources(ptxas, ptx, cap)
         summary.append(line)
-        print(summary[-1], flush=True)
+        print(f"{line}  [{seconds:.1f} s to PTX]", flush=True)
     (out / "summary.txt").write_text("\n".join(summary) + "\n")
 
 

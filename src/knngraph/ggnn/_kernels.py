@@ -22,7 +22,7 @@ import functools
 
 from numba import cuda, float32, int32
 
-from ..primitives.compile import cuda_version
+from ..primitives.compile import cuda_version, device_function
 from ..primitives.constants import INF, WARP
 from ..primitives.warp import finish_device as _finish
 from ..primitives.warp import warp_distance, warp_partials4, warp_sum
@@ -42,7 +42,7 @@ _best_insert = cuda_version(_cpu.best_insert)
 _reset = cuda_version(_cpu.reset)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _fetch(v, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, pd, pi, P, vi, st, cand, cd,
            use_trans, trans):
     """fetch() of the chunk whose proposal of this lane is v (-1: none); every lane calls it. With
@@ -104,7 +104,7 @@ def _fetch(v, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, 
     return m
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _walk(graph, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, pd, pi, P, vi, V, st, cand, cd,
           use_trans, trans, zb, max_pops):
     """pop / fetch(N_a) until pop gives nothing or ``max_pops`` expansions (Algorithm 1), graph rows in
@@ -130,7 +130,7 @@ def _walk(graph, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, k
     return pops, nd
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _write_best(lane, bd, bi, nb, k, out_d, out_i, row):
     """The first k of best into out_d/out_i[row], (inf, -1) padded."""
     for t in range(lane, k, WARP):
@@ -273,7 +273,7 @@ def brute_kernel(k: int):
     return kernel
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _links_to(graph, knn, sym, cnt, ksym, a, z):
     """Whether row a holds z among its nearest-neighbour slots or the inverse links placed so far."""
     for t in range(knn):

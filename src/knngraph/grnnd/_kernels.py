@@ -26,9 +26,9 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda, float32, int32, uint32
+from numba import cuda, float32, int32
 
-from ..primitives.compile import cuda_version
+from ..primitives.compile import cuda_version, device_function
 from ..primitives.constants import FULL_MASK, ID_NONE, WARP
 from ..primitives.distances import DIST_L2SQ
 from ..primitives.random import progression
@@ -47,7 +47,7 @@ _reverse_count = cuda_version(reverse_count)
 _progression = cuda_version(progression)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def pair_distance(kind, x, inv, a, b):
     """d(x[a], x[b]) by one thread, in the canonical order a < b (every copy of a pair's distance is the
     same float, which the duplicate rule relies on)."""

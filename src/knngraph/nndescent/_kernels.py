@@ -55,6 +55,7 @@ import numpy as np
 from numba import config as numba_config
 from numba import cuda, float32, int16, int32, int64, uint8, uint32, uint64
 
+from ..primitives.compile import device_function
 from ..primitives.constants import FULL_MASK, ID_NONE, WARP
 from ..primitives.distances import DIST_L2SQ
 from ..primitives.lists import less
@@ -79,7 +80,7 @@ INF = float32(np.inf)
 # small device helpers
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def pack(d, v):
     """(distance, id) as a uint64 whose unsigned order is the (distance, id) order (v >= 0)."""
     a = cuda.local.array(1, float32)
@@ -92,7 +93,7 @@ def pack(d, v):
     return (u << uint64(32)) | uint64(v)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def unpack(key):
     """Inverse of :func:`pack`."""
     v = int32(key & uint64(0x7FFFFFFF))
@@ -132,7 +133,7 @@ def _dp4a_intrinsic(signed: bool):
 def _dp4a_python(signed: bool):
     """The simulator's ``dp4a`` (it cannot run PTX): the four byte products one by one."""
 
-    @cuda.jit(device=True, inline=True)
+    @device_function
     def dp4a(a, b, c):
         acc = int32(c)
         for i in range(4):
@@ -155,7 +156,7 @@ else:
     dp4a_i8 = _dp4a_intrinsic(True)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _warp_distances4(kind, x, inv, u, v0, v1, v2, v3, lane):
     """Distances from x[u] to four rows, by the whole warp, the four rows' loads in flight together:
     the random initial lists are latency-bound (``benchmarks/profile_join.py`` times the init). Every
@@ -165,7 +166,7 @@ def _warp_distances4(kind, x, inv, u, v0, v1, v2, v3, lane):
             finish_device(kind, warp_sum(a2), inv, u, inv, v2), finish_device(kind, warp_sum(a3), inv, u, inv, v3))
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _tri(t):
     """Eqs. (1)-(2): pair t of the strict lower triangle -> (u, v), u > v; integer-corrected."""
     u = int32(math.ceil(math.sqrt(float32(2 * t) + float32(2.25)) - float32(0.5)))
@@ -190,7 +191,7 @@ def locked_insert(rounds: int):
     new NEW entry; a fence precedes the release.
     """
 
-    @cuda.jit(device=True, inline=True)
+    @device_function
     def insert(gd, gi, gf, locks, u, d, v, lane):
         k = gd.shape[1]
         uu = int64(u)
@@ -265,7 +266,7 @@ def locked_insert(rounds: int):
 # initial graph
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _advance(c, step, m):
     """(c + step) mod m for c, step in [0, m)."""
     c += step
@@ -274,7 +275,7 @@ def _advance(c, step, m):
     return c
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _entry_id(c, lo, skip):
     """Random list entry at progression value c (Alg. 1 l.1-5): lo + c, shifted past the node itself."""
     v = lo + c
@@ -411,7 +412,7 @@ def sample_kernel(gi, gf, p, split, new_f, nf, old_f, nof, new_r, nr, old_r, nor
 # local join (sections 4.2, 4.3): its steps as small inline functions, then the kernel
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _gather_samples(raw, s, a, b, c, e, new_f, new_r, old_f, old_r, p2, tid, nt):
     """Node s's samples as gathered: NEW in raw[0, p2) (``a`` forward, then ``b`` reverse), OLD in
     raw[p2, 2 p2) (``c`` forward, then ``e`` reverse); -1 in the unused slots."""
@@ -431,7 +432,7 @@ def _gather_samples(raw, s, a, b, c, e, new_f, new_r, old_f, old_r, p2, tid, nt)
         raw[t] = v
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _mark_first_copies(raw, keep, n_new, p2, tid, nt):
     """keep[t] = 1 where raw[t] is the first copy of its id (a thread per sample); an id among both the
     NEW and the OLD samples stays NEW."""
@@ -452,7 +453,7 @@ def _mark_first_copies(raw, keep, n_new, p2, tid, nt):
         keep[t] = 1 if ok else 0
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _compact(raw, keep, src, count, ids, dst, lane):
     """Append the kept ids of raw[src, src + count) to ids[dst, ...), in order; one warp (ballot prefix
     sums). Returns how many."""
@@ -468,7 +469,7 @@ def _compact(raw, keep, src, count, ids, dst, lane):
     return c
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _tile_position(t, n_t1, ob, nb, tri4):
     """Block row and column (ti, tj) of 4 x 4 tile t: the NEW-NEW tiles of the lower triangle first (Eqs.
     (1)-(2), precomputed in ``tri4``), then the NEW-OLD tiles row by row."""
@@ -480,7 +481,7 @@ def _tile_position(t, n_t1, ob, nb, tri4):
     return int32(ti), int32(nb + t2 - ti * ob)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _stage_floats(sv, x, ids, c0, dim, m4, nn, nn4, no, p2, dc, sv_stride, groups, tid, nt):
     """Dimensions [c0, c0 + dc) of every sample as float32 into ``sv``, dimension-major, sample r at
     column (r % 4) * groups + r // 4 (a tile's 4 rows are ``groups`` apart); zeros for the pads."""
@@ -496,7 +497,7 @@ def _stage_floats(sv, x, ids, c0, dim, m4, nn, nn4, no, p2, dc, sv_stride, group
         sv[uint64(q * sv_stride + (r & 3) * groups + (r >> 2))] = val
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _stage_words(sw, xw, ids, w0, m4, nn, nn4, no, p2, dc, sv_stride, groups, tid, nt):
     """As :func:`_stage_floats` for 32-bit words [w0, w0 + dc) of 4 bytes (the dp4a path)."""
     nw = xw.shape[1]
@@ -512,7 +513,7 @@ def _stage_words(sw, xw, ids, w0, m4, nn, nn4, no, p2, dc, sv_stride, groups, ti
         sw[uint64(q * sv_stride + (r & 3) * groups + (r >> 2))] = wv
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _tile_operands(buf, o, ri, ci, groups):
     """The 4 row samples' and the 4 column samples' values at staged offset ``o`` (8 shared loads)."""
     g1 = uint64(groups)
@@ -522,25 +523,25 @@ def _tile_operands(buf, o, ri, ci, groups):
             buf[o + ci], buf[o + ci + g1], buf[o + ci + g2], buf[o + ci + g3])
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _zero_tile():
     z = float32(0.0)
     return (z, z, z, z, z, z, z, z, z, z, z, z, z, z, z, z)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _zero_int_tile():
     z = int32(0)
     return (z, z, z, z, z, z, z, z, z, z, z, z, z, z, z, z)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _sq(x, y):
     f = x - y
     return f * f
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _tile_sq_diff(a, v):
     """A 4 x 4 tile's 16 sums (row-major tuple) plus one dimension's squared differences; ``v`` holds
     the 4 row values, then the 4 column values (:func:`_tile_operands`)."""
@@ -551,7 +552,7 @@ def _tile_sq_diff(a, v):
             a[12] + _sq(x3, y0), a[13] + _sq(x3, y1), a[14] + _sq(x3, y2), a[15] + _sq(x3, y3))
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _tile_dot(a, v):
     """As :func:`_tile_sq_diff` with one dimension's products."""
     x0, x1, x2, x3, y0, y1, y2, y3 = v
@@ -566,7 +567,7 @@ def _tile_dp4a(signed: bool):
     """As :func:`_tile_sq_diff` for int32 sums of 4-byte words: 16 ``dp4a`` (4 dimensions each)."""
     dp4a = dp4a_i8 if signed else dp4a_u8
 
-    @cuda.jit(device=True, inline=True)
+    @device_function
     def tile(a, v):
         x0, x1, x2, x3, y0, y1, y2, y3 = v
         return (dp4a(x0, y0, a[0]), dp4a(x0, y1, a[1]), dp4a(x0, y2, a[2]), dp4a(x0, y3, a[3]),
@@ -577,7 +578,7 @@ def _tile_dp4a(signed: bool):
     return tile
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _add_int_tile(a, b):
     """Float sums plus a chunk's exact int32 sums."""
     return (a[0] + float32(b[0]), a[1] + float32(b[1]), a[2] + float32(b[2]), a[3] + float32(b[3]),
@@ -586,7 +587,7 @@ def _add_int_tile(a, b):
             a[12] + float32(b[12]), a[13] + float32(b[13]), a[14] + float32(b[14]), a[15] + float32(b[15]))
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _l2_from_dots(a, snrm, ti, tj):
     """Dot products -> squared L2 distances |x|^2 + |y|^2 - 2 x.y of tile (ti, tj) (the dp4a path)."""
     r0 = uint64(4 * ti)
@@ -606,7 +607,7 @@ def _l2_from_dots(a, snrm, ti, tj):
             n3 + m0 - two * a[12], n3 + m1 - two * a[13], n3 + m2 - two * a[14], n3 + m3 - two * a[15])
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _store_tile(dm, ti, tj, d_stride, a):
     """Tile (ti, tj)'s 16 values into the distance matrix (row i: NEW sample i, column: combined sample);
     written out, so every tuple index is a constant (a register, never a local-memory array)."""
@@ -633,7 +634,7 @@ def _store_tile(dm, ti, tj, d_stride, a):
     dm[o + uint64(3)] = a[15]
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _nearest_partner(dm, ids, r, part, nn, nn4, no, p2, d_stride, kind, inv, u, lane):
     """(distance, id) of sample row ``r``'s nearest NEW (``part`` 0) or OLD (1) partner, by the warp
     (Alg. 2 GetNearestObject, ties to the lower id); (inf, ID_NONE) when it has none."""

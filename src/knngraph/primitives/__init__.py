@@ -19,12 +19,13 @@ What lives where:
 ==================  ==================================================================================
 
 **Written once, compiled for CPU and GPU.** A helper is a plain Python function decorated with
-:func:`~knngraph.primitives.compile.host_and_device`. That gives a ``numba.njit`` dispatcher, which CPU
-code calls directly and CUDA kernels may call too (numba-cuda compiles a called ``njit`` function for the
-device). Kernels that want the helper forced inline get its CUDA build with
-:func:`~knngraph.primitives.compile.cuda_version` (``cuda.jit(device=True, inline=True)`` of the same
-source), bound once at the top of the kernel module. Nothing here allocates: every structure lives in a
-slice of an array the caller owns (per-thread scratch on the CPU, shared memory on the GPU).
+:func:`~knngraph.primitives.compile.host_and_device`. That gives a ``numba.njit`` dispatcher, which CPU code
+calls directly and CUDA kernels may call too (numba-cuda compiles a called ``njit`` function for the device).
+Kernels that want the helper forced inline get its CUDA build with
+:func:`~knngraph.primitives.compile.cuda_version` (a :func:`~knngraph.primitives.compile.device_function` of
+the same source: compiled once, inlined by NVVM), bound once at the top of the kernel module. Nothing here
+allocates: every structure lives in a slice of an array the caller owns (per-thread scratch on the CPU, shared
+memory on the GPU).
 
 Modules without ``cuda`` / ``warp`` / ``kernels`` in their purpose import only NumPy and numba's CPU
 target, so ``import knngraph`` stays free of numba.cuda and CuPy; the CUDA modules are imported on first

@@ -47,7 +47,7 @@ import numpy as np
 from numba import cuda, float32, int32, uint64
 
 from .constants import FULL_MASK, ID_NONE, WARP, pow2_at_least
-from .compile import cuda_version
+from .compile import cuda_version, device_function
 from .random import hash32
 from .warp import bitonic_stages, less_device, warp_bitonic_sort
 
@@ -62,7 +62,7 @@ SRC_BUF_A = 2   # quickselect ping-pong buffers
 SRC_BUF_B = 3
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _load(src, row, j, dots, colterm, alpha, col_offset, self_id, ck, ci, ak, ai, bk, bi):
     """Element j of ``row`` from source ``src`` as a (key, id) pair."""
     if src == SRC_DOTS:
@@ -77,7 +77,7 @@ def _load(src, row, j, dots, colterm, alpha, col_offset, self_id, ck, ci, ak, ai
     return bk[row, j], bi[row, j]
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _fetch(src, row, j, hi, dots, colterm, ck, ci):
     """The raw values of element j (clamped into the range): (dot, colterm, 0) or (key, 0, id).
 
@@ -89,7 +89,7 @@ def _fetch(src, row, j, hi, dots, colterm, ck, ci):
     return ck[row, jc], float32(0.0), ci[row, jc]
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _element(src, a, b, idx, j, hi, alpha, col_offset, self_id):
     """(key, id) of element j from its fetched values, or the filler past ``hi`` / for the row itself."""
     if j >= hi:
@@ -102,7 +102,7 @@ def _element(src, a, b, idx, j, hi, alpha, col_offset, self_id):
     return a, idx
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _store_buf(dst, row, j, key, idx, ak, ai, bk, bi):
     if dst == SRC_BUF_A:
         ak[row, j] = key
@@ -250,7 +250,7 @@ def quickselect_kernel(first_src, n_tasks, n_splits, split_len, n_cols, k,
 FEW_CANDIDATES = 8
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _insert_few(sk, si, base, cap, count, lane):
     """Insert buffer slots [cap, cap + count) one at a time into the sorted list [0, cap)."""
     for c in range(count):
@@ -277,7 +277,7 @@ def _insert_few(sk, si, base, cap, count, lane):
             cuda.syncwarp(FULL_MASK)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _flush(sk, si, base, cap, k, count, lane):
     """Merge the first ``count`` buffer slots into the sorted list; returns the new threshold.
 
@@ -305,7 +305,7 @@ def _flush(sk, si, base, cap, k, count, lane):
     return sk[base + k - 1], si[base + k - 1]
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _offer(key, idx, sk, si, base, cap, k, count, thr_k, thr_i, lane):
     """Offer one 32-wide segment (one element per lane) to the warp's list: ballot-compact the
     elements that beat the threshold into the buffer; merge when the next segment might not fit."""
@@ -328,7 +328,7 @@ def warps_per_block_for(cap: int) -> int:
     return max(1, min(4, (32 << 10) // per_warp))
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _fast_key(src, row, j, dots, colterm, alpha, ck):
     """Element j's key alone (no id, no self or bounds check): the cheap value the filter tests."""
     if src == SRC_DOTS:
@@ -336,7 +336,7 @@ def _fast_key(src, row, j, dots, colterm, alpha, ck):
     return ck[row, j]
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _exact_element(src, urow, j, dots, colterm, alpha, col_offset, self_id, ck, ci):
     """(key, id) of in-range element j, with the row's own id replaced by the filler."""
     uj = uint64(j)

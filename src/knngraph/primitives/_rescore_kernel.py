@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float32, float64, int32
 
+from .compile import device_function
 from .constants import FULL_MASK, ID_NONE, WARP
 
 __all__ = ["rescore_rows_kernel"]
@@ -12,7 +13,7 @@ __all__ = ["rescore_rows_kernel"]
 _L2, _IP, _COS = 0, 1, 2
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _warp_sum64(acc):
     off = 16
     while off > 0:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from numba import cuda, float32
 
-from .compile import cuda_version
+from .compile import cuda_version, device_function
 from .constants import FULL_MASK, WARP
 from .distances import DIST_L2SQ, finish_distance, finish_query_distance
 from .lists import less
@@ -23,7 +23,7 @@ finish_device = cuda_version(finish_distance)
 finish_query_device = cuda_version(finish_query_distance)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def warp_sum(acc):
     """Sum of ``acc`` over the warp by a butterfly of shuffles; every lane gets it."""
     off = 16
@@ -33,7 +33,7 @@ def warp_sum(acc):
     return acc
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def warp_min(bd, bv):
     """(distance, id) minimum over the warp in (distance, id) order; every lane gets it."""
     off = 16
@@ -47,7 +47,7 @@ def warp_min(bd, bv):
     return bd, bv
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def warp_distance(kind, x, i, y, j, inv_x, inv_y, lane):
     """Distance between x[i] and y[j] computed by a whole warp: lane t sums dims t, t+32, ...; the
     partial sums are combined by :func:`warp_sum`, so every lane returns the result."""
@@ -63,7 +63,7 @@ def warp_distance(kind, x, i, y, j, inv_x, inv_y, lane):
     return finish_device(kind, warp_sum(acc), inv_x, i, inv_y, j)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def warp_partials4(kind, base, v0, v1, v2, v3, q, qrow, dim, lane):
     """Per-lane partial sums (lane t: dims t, t + 32, ...) of four rows of ``base`` against q[qrow, :dim]:
     squared differences (L2) or products. The four rows' loads are in flight together, which is what
@@ -96,7 +96,7 @@ def warp_partials4(kind, base, v0, v1, v2, v3, q, qrow, dim, lane):
     return a0, a1, a2, a3
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def bitonic_stages(keys, ids, base, size, span, lane):
     """The compare-exchange stages of one bitonic merge of width ``span`` over keys/ids[base : base +
     size] (``size``, ``span`` powers of two): blocks of ``span`` with bit ``span`` of their start clear
@@ -124,7 +124,7 @@ def bitonic_stages(keys, ids, base, size, span, lane):
         stride //= 2
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def warp_bitonic_sort(keys, ids, base, size, lane):
     """Sort keys/ids[base : base + size] ascending by (key, id); ``size`` a power of two; one warp."""
     span = 2

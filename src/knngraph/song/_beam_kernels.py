@@ -40,6 +40,7 @@ import math
 import numpy as np
 from numba import config, cuda, float32, int32, uint32, uint64
 
+from ..primitives.compile import device_function
 from ..primitives.constants import FULL_MASK, WARP
 from ..primitives.distances import DIST_COS, DIST_IP, DIST_L2SQ
 from ..primitives.warp import finish_query_device, less_device
@@ -153,13 +154,13 @@ else:  # pragma: no cover - needs numba's CUDA target
 # small pieces
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def raw_id(e):
     """The vertex id of a list entry (expanded entries hold -id - 2)."""
     return -e - 2 if e < 0 else e
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def team_sum(acc, team_size):
     """Sum over the aligned group of ``team_size`` lanes (a power of two <= 32); all lanes get it."""
     off = team_size // 2
@@ -169,7 +170,7 @@ def team_sum(acc, team_size):
     return acc
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def warp_sort32(key, vid, lane):
     """Bitonic sort of one (key, id) per lane across the warp, ascending by (key, id) (lane 0 smallest)."""
     size = 2
@@ -193,7 +194,7 @@ def warp_sort32(key, vid, lane):
     return key, vid
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def claim(ht, voff, hmask, v):
     """Insert id ``v`` into the visited table; True if it was not there (this lane claimed it)."""
     p = ((int(v) * _HMUL) & 0xFFFFFFFF) >> 7
@@ -207,7 +208,7 @@ def claim(ht, voff, hmask, v):
         p += 1
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def count_less_chunk(ck, ci, coff, c, key, vid):
     """How many of the c sorted chunk entries ck/ci[coff:coff+c] are below (key, vid)."""
     if not less_device(ck[coff], ci[coff], key, vid):
@@ -223,7 +224,7 @@ def count_less_chunk(ck, ci, coff, c, key, vid):
     return lo
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def count_not_above_list(lk, li, loff, m, key, vid):
     """How many of the m sorted list entries lk/li[loff:loff+m] are below (key, vid) or equal to it."""
     lo = 0
@@ -250,7 +251,7 @@ def report_code(metric: str) -> int:
                                                                                               REPORT_INTERNAL)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def report_distance(report, d):
     if report == REPORT_SQRT:
         return math.sqrt(max(d, float32(0.0)))
@@ -265,20 +266,20 @@ def report_distance(report, d):
 # distances of the compacted chunk cand[w, :c] (results in cdist[w, :c])
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _slot(cand, w, s, c):
     """Candidate ``s`` of the chunk, or the first one (a harmless duplicate load) past its end."""
     return cand[w, s] if s < c else cand[w, 0]
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _four_slots(cand, w, s1, nteams, c):
     """The four candidates a team computes in one pass: slots s1 + {0, 1, 2, 3} * nteams."""
     return (_slot(cand, w, s1, c), _slot(cand, w, s1 + nteams, c), _slot(cand, w, s1 + 2 * nteams, c),
             _slot(cand, w, s1 + 3 * nteams, c))
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _store_float4(kind, cdist, w, s1, nteams, c, a1, a2, a3, a4, v1, v2, v3, v4, inv_b, qinv, member, tsize):
     """Finish a pass of float sums: team reduction, then the team's first lane writes the distances."""
     a1 = team_sum(a1, tsize)
@@ -296,7 +297,7 @@ def _store_float4(kind, cdist, w, s1, nteams, c, a1, a2, a3, a4, v1, v2, v3, v4,
             cdist[w, s1 + 3 * nteams] = finish_query_device(kind, a4, inv_b, v4, qinv)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _element_terms(kind, x, qt, acc):
     x = float32(x)
     if kind == DIST_L2SQ:
@@ -305,7 +306,7 @@ def _element_terms(kind, x, qt, acc):
     return acc + x * qt
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _distances_generic(kind, base, qv, w, cand, cdist, c, inv_b, qinv, team, member, tsize, nteams, per_lane):
     """Each team computes four candidates per pass: team ``team`` takes slots s0 + team + {0, 1, 2, 3} *
     nteams; member m sums dimensions m, m + T, ... (``per_lane``, a compile-time count, so that the loop
@@ -328,18 +329,18 @@ def _distances_generic(kind, base, qv, w, cand, cdist, c, inv_b, qinv, team, mem
         s0 += 4 * nteams
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _half2_terms(kind, y, q0, q1, acc):
     return _element_terms(kind, half_hi(y), q1, _element_terms(kind, half_lo(y), q0, acc))
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _half4_terms(kind, y, qv, w, t, acc):
     acc = _half2_terms(kind, uint32(y & uint64(0xFFFFFFFF)), qv[w, 4 * t], qv[w, 4 * t + 1], acc)
     return _half2_terms(kind, uint32(y >> uint64(32)), qv[w, 4 * t + 2], qv[w, 4 * t + 3], acc)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _distances_half(kind, words, qv, w, cand, cdist, c, inv_b, qinv, team, member, tsize, nteams, per_lane, four):
     """As :func:`_distances_generic` for float16 vectors read as words of two (uint32) or, ``four``,
     four (uint64) halves: fewer load instructions."""
@@ -368,7 +369,7 @@ def _distances_half(kind, words, qv, w, cand, cdist, c, inv_b, qinv, team, membe
         s0 += 4 * nteams
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _finish_dp4a(kind, dot, nb, v, qn, qinv):
     if kind == DIST_L2SQ:
         return float32(nb[v] + qn - 2 * dot)
@@ -377,14 +378,14 @@ def _finish_dp4a(kind, dot, nb, v, qn, qinv):
     return float32(1.0) - float32(dot) * nb[v] * qinv
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _dp4a(signed, x, q, acc):
     if signed:
         return dp4a_i8(x, q, acc)
     return dp4a_u8(x, q, acc)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _distances_dp4a(kind, words, qw, w, cand, cdist, c, nb, qn, qinv, team, member, tsize, nteams, signed,
                     per_lane):
     """As :func:`_distances_generic` on 4-byte words, one ``dp4a`` per word and candidate, in int32."""
@@ -422,7 +423,7 @@ def _distances_dp4a(kind, words, qw, w, cand, cdist, c, nb, qn, qinv, team, memb
 # the stages every warp runs (shared by the warp-per-query and block-per-query kernels)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _stage_query(queries, j, qw, qv, w, lane, kind, dp4a, signed):
     """Copy query j into this warp's shared row; returns (squared norm as int for dp4a L2, inverse norm
     for cosine, whether it holds NaN / inf)."""
@@ -454,12 +455,16 @@ def _stage_query(queries, j, qw, qv, w, lane, kind, dp4a, signed):
     return qn, qinv, cuda.any_sync(FULL_MASK, bad)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, inline="always")
 def _sorted_chunk(v, ht, voff, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms, qn, qinv, kind, lane,
                   team, member, tsize, nteams, per_lane, mode, signed):
     """Stage 1-2 for the 32 ids ``v`` of the lanes (-1: none): claim them in the visited table, compute
     the distances of the claimed ones, sort them across the warp and write them ascending to
-    ck/ci[coff:coff+32] ((inf, PAD) after the c claimed). Returns c."""
+    ck/ci[coff:coff+32] ((inf, PAD) after the c claimed). Returns c.
+
+    Inlined at numba's IR level, unlike the other helpers (:func:`device_function`): ``mode`` is the
+    kernel's compile-time constant, and only after inlining can numba drop the branches whose distance
+    function does not type for this kernel's vectors (four halves of a uint64 word from float32 rows)."""
     ok = v >= 0
     if ok:
         ok = claim(ht, voff, hmask, v)
@@ -493,7 +498,7 @@ def _sorted_chunk(v, ht, voff, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff
     return c
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _merge_chunk(lk, li, loff, noff, ck, ci, coff, c, qsize, lane):
     """Stage 3: merge the c sorted chunk entries into the sorted list at loff, writing the first qsize of
     the merged order at noff (each entry's place is its index plus the number of entries of the other
@@ -520,7 +525,7 @@ def _merge_chunk(lk, li, loff, noff, ck, ci, coff, c, qsize, lane):
     return True
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _next_unexpanded(li, loff, qsize, lane, start):
     """Position of the first unexpanded entry at or after ``start`` (-1: none), in every lane."""
     b = start
@@ -534,7 +539,7 @@ def _next_unexpanded(li, loff, qsize, lane, start):
     return int32(-1)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _reset_visited(ht, voff, hsize, li, loff, qsize, hmask, lane):
     """Empty the visited table and put the list's ids back (one warp; see the module docs)."""
     cuda.syncwarp(FULL_MASK)
@@ -548,7 +553,7 @@ def _reset_visited(ht, voff, hsize, li, loff, qsize, hmask, lane):
     cuda.syncwarp(FULL_MASK)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _write_results(lk, li, loff, qsize, k, j, report, out_k, out_i, lane):
     for t in range(lane, k, WARP):
         e = li[loff + t] if t < qsize else PAD
@@ -560,7 +565,7 @@ def _write_results(lk, li, loff, qsize, k, j, report, out_k, out_i, lane):
             out_i[j, t] = -1
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _write_no_neighbours(k, j, out_k, out_i, out_nd, out_ne, lane):
     """A query holding NaN or inf has no neighbours: ids -1, distances NaN."""
     for t in range(lane, k, WARP):

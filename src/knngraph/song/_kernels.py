@@ -36,7 +36,7 @@ import numpy as np
 from numba import cuda, float32, int32, uint32
 
 from ..primitives import filters, lists, visited
-from ..primitives.compile import cuda_version
+from ..primitives.compile import cuda_version, device_function
 from ..primitives.constants import FULL_MASK, WARP
 from ..primitives.distances import DIST_COS, DIST_L2SQ
 from ..primitives.warp import finish_query_device, warp_partials4, warp_sum
@@ -72,7 +72,7 @@ SHARED_BUDGET = 48 * 1024
 # bulk distance computation (section VI)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _byte(word, b, signed):
     x = int32((word >> (8 * b)) & 255)
     if signed and x >= 128:
@@ -80,7 +80,7 @@ def _byte(word, b, signed):
     return float32(x)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _dist4_packed(kind, words, v0, v1, v2, v3, qv, w, nwords, signed, lane):
     """As ``warp_partials4`` for 1-byte vectors read as uint32 words; qv[w, 128 s + 32 b + l] holds query
     dimension 4 (32 s + l) + b (word 32 s + l, byte b)."""
@@ -118,7 +118,7 @@ def _dist4_packed(kind, words, v0, v1, v2, v3, qv, w, nwords, signed, lane):
     return a0, a1, a2, a3
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, qinv, lane):
     a0 = warp_sum(a0)
     a1 = warp_sum(a1)
@@ -134,7 +134,7 @@ def _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, qinv, 
             cdist[w, t0 + 3] = finish_query_device(kind, a3, inv_b, v3, qinv)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _stage_generic(kind, base, queries, j, qv, w, cand, cdist, c, inv_b, qinv, signed, lane):
     dim = base.shape[1]
     for t0 in range(0, c, 4):
@@ -146,7 +146,7 @@ def _stage_generic(kind, base, queries, j, qv, w, cand, cdist, c, inv_b, qinv, s
         _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, qinv, lane)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _stage_packed(kind, words, queries, j, qv, w, cand, cdist, c, inv_b, qinv, signed, lane):
     nwords = words.shape[1]
     for t0 in range(0, c, 4):
@@ -158,7 +158,7 @@ def _stage_packed(kind, words, queries, j, qv, w, cand, cdist, c, inv_b, qinv, s
         _store4(kind, c, t0, a0, a1, a2, a3, v0, v1, v2, v3, cdist, w, inv_b, qinv, lane)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _stage_hamming(kind, codes, qcodes, j, qv, w, cand, cdist, c, inv_b, qinv, signed, lane):
     """One lane per candidate: codes are a few words, so no reduction is needed (section VII)."""
     if lane < c:
@@ -169,13 +169,13 @@ def _stage_hamming(kind, codes, qcodes, j, qv, w, cand, cdist, c, inv_b, qinv, s
         cdist[w, lane] = float32(acc)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _load_query_generic(queries, j, qv, w, lane):
     for t in range(lane, queries.shape[1], WARP):
         qv[w, t] = queries[j, t]
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _load_query_packed(queries, j, qv, w, lane):
     s = 0
     for wi in range(lane, queries.shape[1] // 4, WARP):
@@ -184,7 +184,7 @@ def _load_query_packed(queries, j, qv, w, lane):
         s += 1
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _load_query_none(queries, j, qv, w, lane):
     pass
 
@@ -193,14 +193,14 @@ def _load_query_none(queries, j, qv, w, lane):
 # search
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _visited(use_bloom, ht, bw, voff, hmask, hshift, bbits, bnhash, v):
     if use_bloom:
         return bloom_contains(bw, voff, bbits, bnhash, v)
     return hash_contains(ht, voff, hmask, hshift, v)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _offer(c, cand, cdist, w, n, m, qsize, qk, qi, tk, ti, off, use_bloom, ht, bw, voff, hmask, hshift,
            bbits, bnhash):
     """Lane 0's maintenance stage for c candidates (the CPU path's ``_offer``); returns |q|."""
@@ -229,7 +229,7 @@ def _offer(c, cand, cdist, w, n, m, qsize, qk, qi, tk, ti, off, use_bloom, ht, b
     return n
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _offer_allowed(c, cand, cdist, w, allowed, rk, ri, roff, mr, k):
     """Lane 0: offer the chunk's allowed candidates to the k best allowed ids; returns their number."""
     for t in range(c):
