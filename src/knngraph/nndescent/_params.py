@@ -34,8 +34,10 @@ class IndexParams(Params):
     termination_threshold : float, default=0.001
         Stop when an iteration changes fewer than this share of the n * graph_degree list entries.
     update : {'auto', 'all', 'selective'}, default='auto'
-        'selective' inserts only each sample's nearest partners (GNND section 4.3); 'all' inserts every
-        improving pair (classic NN-Descent; CPU only). 'auto': 'selective' on the GPU, 'all' on the CPU,
+        'selective' inserts only each sample's nearest partners (GNND section 4.3), and iterates with lists
+        of at least 32 entries (the first ``graph_degree`` are returned: shorter lists converge short of
+        the true neighbours); 'all' inserts every improving pair (classic NN-Descent; CPU only; lists of
+        at least 16). 'auto': 'selective' on the GPU, 'all' on the CPU,
         where distance computations dominate and 'all' reaches a given recall sooner.
     init : {'auto', 'random', 'rp_forest', 'cluster_windows'}, default='auto'
         Initial lists. 'random': graph_degree random nodes each (GNND Alg. 1). 'rp_forest' (CPU only):
