@@ -56,21 +56,27 @@ def kernels():
 
 
 def _beam_cases():
-    """The fast searcher (``song/_beam_kernels``): warp per query and block per query (search width 4),
-    for 8-bit (dp4a), float16 (four halves per load, minilm-words' dim 384) and float32 vectors."""
+    """The fast searcher (``song/_beam_kernels``) in every distance mode: dp4a on 8-bit words (uint8, int8),
+    float16 read four or two halves at a time (minilm-words' dim 384; an even dim) and element by element (an
+    odd dim), float32, 8-bit vectors with float queries; warp per query and block per query (width 4)."""
     import numpy as np
 
     from knngraph.song import _beam_kernels as bk
     from knngraph.song.cuda import beam_config, beam_mode
 
+    i8 = types.int8
     out = []
-    for label, dtype, dim, base_t, q_t in (("u8", np.uint8, 128, arr(u32), arr(u32)),
-                                           ("f16", np.float16, 384, None, arr(f32)),
-                                           ("f32", np.float32, 96, arr(f32), arr(f32))):
-        mode = beam_mode(dtype, dtype if label == "u8" else np.float32, dim)
-        if base_t is None:
-            base_t = arr(u64 if mode == bk.MODE_HALF4 else u32)
-        for qs, width in ((24, 1), (64, 1), (24, 4)):
+    for label, base_dtype, query_dtype, dim in (("u8", np.uint8, np.uint8, 128), ("i8", np.int8, np.int8, 64),
+                                                ("f16", np.float16, np.float32, 384),
+                                                ("f16x2", np.float16, np.float32, 66),
+                                                ("f16odd", np.float16, np.float32, 33),
+                                                ("f32", np.float32, np.float32, 96),
+                                                ("u8fq", np.uint8, np.float32, 128)):
+        mode = beam_mode(base_dtype, query_dtype, dim)
+        base_t = arr({bk.MODE_DP4A_U8: u32, bk.MODE_DP4A_I8: u32, bk.MODE_HALF4: u64, bk.MODE_HALF2: u32}.get(
+            mode, {np.uint8: u8, np.int8: i8, np.float16: f16, np.float32: f32}[base_dtype]))
+        q_t = arr(u32) if mode in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) else arr(f32)
+        for qs, width in ((24, 1), (64, 1), (24, 4)) if label in ("u8", "f16", "f32") else ((24, 1), (24, 4)):
             kern, _ = beam_config(qs, dim, mode, width=width)
             out.append((f"beam_{label}_q{qs}_w{width}", kern.py_func,
                         (arr(i32), base_t, q_t, arr(f32, 1), i64, arr(i32, 1), i64, i64, i64, arr(i32, 1), arr(f32),
