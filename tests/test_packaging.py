@@ -59,6 +59,27 @@ def test_library_modules_log_instead_of_printing():
     assert not offenders, offenders
 
 
+def test_cuda_device_helpers_are_inlined_by_nvvm_not_by_numba_ir():
+    """CUDA device helpers are declared with ``primitives.compile.device_function`` (NVVM inlining):
+    ``cuda.jit(device=True, inline=...)`` is numba's IR-level inlining, which made each fast-searcher
+    kernel take 20-50 s to compile instead of about 1 s. The one helper that needs IR inlining (a
+    dispatch on the kernel's compile-time mode) says so with ``inline="always"`` and a docstring."""
+    allowed = {("song/_beam_kernels.py", "_sorted_chunk")}
+    offenders = []
+    for path in sorted((ROOT / "src" / "knngraph").rglob("*.py")):
+        rel = str(path.relative_to(ROOT / "src" / "knngraph"))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            for dec in node.decorator_list:
+                if (isinstance(dec, ast.Call) and getattr(dec.func, "attr", None) == "jit"
+                        and getattr(dec.func.value, "id", None) == "cuda"
+                        and any(kw.arg == "inline" for kw in dec.keywords)
+                        and (rel, node.name) not in allowed):
+                    offenders.append(f"{rel}:{node.lineno} {node.name}")
+    assert not offenders, offenders
+
+
 def _probe(name):
     """A numba function that counts as knngraph's (its module is knngraph._probe), new on each call."""
     import numba
