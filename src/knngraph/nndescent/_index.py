@@ -236,8 +236,9 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
             "seed": params.seed}
     k = params.graph_degree
     build_dev = Device("cuda") if _simulate else dev
-    gd, gi, engine = _build_arrays(data, _build_degree(k, data.shape[0], _selective(params, build_dev)), params,
-                                   build_dev, verbose, info, memory_limit=memory_limit, simulate=_simulate, callback=_callback)
+    kb = _build_degree(k, data.shape[0], _selective(params, build_dev))
+    gd, gi, engine = _build_arrays(data, kb, params, build_dev, verbose, info, memory_limit=memory_limit,
+                                   simulate=_simulate, callback=_callback)
     gd, gi = _first_columns(gd, k), _first_columns(gi, k)
     info["build_seconds"] = time.perf_counter() - t0
     graph = _finish_graph(gd, gi, params.metric, info, dev.is_cuda and is_device_array(dataset), engine)

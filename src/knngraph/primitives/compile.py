@@ -27,7 +27,8 @@ import types
 import numba
 from numba.core import event
 
-__all__ = ["host_and_device", "device_function", "cuda_version", "threaded_and_serial", "SERIAL_BELOW", "compile_seconds"]
+__all__ = ["host_and_device", "device_function", "cuda_version", "threaded_and_serial", "SERIAL_BELOW",
+           "compile_seconds"]
 
 _log = logging.getLogger("knngraph")
 
