@@ -97,6 +97,18 @@ def interpolate(points, target):
     return max(best) if best else None
 
 
+def score(ids, dists, gt, gt_d):
+    """recall@10 of ``ids`` against the first rows of ``gt``; ties at the true 10th distance count when
+    the method's ``dists`` are given (None: CAGRA's inner products on normalised rows, scored by ids)."""
+    from knngraph.evaluate import recall_at_k
+
+    nr = len(ids)
+    if dists is None:
+        return recall_at_k(np.asarray(ids), gt[:nr], 10)
+    return recall_at_k(np.asarray(ids), gt[:nr], 10, distances=np.maximum(np.asarray(dists), 0),
+                       true_distances=gt_d[:nr])
+
+
 def load(args):
     """(base, queries, gt ids, gt distances, metric, bytes per vector row) of ``args.dataset``."""
     if args.dataset == "sift":
@@ -120,16 +132,10 @@ class SmallBatches:
     def recall_and_ms(self, search_fn, b):
         """(recall@10 over the first queries searched ``b`` at a time: 2000, or all from batch 100 on; the
         median ms per call of one batch). ``search_fn(s0, s1, fetch)`` -> (ids, distances or None)."""
-        from knngraph.evaluate import recall_at_k
-
         nr = len(self.gt) if b >= 100 else min(len(self.gt), 2000)
         parts = [search_fn(s0, min(s0 + b, nr), True) for s0 in range(0, nr, b)]
-        ids = np.concatenate([p[0] for p in parts])
-        if parts[0][1] is not None:
-            r = recall_at_k(ids, self.gt[:nr], 10, distances=np.maximum(np.concatenate([p[1] for p in parts]), 0),
-                            true_distances=self.gt_d[:nr])
-        else:  # CAGRA's inner products on normalised rows: scored by ids
-            r = recall_at_k(ids, self.gt[:nr], 10)
+        dists = None if parts[0][1] is None else np.concatenate([p[1] for p in parts])
+        r = score(np.concatenate([p[0] for p in parts]), dists, self.gt, self.gt_d)
         return r, per_call(lambda: search_fn(0, b, False), self.calls) * 1e3
 
     def sweep(self, method, b, settings, make_fn):
@@ -159,8 +165,6 @@ def cagra_child(args, which: str, graph_file: str):
 
     libcuvs.load_library()
     from cuvs.neighbors import cagra
-
-    from knngraph.evaluate import recall_at_k
 
     log = JsonLines(Path(args.out) / f"search_gpu_{args.dataset}.jsonl")
     base, queries, gt, gt_d, metric, _ = load(args)
@@ -206,8 +210,7 @@ def cagra_child(args, which: str, graph_file: str):
         fn = make(it, nq)
         secs = per_call(lambda: fn(0, nq, False), args.repeats)
         ids, dists = fn(0, nq, True)
-        r = (recall_at_k(ids, gt, 10, distances=np.maximum(dists, 0), true_distances=gt_d) if dists is not None
-             else recall_at_k(ids, gt, 10))
+        r = score(ids, dists, gt, gt_d)
         curve.append((r, nq / secs, it))
         log.write(part="batch10k", method=which, itopk_size=it, recall=r, qps=nq / secs, seconds=secs)
     small = SmallBatches(log, gt, gt_d, args.calls)
@@ -271,7 +274,6 @@ def main():
 
     import knngraph
     from knngraph import song
-    from knngraph.evaluate import recall_at_k
 
     out = Path(args.out)
     log = JsonLines(out / f"search_gpu_{args.dataset}.jsonl")
@@ -294,9 +296,6 @@ def main():
     log.write(part="graph", method="knngraph exact96+optimize32", build_s=build_s)
     degree = graph.degree
 
-    def score(ids, dists):
-        return recall_at_k(np.asarray(ids), gt, 10, distances=np.asarray(dists), true_distances=gt_d)
-
     curves = {}
 
     # 2. batch 10k, knngraph
@@ -311,7 +310,7 @@ def main():
             song.search(index, xq, 10, sp, device="cuda", verbose=False, stats=stats, out=o)
             secs = per_call(lambda: song.search(index, xq, 10, sp, device="cuda", verbose=False, out=o),
                             args.repeats)
-            r = score(o[1].get(), o[0].get())
+            r = score(o[1].get(), o[0].get(), gt, gt_d)
             qps = nq / secs
             nd, ne = stats["distances_per_query"], stats["expansions_per_query"]
             bytes_q = nd * row_bytes + ne * 4 * degree

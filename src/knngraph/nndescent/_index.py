@@ -40,9 +40,9 @@ def _selective(params: IndexParams, dev) -> bool:
     return params.update == "selective" or (params.update == "auto" and dev.is_cuda)
 
 
-def _build_degree(k: int, n: int, selective: bool = False) -> int:
-    """Neighbours per node while building a ``k``-NN graph of ``n`` points (``selective``: with GNND's
-    selective update)."""
+def _build_degree(k: int, n: int, selective: bool) -> int:
+    """Neighbours per node while building or merging a ``k``-NN graph of ``n`` points (``selective``: with
+    GNND's selective update)."""
     return max(k, min(MIN_SELECTIVE_BUILD_DEGREE if selective else MIN_BUILD_DEGREE, n - 1))
 
 
@@ -321,9 +321,11 @@ def _merge(g1, g2, b1, b2, params, dev, verbose, *, want_device, simulate=False)
     t0 = time.perf_counter()
     k = params.graph_degree
     n = b1.shape[0] + b2.shape[0]
-    kb = _build_degree(k, n)  # the inputs' lists are padded to kb columns (GGM keeps half of each)
+    build_dev = Device("cuda") if simulate else dev
+    # the inputs' lists are padded to kb columns (GGM keeps half of each)
+    kb = _build_degree(k, n, _selective(params, build_dev))
     # a merge starts the cross halves from random nodes whatever ``init`` says (GGM, Alg. 3)
-    cfg = _config(dataclasses.replace(params, init="random"), kb, Device("cuda") if simulate else dev, verbose)
+    cfg = _config(dataclasses.replace(params, init="random"), kb, build_dev, verbose)
     engine = _build.make_engine(dev, simulate=simulate)
     xp = engine.xp
     if b1.dtype != b2.dtype:

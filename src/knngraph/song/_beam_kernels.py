@@ -455,47 +455,53 @@ def _stage_query(queries, j, qw, qv, w, lane, kind, dp4a, signed):
     return qn, qinv, cuda.any_sync(FULL_MASK, bad)
 
 
-@cuda.jit(device=True, inline="always")
-def _sorted_chunk(v, ht, voff, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms, qn, qinv, kind, lane,
-                  team, member, tsize, nteams, per_lane, mode, signed):
-    """Stage 1-2 for the 32 ids ``v`` of the lanes (-1: none): claim them in the visited table, compute
-    the distances of the claimed ones, sort them across the warp and write them ascending to
-    ck/ci[coff:coff+32] ((inf, PAD) after the c claimed). Returns c.
+@functools.lru_cache(maxsize=None)
+def _sorted_chunk_for(mode: int):
+    """Stage 1-2 of the kernels of distance mode ``mode``: ``sorted_chunk(v, ...)`` claims the 32 ids ``v``
+    of the lanes (-1: none) in the visited table, computes the distances of the claimed ones, sorts them
+    across the warp and writes them ascending to ck/ci[coff:coff+32] ((inf, PAD) after the c claimed);
+    returns c. One device function per mode: ``mode`` is a constant of its closure, so numba drops the
+    distance functions of the other modes, which would not type for these vectors (four halves of a
+    uint64 word from float32 rows)."""
+    signed = mode == MODE_DP4A_I8
 
-    Inlined at numba's IR level, unlike the other helpers (:func:`device_function`): ``mode`` is the
-    kernel's compile-time constant, and only after inlining can numba drop the branches whose distance
-    function does not type for this kernel's vectors (four halves of a uint64 word from float32 rows)."""
-    ok = v >= 0
-    if ok:
-        ok = claim(ht, voff, hmask, v)
-    vote = cuda.ballot_sync(FULL_MASK, ok)
-    c = cuda.popc(vote)
-    if ok:
-        cand[w, cuda.popc(vote & cuda.lanemask_lt())] = v
-    cuda.syncwarp(FULL_MASK)
-    key = INF
-    vid = PAD
-    if c > 0:
-        if mode == MODE_DP4A_U8 or mode == MODE_DP4A_I8:
-            _distances_dp4a(kind, base, qw, w, cand, cdist, c, norms, qn, qinv, team, member, tsize, nteams, signed,
-                            per_lane)
-        elif mode == MODE_HALF4:
-            _distances_half(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams, per_lane,
-                            True)
-        elif mode == MODE_HALF2:
-            _distances_half(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams, per_lane,
-                            False)
-        else:
-            _distances_generic(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams, per_lane)
+    @device_function
+    def sorted_chunk(v, ht, voff, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms, qn, qinv, kind, lane,
+                     team, member, tsize, nteams, per_lane):
+        ok = v >= 0
+        if ok:
+            ok = claim(ht, voff, hmask, v)
+        vote = cuda.ballot_sync(FULL_MASK, ok)
+        c = cuda.popc(vote)
+        if ok:
+            cand[w, cuda.popc(vote & cuda.lanemask_lt())] = v
         cuda.syncwarp(FULL_MASK)
-        if lane < c:
-            key = cdist[w, lane]
-            vid = cand[w, lane]
-        key, vid = warp_sort32(key, vid, lane)
-    ck[coff + lane] = key
-    ci[coff + lane] = vid
-    cuda.syncwarp(FULL_MASK)
-    return c
+        key = INF
+        vid = PAD
+        if c > 0:
+            if mode == MODE_DP4A_U8 or mode == MODE_DP4A_I8:
+                _distances_dp4a(kind, base, qw, w, cand, cdist, c, norms, qn, qinv, team, member, tsize, nteams,
+                                signed, per_lane)
+            elif mode == MODE_HALF4:
+                _distances_half(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams,
+                                per_lane, True)
+            elif mode == MODE_HALF2:
+                _distances_half(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams,
+                                per_lane, False)
+            else:
+                _distances_generic(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams,
+                                   per_lane)
+            cuda.syncwarp(FULL_MASK)
+            if lane < c:
+                key = cdist[w, lane]
+                vid = cand[w, lane]
+            key, vid = warp_sort32(key, vid, lane)
+        ck[coff + lane] = key
+        ci[coff + lane] = vid
+        cuda.syncwarp(FULL_MASK)
+        return c
+
+    return sorted_chunk
 
 
 @device_function
@@ -626,6 +632,7 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, wpb: 
     QWF = max(qwords, 1) if not dp4a else 1   # or as float32 values
     nteams = WARP // tsize
     signed = mode == MODE_DP4A_I8
+    sorted_chunk = _sorted_chunk_for(mode)
     hmask = hsize - 1
     reset_at = hsize // 2 - WARP
 
@@ -688,8 +695,8 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, wpb: 
                 if filled > reset_at:
                     _reset_visited(ht, voff, hsize, li, loff, qsize, hmask, lane)
                     filled = qsize
-                c = _sorted_chunk(v, ht, voff, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms, qn, qinv,
-                                  kind, lane, team, member, tsize, nteams, per_lane, mode, signed)
+                c = sorted_chunk(v, ht, voff, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms, qn, qinv,
+                                 kind, lane, team, member, tsize, nteams, per_lane)
                 filled += c
                 nd += c
                 noff = (2 * w + 1 - cur) * qcap
@@ -732,6 +739,7 @@ def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, per
     QWF = max(qwords, 1) if not dp4a else 1
     nteams = WARP // tsize
     signed = mode == MODE_DP4A_I8
+    sorted_chunk = _sorted_chunk_for(mode)
     hmask = hsize - 1
     reset_at = hsize // 2 - width * WARP
 
@@ -787,8 +795,8 @@ def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, per
             while r0 < ne:
                 t = r0 + w * WARP + lane
                 v = entries[t] if t < ne else int32(-1)
-                counts[w] = _sorted_chunk(v, ht, 0, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms, qn,
-                                          qinv, kind, lane, team, member, tsize, nteams, per_lane, mode, signed)
+                counts[w] = sorted_chunk(v, ht, 0, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms, qn,
+                                         qinv, kind, lane, team, member, tsize, nteams, per_lane)
                 cuda.syncthreads()
                 if w == 0:
                     for g in range(width):
@@ -831,9 +839,8 @@ def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, per
                 while step < deg:
                     t = step + lane
                     v = graph[u, t] if u >= 0 and t < deg else int32(-1)
-                    counts[w] = _sorted_chunk(v, ht, 0, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms,
-                                              qn, qinv, kind, lane, team, member, tsize, nteams, per_lane, mode,
-                                              signed)
+                    counts[w] = sorted_chunk(v, ht, 0, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms,
+                                             qn, qinv, kind, lane, team, member, tsize, nteams, per_lane)
                     cuda.syncthreads()
                     if w == 0:
                         for g in range(width):
