@@ -4,6 +4,8 @@
 #   scripts/gpu_check.sh [all|tests|bench] [FILTER]
 #
 #   tests    - pytest -m gpu with KNNGRAPH_GPU_TESTS=1 (FILTER is passed to -k)
+#   tests-parallel - the same tests as 8 pytest processes side by side (one per group in GPU_TEST_GROUPS);
+#              the whole GPU suite fits one 10-minute call of the lent machine (about 4 minutes on an H100)
 #   bench    - every GPU benchmark in GPU_BENCHMARKS below (FILTER: run only those whose name contains it)
 #   sanitize - scripts/gpu_sanitize.py under compute-sanitizer memcheck and racecheck; fails on any kernel
 #              error or hazard (scripts/sanitizer_summary.py filters the driver probing of numba's start)
@@ -52,6 +54,13 @@ GPU_BENCHMARKS=(
   "suite:python3 -m benchmarks suite gpu --out $OUT/bench_gpu.jsonl --plots --parts sift,scaling,ooc --ooc-sizes 1m,10m --ooc-time-limit 300 ${BENCH_ARGS:-}"
 )
 
+# groups of GPU test files for tests-parallel, of similar run times
+GPU_TEST_GROUPS=(
+  "tests/bruteforce" "tests/nndescent" "tests/song/test_beam_gpu.py" "tests/song/test_song_gpu.py"
+  "tests/grnnd" "tests/ggnn" "tests/distributed"
+  "tests/test_handoff.py tests/test_bench_runner.py tests/test_cpu_search_speedpath.py"
+)
+
 what=${1:-all}
 filter=${2:-}
 status=0
@@ -72,6 +81,24 @@ if [ "$what" = all ] || [ "$what" = tests ]; then
   echo "== GPU tests"
   python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" tests ${filter:+-k "$filter"} 2>&1 | tee "$OUT/gpu_tests.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if [ "$what" = tests-parallel ]; then
+  echo "== GPU tests, ${#GPU_TEST_GROUPS[@]} groups in parallel"
+  pids=()
+  for i in "${!GPU_TEST_GROUPS[@]}"; do
+    # shellcheck disable=SC2086
+    timeout "${GPU_TEST_TIMEOUT:-540}" python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" \
+      ${GPU_TEST_GROUPS[$i]} ${filter:+-k "$filter"} > "$OUT/gpu_tests_group$i.log" 2>&1 &
+    pids+=($!)
+  done
+  : > "$OUT/gpu_tests.log"
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || status=1
+    { echo "-- ${GPU_TEST_GROUPS[$i]}"
+      grep -E "^(FAILED|ERROR)|passed|failed|error" "$OUT/gpu_tests_group$i.log" | tail -8; } >> "$OUT/gpu_tests.log"
+  done
+  cat "$OUT/gpu_tests.log"
+  for i in "${!pids[@]}"; do cat "$OUT/gpu_tests_group$i.log" >> "$OUT/gpu_tests_full.log"; rm -f "$OUT/gpu_tests_group$i.log"; done
 fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
   for entry in "${GPU_BENCHMARKS[@]}"; do

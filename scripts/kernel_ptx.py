@@ -37,7 +37,7 @@ def arr(dtype, ndim=2):
 
 
 #: registers per thread the library caps kernels at (ptxas -maxrregcount), by case-name prefix
-REGISTER_CAPS = {"nnd_join": 64, "nnd_init": 64}
+REGISTER_CAPS = {"nnd_join": 64, "nnd_init": 64, "beam": 64}
 
 
 def kernels():
@@ -61,6 +61,7 @@ def _beam_cases():
     odd dim), float32, 8-bit vectors with float queries; warp per query and block per query (width 4)."""
     import numpy as np
 
+    from knngraph.primitives.distances import DIST_COS, DIST_L2SQ
     from knngraph.song import _beam_kernels as bk
     from knngraph.song.cuda import beam_config, beam_mode
 
@@ -77,9 +78,9 @@ def _beam_cases():
             mode, {np.uint8: u8, np.int8: i8, np.float16: f16, np.float32: f32}[base_dtype]))
         q_t = arr(u32) if mode in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) else arr(f32)
         for qs, width in ((24, 1), (64, 1), (24, 4)) if label in ("u8", "f16", "f32") else ((24, 1), (24, 4)):
-            kern, _ = beam_config(qs, dim, mode, width=width)
+            kern, _ = beam_config(qs, dim, mode, DIST_COS if label.startswith("f16") else DIST_L2SQ, width=width)
             out.append((f"beam_{label}_q{qs}_w{width}", kern.py_func,
-                        (arr(i32), base_t, q_t, arr(f32, 1), i64, arr(i32, 1), i64, i64, i64, arr(i32, 1), arr(f32),
+                        (arr(i32), base_t, q_t, arr(f32, 1), arr(i32, 1), i64, i64, i64, arr(i32, 1), arr(f32),
                          arr(i32), arr(i32, 1), arr(i32, 1))))
     return out
 

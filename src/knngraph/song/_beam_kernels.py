@@ -14,8 +14,12 @@ stage done by the whole warp:
   the visited table with an atomic compare-and-swap (so each id's distance is computed once, also when a
   row repeats an id), the claimed ids are compacted by ballot;
 * **teams of lanes per distance**: T lanes (T = 1..32, chosen from the row length) compute one
-  candidate's distance with coalesced word loads and a ``log2 T``-step shuffle reduction, so 32/T
-  candidates are in flight per step and two steps' loads are issued together. For 8-bit vectors whose
+  candidate's distance with coalesced word loads and a ``log2 T``-step shuffle reduction; a lane works
+  on four candidates at once and loads two words of each before any arithmetic, so eight loads are in
+  flight per lane (numba does not unroll the loop over a row, and under the kernel's register cap the
+  compiler would not hoist loads across its iterations). The distance kind (L2, inner product, cosine)
+  and the row length are compile-time constants, and the ids index the vectors as unsigned integers
+  (no negative-index wraparound): the loop holds only the loads and the arithmetic. For 8-bit vectors whose
   queries have the same dtype, four dimensions take one ``dp4a`` instruction (integer dot products;
   L2 as ||x||^2 + ||q||^2 - 2<x, q> with the integer norms of the vectors kept by the index: exact);
 * **merge by rank**: the chunk is sorted by a bitonic network across the lanes (registers and
@@ -268,8 +272,10 @@ def report_distance(report, d):
 
 @device_function
 def _slot(cand, w, s, c):
-    """Candidate ``s`` of the chunk, or the first one (a harmless duplicate load) past its end."""
-    return cand[w, s] if s < c else cand[w, 0]
+    """Candidate ``s`` of the chunk, or the first one (a harmless duplicate load) past its end, as an
+    unsigned index: numba indexes with unsigned integers without the negative-index wraparound, which
+    costs about ten instructions per load in the distance loops."""
+    return uint32(cand[w, s] if s < c else cand[w, 0])
 
 
 @device_function
@@ -307,24 +313,43 @@ def _element_terms(kind, x, qt, acc):
 
 
 @device_function
-def _distances_generic(kind, base, qv, w, cand, cdist, c, inv_b, qinv, team, member, tsize, nteams, per_lane):
+def _distances_generic(kind, base, qv, w, cand, cdist, c, inv_b, qinv, team, member, tsize, nteams, per_lane, dim):
     """Each team computes four candidates per pass: team ``team`` takes slots s0 + team + {0, 1, 2, 3} *
     nteams; member m sums dimensions m, m + T, ... (``per_lane``, a compile-time count, so that the loop
-    unrolls and every load of a pass is in flight at once)."""
-    dim = base.shape[1]
+    unrolls and every load of a pass is in flight at once). ``dim``, the row length, is a compile-time
+    constant too: where ``per_lane * tsize`` equals it, the bounds test folds away."""
     s0 = int32(0)
     while s0 < c:
         s1 = s0 + team
         v1, v2, v3, v4 = _four_slots(cand, w, s1, nteams, c)
         a1 = a2 = a3 = a4 = float32(0.0)
-        for i in range(per_lane):
-            t = member + i * tsize
+        # two elements per candidate and iteration, loads first (as in :func:`_distances_half`)
+        for i in range(0, per_lane, 2):
+            t = uint32(member + i * tsize)
+            u = t + uint32(tsize)
+            has_u = u < dim and i + 1 < per_lane
             if t < dim:
+                y1 = base[v1, t]
+                y2 = base[v2, t]
+                y3 = base[v3, t]
+                y4 = base[v4, t]
+                z1 = z2 = z3 = z4 = y1
+                if has_u:
+                    z1 = base[v1, u]
+                    z2 = base[v2, u]
+                    z3 = base[v3, u]
+                    z4 = base[v4, u]
                 qt = qv[w, t]
-                a1 = _element_terms(kind, base[v1, t], qt, a1)
-                a2 = _element_terms(kind, base[v2, t], qt, a2)
-                a3 = _element_terms(kind, base[v3, t], qt, a3)
-                a4 = _element_terms(kind, base[v4, t], qt, a4)
+                a1 = _element_terms(kind, y1, qt, a1)
+                a2 = _element_terms(kind, y2, qt, a2)
+                a3 = _element_terms(kind, y3, qt, a3)
+                a4 = _element_terms(kind, y4, qt, a4)
+                if has_u:
+                    qt = qv[w, u]
+                    a1 = _element_terms(kind, z1, qt, a1)
+                    a2 = _element_terms(kind, z2, qt, a2)
+                    a3 = _element_terms(kind, z3, qt, a3)
+                    a4 = _element_terms(kind, z4, qt, a4)
         _store_float4(kind, cdist, w, s1, nteams, c, a1, a2, a3, a4, v1, v2, v3, v4, inv_b, qinv, member, tsize)
         s0 += 4 * nteams
 
@@ -336,31 +361,54 @@ def _half2_terms(kind, y, q0, q1, acc):
 
 @device_function
 def _half4_terms(kind, y, qv, w, t, acc):
-    acc = _half2_terms(kind, uint32(y & uint64(0xFFFFFFFF)), qv[w, 4 * t], qv[w, 4 * t + 1], acc)
-    return _half2_terms(kind, uint32(y >> uint64(32)), qv[w, 4 * t + 2], qv[w, 4 * t + 3], acc)
+    t4 = uint32(4) * t
+    acc = _half2_terms(kind, uint32(y & uint64(0xFFFFFFFF)), qv[w, t4], qv[w, t4 + uint32(1)], acc)
+    return _half2_terms(kind, uint32(y >> uint64(32)), qv[w, t4 + uint32(2)], qv[w, t4 + uint32(3)], acc)
 
 
 @device_function
-def _distances_half(kind, words, qv, w, cand, cdist, c, inv_b, qinv, team, member, tsize, nteams, per_lane, four):
+def _distances_half(kind, words, qv, w, cand, cdist, c, inv_b, qinv, team, member, tsize, nteams, per_lane, four,
+                    nwords):
     """As :func:`_distances_generic` for float16 vectors read as words of two (uint32) or, ``four``,
-    four (uint64) halves: fewer load instructions."""
-    nwords = words.shape[1]
+    four (uint64) halves (``nwords`` per row): fewer load instructions."""
     s0 = int32(0)
     while s0 < c:
         s1 = s0 + team
         v1, v2, v3, v4 = _four_slots(cand, w, s1, nteams, c)
         a1 = a2 = a3 = a4 = float32(0.0)
-        for i in range(per_lane):
-            t = member + i * tsize
-            if t < nwords:
-                if four:
-                    a1 = _half4_terms(kind, words[v1, t], qv, w, t, a1)
-                    a2 = _half4_terms(kind, words[v2, t], qv, w, t, a2)
-                    a3 = _half4_terms(kind, words[v3, t], qv, w, t, a3)
-                    a4 = _half4_terms(kind, words[v4, t], qv, w, t, a4)
-                else:
-                    q0 = qv[w, 2 * t]
-                    q1 = qv[w, 2 * t + 1]
+        if four:
+            # two words per candidate and iteration, all eight loads issued before the arithmetic: numba's
+            # loops over ``per_lane`` are not unrolled, so this is what keeps several loads in flight
+            for i in range(0, per_lane, 2):
+                t = uint32(member + i * tsize)
+                u = t + uint32(tsize)
+                has_u = u < nwords and i + 1 < per_lane
+                if t < nwords:
+                    y1 = words[v1, t]
+                    y2 = words[v2, t]
+                    y3 = words[v3, t]
+                    y4 = words[v4, t]
+                    z1 = z2 = z3 = z4 = uint64(0)
+                    if has_u:
+                        z1 = words[v1, u]
+                        z2 = words[v2, u]
+                        z3 = words[v3, u]
+                        z4 = words[v4, u]
+                    a1 = _half4_terms(kind, y1, qv, w, t, a1)
+                    a2 = _half4_terms(kind, y2, qv, w, t, a2)
+                    a3 = _half4_terms(kind, y3, qv, w, t, a3)
+                    a4 = _half4_terms(kind, y4, qv, w, t, a4)
+                    if has_u:
+                        a1 = _half4_terms(kind, z1, qv, w, u, a1)
+                        a2 = _half4_terms(kind, z2, qv, w, u, a2)
+                        a3 = _half4_terms(kind, z3, qv, w, u, a3)
+                        a4 = _half4_terms(kind, z4, qv, w, u, a4)
+        else:
+            for i in range(per_lane):
+                t = uint32(member + i * tsize)
+                if t < nwords:
+                    q0 = qv[w, uint32(2) * t]
+                    q1 = qv[w, uint32(2) * t + uint32(1)]
                     a1 = _half2_terms(kind, words[v1, t], q0, q1, a1)
                     a2 = _half2_terms(kind, words[v2, t], q0, q1, a2)
                     a3 = _half2_terms(kind, words[v3, t], q0, q1, a3)
@@ -387,22 +435,41 @@ def _dp4a(signed, x, q, acc):
 
 @device_function
 def _distances_dp4a(kind, words, qw, w, cand, cdist, c, nb, qn, qinv, team, member, tsize, nteams, signed,
-                    per_lane):
-    """As :func:`_distances_generic` on 4-byte words, one ``dp4a`` per word and candidate, in int32."""
-    nwords = words.shape[1]
+                    per_lane, nwords):
+    """As :func:`_distances_generic` on 4-byte words (``nwords`` per row), one ``dp4a`` per word and
+    candidate, in int32."""
     s0 = int32(0)
     while s0 < c:
         s1 = s0 + team
         v1, v2, v3, v4 = _four_slots(cand, w, s1, nteams, c)
         a1 = a2 = a3 = a4 = int32(0)
-        for i in range(per_lane):
-            t = member + i * tsize
+        # two words per candidate and iteration, loads first (as in :func:`_distances_half`)
+        for i in range(0, per_lane, 2):
+            t = uint32(member + i * tsize)
+            u = t + uint32(tsize)
+            has_u = u < nwords and i + 1 < per_lane
             if t < nwords:
+                y1 = words[v1, t]
+                y2 = words[v2, t]
+                y3 = words[v3, t]
+                y4 = words[v4, t]
+                z1 = z2 = z3 = z4 = uint32(0)
+                if has_u:
+                    z1 = words[v1, u]
+                    z2 = words[v2, u]
+                    z3 = words[v3, u]
+                    z4 = words[v4, u]
                 q = qw[w, t]
-                a1 = _dp4a(signed, words[v1, t], q, a1)
-                a2 = _dp4a(signed, words[v2, t], q, a2)
-                a3 = _dp4a(signed, words[v3, t], q, a3)
-                a4 = _dp4a(signed, words[v4, t], q, a4)
+                a1 = _dp4a(signed, y1, q, a1)
+                a2 = _dp4a(signed, y2, q, a2)
+                a3 = _dp4a(signed, y3, q, a3)
+                a4 = _dp4a(signed, y4, q, a4)
+                if has_u:
+                    q = qw[w, u]
+                    a1 = _dp4a(signed, z1, q, a1)
+                    a2 = _dp4a(signed, z2, q, a2)
+                    a3 = _dp4a(signed, z3, q, a3)
+                    a4 = _dp4a(signed, z4, q, a4)
         a1 = team_sum(a1, tsize)
         a2 = team_sum(a2, tsize)
         a3 = team_sum(a3, tsize)
@@ -456,17 +523,18 @@ def _stage_query(queries, j, qw, qv, w, lane, kind, dp4a, signed):
 
 
 @functools.lru_cache(maxsize=None)
-def _sorted_chunk_for(mode: int):
-    """Stage 1-2 of the kernels of distance mode ``mode``: ``sorted_chunk(v, ...)`` claims the 32 ids ``v``
-    of the lanes (-1: none) in the visited table, computes the distances of the claimed ones, sorts them
+def _sorted_chunk_for(mode: int, kind: int, row_units: int):
+    """Stage 1-2 of the kernels of distance mode ``mode`` and distance ``kind``: ``sorted_chunk(v, ...)``
+    claims the 32 ids ``v`` of the lanes (-1: none) in the visited table, computes the distances of the claimed ones, sorts them
     across the warp and writes them ascending to ck/ci[coff:coff+32] ((inf, PAD) after the c claimed);
-    returns c. One device function per mode: ``mode`` is a constant of its closure, so numba drops the
+    returns c. ``row_units``: loads per vector row (words, or elements in the generic mode). One device
+    function per mode, kind and row length: they are constants of its closure, so numba drops the
     distance functions of the other modes, which would not type for these vectors (four halves of a
-    uint64 word from float32 rows)."""
+    uint64 word from float32 rows), and the arithmetic of the other distances is not in the loop."""
     signed = mode == MODE_DP4A_I8
 
     @device_function
-    def sorted_chunk(v, ht, voff, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms, qn, qinv, kind, lane,
+    def sorted_chunk(v, ht, voff, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms, qn, qinv, lane,
                      team, member, tsize, nteams, per_lane):
         ok = v >= 0
         if ok:
@@ -481,16 +549,16 @@ def _sorted_chunk_for(mode: int):
         if c > 0:
             if mode == MODE_DP4A_U8 or mode == MODE_DP4A_I8:
                 _distances_dp4a(kind, base, qw, w, cand, cdist, c, norms, qn, qinv, team, member, tsize, nteams,
-                                signed, per_lane)
+                                signed, per_lane, row_units)
             elif mode == MODE_HALF4:
                 _distances_half(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams,
-                                per_lane, True)
+                                per_lane, True, row_units)
             elif mode == MODE_HALF2:
                 _distances_half(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams,
-                                per_lane, False)
+                                per_lane, False, row_units)
             else:
                 _distances_generic(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams,
-                                   per_lane)
+                                   per_lane, row_units)
             cuda.syncwarp(FULL_MASK)
             if lane < c:
                 key = cdist[w, lane]
@@ -586,6 +654,12 @@ def _write_no_neighbours(k, j, out_k, out_i, out_nd, out_ne, lane):
 # the kernels
 
 
+def row_units(mode: int, qwords: int) -> int:
+    """Loads per vector row of a distance mode whose staged query is ``qwords`` words long: 4-byte words
+    (dp4a, two halves), 8-byte words (four halves) or elements."""
+    return {MODE_HALF4: qwords // 4, MODE_HALF2: qwords // 2}.get(mode, qwords)
+
+
 def shared_bytes_per_warp(qcap: int, hsize: int, qwords: int) -> int:
     """Shared memory of one warp: the double-buffered list, the chunk, the visited table, the query."""
     return qcap * 16 + WARP * 16 + hsize * 4 + qwords * 4 + 16
@@ -611,10 +685,11 @@ def team_size(row_units: int, per_lane: int = 4) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, wpb: int, per_lane: int,
+def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize: int, wpb: int, per_lane: int,
                 width: int = 1):
     """The search kernel for list capacity ``qcap`` (runtime queue_size <= qcap), a visited table of
-    ``hsize`` slots (a power of two), a staged query of ``qwords`` 4-byte words, a distance mode,
+    ``hsize`` slots (a power of two), a staged query of ``qwords`` 4-byte words, a distance mode and kind
+    (``primitives.distances.DIST_*``; compile-time, so that the distance loop holds only its arithmetic),
     ``tsize`` lanes per distance and ``per_lane`` loads per lane and vector row (the row is at most
     ``tsize * per_lane`` loads long).
 
@@ -623,7 +698,7 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, wpb: 
     shared list together (a search width, as CAGRA's multi-parent steps): fewer sequential steps per
     query, for batches too small to fill the GPU with one warp each."""
     if width > 1:
-        return _block_kernel(qcap, hsize, qwords, mode, tsize, per_lane, width)
+        return _block_kernel(qcap, hsize, qwords, mode, kind, tsize, per_lane, width)
     LN = 2 * wpb * qcap
     HN = wpb * hsize
     CN = wpb * WARP
@@ -632,12 +707,12 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, wpb: 
     QWF = max(qwords, 1) if not dp4a else 1   # or as float32 values
     nteams = WARP // tsize
     signed = mode == MODE_DP4A_I8
-    sorted_chunk = _sorted_chunk_for(mode)
+    sorted_chunk = _sorted_chunk_for(mode, kind, row_units(mode, qwords))
     hmask = hsize - 1
     reset_at = hsize // 2 - WARP
 
     @cuda.jit
-    def kernel(graph, base, queries, norms, kind, entries, k, qsize, report, counter, out_k, out_i, out_nd, out_ne):
+    def kernel(graph, base, queries, norms, entries, k, qsize, report, counter, out_k, out_i, out_nd, out_ne):
         lk = cuda.shared.array(LN, dtype=float32)
         li = cuda.shared.array(LN, dtype=int32)
         ht = cuda.shared.array(HN, dtype=int32)
@@ -696,7 +771,7 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, wpb: 
                     _reset_visited(ht, voff, hsize, li, loff, qsize, hmask, lane)
                     filled = qsize
                 c = sorted_chunk(v, ht, voff, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms, qn, qinv,
-                                 kind, lane, team, member, tsize, nteams, per_lane)
+                                 lane, team, member, tsize, nteams, per_lane)
                 filled += c
                 nd += c
                 noff = (2 * w + 1 - cur) * qcap
@@ -727,7 +802,7 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, wpb: 
     return kernel
 
 
-def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, per_lane: int, width: int):
+def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize: int, per_lane: int, width: int):
     """Block-per-query kernel of :func:`beam_kernel` (``width`` warps). Every step: warp 0 marks the
     ``width`` first unexpanded entries of the list as this step's parents; warp w reads parent w's
     row 32 ids at a time, claims, computes and sorts them into its chunk; then warp 0 merges the
@@ -739,12 +814,12 @@ def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, per
     QWF = max(qwords, 1) if not dp4a else 1
     nteams = WARP // tsize
     signed = mode == MODE_DP4A_I8
-    sorted_chunk = _sorted_chunk_for(mode)
+    sorted_chunk = _sorted_chunk_for(mode, kind, row_units(mode, qwords))
     hmask = hsize - 1
     reset_at = hsize // 2 - width * WARP
 
     @cuda.jit
-    def kernel(graph, base, queries, norms, kind, entries, k, qsize, report, counter, out_k, out_i, out_nd, out_ne):
+    def kernel(graph, base, queries, norms, entries, k, qsize, report, counter, out_k, out_i, out_nd, out_ne):
         lk = cuda.shared.array(LN, dtype=float32)
         li = cuda.shared.array(LN, dtype=int32)
         ht = cuda.shared.array(hsize, dtype=int32)
@@ -796,7 +871,7 @@ def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, per
                 t = r0 + w * WARP + lane
                 v = entries[t] if t < ne else int32(-1)
                 counts[w] = sorted_chunk(v, ht, 0, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms, qn,
-                                         qinv, kind, lane, team, member, tsize, nteams, per_lane)
+                                         qinv, lane, team, member, tsize, nteams, per_lane)
                 cuda.syncthreads()
                 if w == 0:
                     for g in range(width):
@@ -840,7 +915,7 @@ def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, tsize: int, per
                     t = step + lane
                     v = graph[u, t] if u >= 0 and t < deg else int32(-1)
                     counts[w] = sorted_chunk(v, ht, 0, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms,
-                                             qn, qinv, kind, lane, team, member, tsize, nteams, per_lane)
+                                             qn, qinv, lane, team, member, tsize, nteams, per_lane)
                     cuda.syncthreads()
                     if w == 0:
                         for g in range(width):

@@ -288,8 +288,10 @@ def _uses_beam(dev: Device, index: Index, sp: SearchParams, filtered: bool) -> b
     return not blockers
 
 
-#: register cap of the fast kernel (``SearchParams.max_registers`` = 0): uncapped it takes 172 registers
-#: per thread, so only 8 warps fit on an SM; see benchmarks/profile_search_kernel.py
+#: register cap of the fast kernel (``SearchParams.max_registers`` = 0): uncapped it takes 150-200 registers
+#: per thread, so only 8-12 warps fit on an SM. The cap spills 300-500 bytes per thread but doubles the
+#: resident warps, which pays: minilm-words (H100, 5000 queries, queue 24) took 2.34 ms capped at 64,
+#: 2.43 at 96, 2.88 at 128 and 3.40 uncapped (``benchmarks/profile_search_width.py --registers``)
 BEAM_MAX_REGISTERS = int(os.environ.get("KNNGRAPH_BEAM_MAX_REGISTERS", "64"))
 
 

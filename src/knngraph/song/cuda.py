@@ -161,14 +161,14 @@ def search_width(nq: int, sm_count: int, requested: int = 0) -> int:
     return width
 
 
-def beam_config(queue_size: int, dim: int, mode: int, max_warps: int = 4, width: int = 1):
-    """(kernel, warps per block) of the fast searcher for a queue size, dimension, mode and search width
-    (warps per query; > 1: the block-per-query kernel)."""
+def beam_config(queue_size: int, dim: int, mode: int, kind: int, max_warps: int = 4, width: int = 1):
+    """(kernel, warps per block) of the fast searcher for a queue size, dimension, distance mode and kind
+    (``DIST_*``) and search width (warps per query; > 1: the block-per-query kernel)."""
     qcap = queue_capacity(queue_size)
     hsize = pow2_at_least(4 * (qcap + (width * bk.WARP if width > 1 else 0)), 512)
     qwords = dim // 4 if _dp4a(mode) else dim  # the staged query: uint32 words or float32 values
     # loads per vector row: 4-byte words (dp4a, half2) or elements
-    row_units = dim // {bk.MODE_HALF2: 2, bk.MODE_HALF4: 4}.get(mode, 4 if _dp4a(mode) else 1)
+    row_units = bk.row_units(mode, qwords)
     tsize = bk.team_size(row_units, {bk.MODE_GENERIC: 8, bk.MODE_HALF4: 6}.get(mode, 4))
     per_lane = -(-row_units // tsize)
     if width > 1:
@@ -177,13 +177,13 @@ def beam_config(queue_size: int, dim: int, mode: int, max_warps: int = 4, width:
             raise ValueError(f"queue_size={queue_size} with dim={dim} and search_width={width} needs {per} bytes of "
                              f"shared memory, more than the {bk.SHARED_BUDGET} a block may use; lower queue_size or "
                              "search_width")
-        return bk.beam_kernel(qcap, hsize, qwords, mode, tsize, width, per_lane, width), width
+        return bk.beam_kernel(qcap, hsize, qwords, mode, kind, tsize, width, per_lane, width), width
     per = bk.shared_bytes_per_warp(qcap, hsize, qwords)
     if per > bk.SHARED_BUDGET:
         raise ValueError(f"queue_size={queue_size} with dim={dim} needs {per} bytes of shared memory per warp, "
                          f"more than the {bk.SHARED_BUDGET} a block may use; lower queue_size")
     wpb = bk.warps_per_block(qcap, hsize, qwords, max_warps)
-    return bk.beam_kernel(qcap, hsize, qwords, mode, tsize, wpb, per_lane), wpb
+    return bk.beam_kernel(qcap, hsize, qwords, mode, kind, tsize, wpb, per_lane), wpb
 
 
 def search_beam_device(graph_ids, base, queries, norms, kind, entries, k, queue_size, mode, *, xp,
@@ -197,7 +197,7 @@ def search_beam_device(graph_ids, base, queries, norms, kind, entries, k, queue_
     to return reported distances (default: internal ones)."""
     nq = queries.shape[0]
     dim = queries.shape[1]
-    kern, wpb = beam_config(queue_size, dim, mode, max_warps, width)
+    kern, wpb = beam_config(queue_size, dim, mode, int(kind), max_warps, width)
     base_arg = _words(base, mode, xp)
     q_arg = queries.view(xp.uint32) if _dp4a(mode) else queries
     if out is None:
@@ -206,8 +206,8 @@ def search_beam_device(graph_ids, base, queries, norms, kind, entries, k, queue_
     out_k, out_i, out_nd, out_ne = out
     counter = xp.zeros(1, xp.int32)
     blocks = _blocks(nq, wpb, width, sm_count)
-    args = (graph_ids, base_arg, q_arg, norms, int(kind), entries, int(k), int(queue_size), int(report), counter,
-            out_k, out_i, out_nd, out_ne)
+    args = (graph_ids, base_arg, q_arg, norms, entries, int(k), int(queue_size), int(report), counter, out_k, out_i,
+            out_nd, out_ne)
     if launch is None:
         kern[blocks, wpb * bk.WARP](*args)
     else:
@@ -235,7 +235,7 @@ class BeamPlan:
 
         from .._cuda_launch import PreparedLaunch, flatten
 
-        self.kern, self.wpb = beam_config(queue_size, dim, mode, width=width)
+        self.kern, self.wpb = beam_config(queue_size, dim, mode, int(kind), width=width)
         self.width = width
         self.qwords = dim // 4 if _dp4a(mode) else dim
         self.k = k
@@ -244,13 +244,13 @@ class BeamPlan:
         self.counter = cp.zeros(1, cp.int32)
         q_example = cp.empty((1, self.qwords), cp.uint32 if _dp4a(mode) else cp.float32)
         i1 = cp.zeros(1, cp.int32)
-        example = (graph_ids, base_arg, q_example, norms, int(kind), entries, int(k), int(queue_size), int(report),
-                   self.counter, cp.empty((1, k), cp.float32), cp.empty((1, k), cp.int32), i1, i1)
+        example = (graph_ids, base_arg, q_example, norms, entries, int(k), int(queue_size), int(report), self.counter,
+                   cp.empty((1, k), cp.float32), cp.empty((1, k), cp.int32), i1, i1)
         self.launch = PreparedLaunch(self.kern, example, max_registers)
         self._head = flatten(graph_ids) + flatten(base_arg)
         self._norms = flatten(norms)
-        self._middle = (flatten(int(kind)) + flatten(entries) + flatten(int(k)) + flatten(int(queue_size))
-                        + flatten(int(report)) + flatten(self.counter))
+        self._middle = (flatten(entries) + flatten(int(k)) + flatten(int(queue_size)) + flatten(int(report))
+                        + flatten(self.counter))
         self._keep = (base_arg, graph_ids, norms, entries)  # the arrays the flattened pointers point into
         self._counts = cp.empty((2, 1024), cp.int32)  # distance computations and expansions per query
 
