@@ -22,7 +22,8 @@ import numpy as np
 
 from ._device import quiet_launches
 
-__all__ = ["launch", "compiled_functions", "PreparedLaunch", "flat_array", "flatten", "raw_launch_enabled",
+__all__ = ["launch", "compiled_functions", "PreparedLaunch", "PackedArgs", "flat_array", "flatten",
+           "raw_launch_enabled",
            "cached_ptx", "ptx_cache_dir"]
 
 #: (entry name, CuPy function) of every kernel compiled here, for profiling (registers, spills)
@@ -203,6 +204,51 @@ class PreparedLaunch:
 
     def __call__(self, blocks: int, threads: int, flat_args: tuple, stream=None) -> None:
         self.fn((blocks,), (threads,), flat_args, stream=stream)
+
+
+class PackedArgs:
+    """A kernel's flattened arguments as one host buffer of 8-byte values and the array of pointers into
+    it that ``cuLaunchKernel`` reads (every value the raw launch passes is 8 bytes: pointers, int64,
+    float64). The buffer is filled once; a call rewrites only the arrays that change
+    (:meth:`set_array`) and launches with :meth:`launch`: no per-argument conversion, which is most of
+    CuPy's launch cost for a kernel of ~70 flattened values. The driver copies the values at the launch,
+    so the buffer may be rewritten for the next one at once."""
+
+    def __init__(self, flat: list):
+        values = [np.asarray(v) for v in flat]
+        if any(v.itemsize != 8 for v in values):
+            raise TypeError("PackedArgs holds 8-byte values only (no float32 scalars)")
+        self.values = np.array([v.view(np.uint64) for v in values], np.uint64)
+        self.pointers = self.values.ctypes.data + 8 * np.arange(len(values), dtype=np.uint64)
+        self._pointers_address = int(self.pointers.ctypes.data)
+
+    def set_array(self, at: int, ptr: int, shape: tuple, itemsize: int) -> None:
+        """Rewrite the flattened C-contiguous array that starts at value ``at`` (as :func:`flat_array`)."""
+        v = self.values
+        size = 1
+        for s in shape:
+            size *= s
+        v[at + 2] = size
+        v[at + 4] = ptr
+        step = itemsize
+        nd = len(shape)
+        for d in range(nd - 1, -1, -1):
+            v[at + 5 + d] = shape[d]
+            v[at + 5 + nd + d] = step
+            step *= shape[d]
+
+    @staticmethod
+    def function_pointer(fn) -> int:
+        """The ``CUfunction`` of a CuPy kernel (a ``RawKernel`` from ``RawModule.get_function``)."""
+        return int(fn.kernel.ptr if hasattr(fn, "kernel") else fn.ptr)
+
+    def launch(self, function_ptr: int, blocks: int, threads: int, stream) -> None:
+        """Launch the kernel ``function_ptr`` (:meth:`function_pointer`) with these arguments on CuPy
+        ``stream``."""
+        from cupy_backends.cuda.api import driver
+
+        driver.launchKernel(function_ptr, int(blocks), 1, 1, int(threads), 1, 1, 0, stream.ptr,
+                            self._pointers_address, 0)
 
 
 def flatten(arg) -> list:

@@ -67,6 +67,14 @@ def _gpu_probe() -> tuple[bool, str]:
     return True, ""
 
 
+@functools.lru_cache(maxsize=1)
+def _gpu_count() -> int:
+    """GPUs CuPy sees (fixed for the life of the process: CUDA reads CUDA_VISIBLE_DEVICES once)."""
+    import cupy
+
+    return int(cupy.cuda.runtime.getDeviceCount())
+
+
 def gpu_available() -> bool:
     """True when a GPU is usable by knngraph (CuPy and numba-cuda both work)."""
     return _gpu_probe()[0]
@@ -103,9 +111,7 @@ def resolve_device(device="auto", *arrays) -> Device:
         ok, why = _gpu_probe()
         if not ok:
             raise RuntimeError(f"device={device!r} was asked for but no GPU is usable: {why}")
-        import cupy
-
-        count = cupy.cuda.runtime.getDeviceCount()
+        count = _gpu_count()
         if not 0 <= index < count:
             raise ValueError(f"device {device!r}: GPU index out of range, this machine has {count} GPU(s)")
         return Device("cuda", index)

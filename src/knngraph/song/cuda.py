@@ -233,7 +233,7 @@ class BeamPlan:
                  max_registers=None, width: int = 1):
         import cupy as cp
 
-        from .._cuda_launch import PreparedLaunch, flatten
+        from .._cuda_launch import PackedArgs, PreparedLaunch, flatten
 
         self.kern, self.wpb = beam_config(queue_size, dim, mode, int(kind), width=width)
         self.width = width
@@ -247,12 +247,15 @@ class BeamPlan:
         example = (graph_ids, base_arg, q_example, norms, entries, int(k), int(queue_size), int(report), self.counter,
                    cp.empty((1, k), cp.float32), cp.empty((1, k), cp.int32), i1, i1)
         self.launch = PreparedLaunch(self.kern, example, max_registers)
-        self._head = flatten(graph_ids) + flatten(base_arg)
-        self._norms = flatten(norms)
-        self._middle = (flatten(entries) + flatten(int(k)) + flatten(int(queue_size)) + flatten(int(report))
-                        + flatten(self.counter))
-        self._keep = (base_arg, graph_ids, norms, entries)  # the arrays the flattened pointers point into
         self._counts = cp.empty((2, 1024), cp.int32)  # distance computations and expansions per query
+        # the flattened arguments, packed once; a call rewrites the queries, the outputs and the counts
+        flat = [flatten(a) for a in example]
+        self._args = PackedArgs([v for f in flat for v in f])
+        self._function = PackedArgs.function_pointer(self.launch.fn)
+        starts = np.cumsum([0] + [len(f) for f in flat])
+        self._queries_at, self._out_k_at, self._out_i_at, self._nd_at, self._ne_at = (int(starts[i])
+                                                                                      for i in (2, 9, 10, 11, 12))
+        self._keep = (base_arg, graph_ids, norms, entries)  # the arrays the flattened pointers point into
 
     def counts(self, nq: int):
         """(distance computations, expansions) per query of the last call of ``nq`` queries."""
@@ -263,8 +266,6 @@ class BeamPlan:
         the C-contiguous outputs, on the current stream."""
         import cupy as cp
 
-        from .._cuda_launch import flat_array
-
         nq = queries.shape[0]
         if nq > self._counts.shape[1]:
             self._counts = cp.empty((2, nq), cp.int32)
@@ -272,9 +273,13 @@ class BeamPlan:
         cp.cuda.runtime.memsetAsync(self.counter.data.ptr, 0, 4, stream.ptr)
         k = self.k
         cptr = self._counts.data.ptr
-        flat = (self._head + flat_array(queries.data.ptr, (nq, self.qwords), 4) + self._norms + self._middle + flat_array(out_k.data.ptr, (nq, k), 4) + flat_array(out_i.data.ptr, (nq, k), 4)
-                + flat_array(cptr, (nq,), 4) + flat_array(cptr + 4 * self._counts.shape[1], (nq,), 4))
-        self.launch(_blocks(nq, self.wpb, self.width, self.sm_count), self.wpb * bk.WARP, tuple(flat), stream)
+        args = self._args
+        args.set_array(self._queries_at, queries.data.ptr, (nq, self.qwords), 4)
+        args.set_array(self._out_k_at, out_k.data.ptr, (nq, k), 4)
+        args.set_array(self._out_i_at, out_i.data.ptr, (nq, k), 4)
+        args.set_array(self._nd_at, cptr, (nq,), 4)
+        args.set_array(self._ne_at, cptr + 4 * self._counts.shape[1], (nq,), 4)
+        args.launch(self._function, _blocks(nq, self.wpb, self.width, self.sm_count), self.wpb * bk.WARP, stream)
 
 
 def search(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, visited, *, batch_size=0,

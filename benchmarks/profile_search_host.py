@@ -1,0 +1,77 @@
+"""Where the host time of a small GPU search call goes (issue 12: at most 0.1 ms per call on the host).
+
+    python benchmarks/profile_search_host.py [--batch 10] [--queue 24] [--calls 3000]
+
+Searches sift-photos 450k with device queries and preallocated outputs (``out=``), and prints:
+the median host time per call of ``song.search`` and of the prepared launch alone (the rest is argument
+checking and dispatch), then the functions that take the host time (cProfile, sorted by own time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import load_sift, sync  # noqa: E402
+
+
+def host_ms(fn, calls):
+    times = []
+    for _ in range(calls):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    sync()
+    return statistics.median(times) * 1e3
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=10)
+    ap.add_argument("--queue", type=int, default=24)
+    ap.add_argument("--calls", type=int, default=3000)
+    args = ap.parse_args()
+    import cupy as cp
+
+    import knngraph
+    from knngraph import song
+
+    base, queries, _ = load_sift(450_000)
+    xb = cp.asarray(base)
+    raw = knngraph.knn_graph(xb, 32, device="cuda", verbose=False)
+    index = song.from_graph(knngraph.optimize_graph(raw, xb, graph_degree=16, device="cuda", verbose=False), xb,
+                            device="cuda")
+    b = args.batch
+    q = cp.asarray(queries[:b])
+    sp = song.SearchParams(queue_size=args.queue)
+    out = (cp.empty((b, 10), cp.float32), cp.empty((b, 10), cp.int32))
+
+    def call():
+        song.search(index, q, 10, sp, device="cuda", verbose=False, out=out)
+
+    for _ in range(20):
+        call()
+    whole = host_ms(call, args.calls)
+    plan = next(v for k, v in index._cache.items() if isinstance(k, tuple) and "beam" in k)
+    launch = host_ms(lambda: plan(q, out[0], out[1]), args.calls)
+    auto = host_ms(lambda: song.search(index, q, 10, sp, verbose=False, out=out), args.calls)
+    print(f"batch {b} queue {args.queue}: host ms per call: song.search(device='cuda') {whole:.4f}, "
+          f"device='auto' {auto:.4f}, prepared launch alone {launch:.4f}")
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(args.calls):
+        call()
+    prof.disable()
+    sync()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
