@@ -1,0 +1,25 @@
+"""The packed kernel arguments of the fast searcher's launch (``_cuda_launch.PackedArgs``): rewriting an
+array in place must give the same 8-byte values that flattening it afresh gives (no GPU needed)."""
+
+import numpy as np
+import pytest
+
+from knngraph._cuda_launch import PackedArgs, flat_array
+
+
+def test_set_array_matches_a_fresh_flattening():
+    flat = (flat_array(0x1000, (1, 32), 4) + [np.int64(10), np.int64(-3)] + flat_array(0x2000, (1,), 4)
+            + [np.float64(0.5)])
+    args = PackedArgs(flat)
+    args.set_array(0, 0xDEAD00, (777, 32), 4)
+    args.set_array(11, 0xBEEF00, (777,), 4)
+    want = (flat_array(0xDEAD00, (777, 32), 4) + [np.int64(10), np.int64(-3)] + flat_array(0xBEEF00, (777,), 4)
+            + [np.float64(0.5)])
+    assert args.values.tolist() == [int(np.asarray(v).view(np.uint64)) for v in want]
+    # the pointer array points at each value in turn
+    assert (args.pointers - args.pointers[0]).tolist() == [8 * i for i in range(len(want))]
+
+
+def test_float32_scalars_are_refused():
+    with pytest.raises(TypeError, match="8-byte"):
+        PackedArgs([np.int64(1), np.float32(2.0)])
