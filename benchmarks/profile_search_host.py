@@ -37,6 +37,8 @@ def main():
     ap.add_argument("--batch", type=int, default=10)
     ap.add_argument("--queue", type=int, default=24)
     ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument("--sweep", action="store_true", help="only the host time per call for batches 1, 10, "
+                    "100, 1000 and queue sizes 16, 64 (no profile)")
     args = ap.parse_args()
     import cupy as cp
 
@@ -48,6 +50,21 @@ def main():
     raw = knngraph.knn_graph(xb, 32, device="cuda", verbose=False)
     index = song.from_graph(knngraph.optimize_graph(raw, xb, graph_degree=16, device="cuda", verbose=False), xb,
                             device="cuda")
+    if args.sweep:
+        xq = cp.asarray(queries[:1000])
+        for qs in (16, 64):
+            for b in (1, 10, 100, 1000):
+                sp = song.SearchParams(queue_size=qs)
+                out = (cp.empty((b, 10), cp.float32), cp.empty((b, 10), cp.int32))
+                qb = xq[:b]
+                song.search(index, qb, 10, sp, device="cuda", verbose=False, out=out)
+                plan = [v for k, v in index._cache.items() if isinstance(k, tuple) and "beam" in k
+                        and k[2] == qs and k[-1] == song.cuda.search_width(b, song.cuda.device_sm_count(0))][0]
+                whole = host_ms(lambda: song.search(index, qb, 10, sp, device="cuda", verbose=False, out=out),
+                                args.calls)
+                launch = host_ms(lambda: plan(qb, out[0], out[1]), args.calls)
+                print(f"queue {qs} batch {b}: host ms per call {whole:.4f}, prepared launch alone {launch:.4f}")
+        return
     b = args.batch
     q = cp.asarray(queries[:b])
     sp = song.SearchParams(queue_size=args.queue)

@@ -209,10 +209,10 @@ class PreparedLaunch:
 class PackedArgs:
     """A kernel's flattened arguments as one host buffer of 8-byte values and the array of pointers into
     it that ``cuLaunchKernel`` reads (every value the raw launch passes is 8 bytes: pointers, int64,
-    float64). The buffer is filled once; a call rewrites only the arrays that change
-    (:meth:`set_array`) and launches with :meth:`launch`: no per-argument conversion, which is most of
-    CuPy's launch cost for a kernel of ~70 flattened values. The driver copies the values at the launch,
-    so the buffer may be rewritten for the next one at once."""
+    float64). The buffer is filled once; a call rewrites only the values that change (for an array of
+    the same trailing shape: :meth:`array_slots`) and launches with :meth:`launch`: no per-argument
+    conversion, which is most of CuPy's launch cost for a kernel of ~70 flattened values. The driver
+    copies the values at the launch, so the buffer may be rewritten for the next one at once."""
 
     def __init__(self, flat: list):
         values = [np.asarray(v) for v in flat]
@@ -222,25 +222,16 @@ class PackedArgs:
         self.pointers = self.values.ctypes.data + 8 * np.arange(len(values), dtype=np.uint64)
         self._pointers_address = int(self.pointers.ctypes.data)
 
-    def set_array(self, at: int, ptr: int, shape: tuple, itemsize: int) -> None:
-        """Rewrite the flattened C-contiguous array that starts at value ``at`` (as :func:`flat_array`)."""
-        v = self.values
-        size = 1
-        for s in shape:
-            size *= s
-        v[at + 2] = size
-        v[at + 4] = ptr
-        step = itemsize
-        nd = len(shape)
-        for d in range(nd - 1, -1, -1):
-            v[at + 5 + d] = shape[d]
-            v[at + 5 + nd + d] = step
-            step *= shape[d]
-
     @staticmethod
     def function_pointer(fn) -> int:
         """The ``CUfunction`` of a CuPy kernel (a ``RawKernel`` from ``RawModule.get_function``)."""
         return int(fn.kernel.ptr if hasattr(fn, "kernel") else fn.ptr)
+
+    @staticmethod
+    def array_slots(at: int) -> tuple:
+        """The positions of a flattened array's element count, data pointer and first extent (the values
+        that change when a C-contiguous array of the same trailing shape replaces it)."""
+        return at + 2, at + 4, at + 5
 
     def launch(self, function_ptr: int, blocks: int, threads: int, stream) -> None:
         """Launch the kernel ``function_ptr`` (:meth:`function_pointer`) with these arguments on CuPy

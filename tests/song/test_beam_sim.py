@@ -85,7 +85,8 @@ def _run(graph_ids, x, q, metric, entries, k, queue_size, max_warps=2, width=1):
         qq = np.ascontiguousarray(q)
     else:
         norms = inverse_norms(cpu_vectors(x)) if kind == DIST_COS else np.zeros(1, np.float32)
-        qq = np.ascontiguousarray(q, dtype=np.float32)
+        # as the library: float16 queries are read in place, other dtypes as float32
+        qq = np.ascontiguousarray(q, dtype=np.float16 if q.dtype == np.float16 else np.float32)
     return mode, search_beam_device(graph_ids, x, qq, norms, kind, entries, k, queue_size, mode, xp=np,
                                     max_warps=max_warps, width=width)
 

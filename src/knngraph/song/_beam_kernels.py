@@ -506,7 +506,7 @@ def _stage_query(queries, j, qw, qv, w, lane, kind, dp4a, signed):
             else:
                 qn = dp4a_u8(x, x, qn)
         else:
-            xf = queries[j, t]
+            xf = float32(queries[j, t])  # float32 or float16 queries (the latter used in place)
             qv[w, t] = xf
             qf += xf * xf
             if not math.isfinite(xf):

@@ -318,19 +318,19 @@ def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *
             check_finite(queries, "queries")
         q = cp.asarray(queries)
         mode = beam_mode(xb.dtype, q.dtype, q.shape[1])
-        if mode not in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) and q.dtype != cp.float32:
-            q = q.astype(cp.float32)
+        if mode not in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) and q.dtype not in (np.float32, np.float16):
+            q = q.astype(cp.float32)  # the kernel stages float32 or float16 queries as float32
         nq = q.shape[0]
         d, i = out if out is not None else (cp.empty((nq, k), cp.float32), cp.empty((nq, k), cp.int32))
         regs = sp.max_registers or BEAM_MAX_REGISTERS
         report = bk.report_code(index.metric)
         width = search_width(nq, sm_count(dev.index), sp.search_width)
         if raw_launch_enabled():
-            key = (str(dev), "beam", sp.queue_size, k, mode, q.shape[1], regs, width)
+            key = (str(dev), "beam", sp.queue_size, k, mode, q.dtype.char, q.shape[1], regs, width)
             plan = index._cache.get(key)
             if plan is None:
                 plan = BeamPlan(g_ids, xb, _beam_norms(dev, index, mode, kind, inv_b), entries, kind, k, sp.queue_size,
-                                mode, report, q.shape[1], sm_count(dev.index), regs, width)
+                                mode, report, q.shape[1], sm_count(dev.index), regs, width, q.dtype)
                 index._cache[key] = plan
             plan(q, d, i)
             nd, ne = plan.counts(nq) if stats is not None else (None, None)

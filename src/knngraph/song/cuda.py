@@ -230,7 +230,7 @@ class BeamPlan:
     index's cache)."""
 
     def __init__(self, graph_ids, base, norms, entries, kind, k, queue_size, mode, report, dim, sm_count,
-                 max_registers=None, width: int = 1):
+                 max_registers=None, width: int = 1, query_dtype=np.float32):
         import cupy as cp
 
         from .._cuda_launch import PackedArgs, PreparedLaunch, flatten
@@ -242,7 +242,7 @@ class BeamPlan:
         self.sm_count = sm_count
         base_arg = _words(base, mode, cp)
         self.counter = cp.zeros(1, cp.int32)
-        q_example = cp.empty((1, self.qwords), cp.uint32 if _dp4a(mode) else cp.float32)
+        q_example = cp.empty((1, self.qwords), cp.uint32 if _dp4a(mode) else query_dtype)
         i1 = cp.zeros(1, cp.int32)
         example = (graph_ids, base_arg, q_example, norms, entries, int(k), int(queue_size), int(report), self.counter,
                    cp.empty((1, k), cp.float32), cp.empty((1, k), cp.int32), i1, i1)
@@ -253,8 +253,9 @@ class BeamPlan:
         self._args = PackedArgs([v for f in flat for v in f])
         self._function = PackedArgs.function_pointer(self.launch.fn)
         starts = np.cumsum([0] + [len(f) for f in flat])
-        self._queries_at, self._out_k_at, self._out_i_at, self._nd_at, self._ne_at = (int(starts[i])
-                                                                                      for i in (2, 9, 10, 11, 12))
+        # per call: element count, pointer and row count of the queries, the outputs and the counts
+        self._slots = np.array([s for i in (2, 9, 10, 11, 12) for s in PackedArgs.array_slots(int(starts[i]))],
+                               np.intp)
         self._keep = (base_arg, graph_ids, norms, entries)  # the arrays the flattened pointers point into
 
     def counts(self, nq: int):
@@ -262,8 +263,8 @@ class BeamPlan:
         return self._counts[0, :nq], self._counts[1, :nq]
 
     def __call__(self, queries, out_k, out_i) -> None:
-        """Search C-contiguous device ``queries`` (float32, or the vectors' 8-bit dtype in dp4a modes) into
-        the C-contiguous outputs, on the current stream."""
+        """Search C-contiguous device ``queries`` (of the plan's query dtype, or the vectors' 8-bit dtype in
+        dp4a modes) into the C-contiguous outputs, on the current stream."""
         import cupy as cp
 
         nq = queries.shape[0]
@@ -274,11 +275,8 @@ class BeamPlan:
         k = self.k
         cptr = self._counts.data.ptr
         args = self._args
-        args.set_array(self._queries_at, queries.data.ptr, (nq, self.qwords), 4)
-        args.set_array(self._out_k_at, out_k.data.ptr, (nq, k), 4)
-        args.set_array(self._out_i_at, out_i.data.ptr, (nq, k), 4)
-        args.set_array(self._nd_at, cptr, (nq,), 4)
-        args.set_array(self._ne_at, cptr + 4 * self._counts.shape[1], (nq,), 4)
+        args.values[self._slots] = (nq * self.qwords, queries.data.ptr, nq, nq * k, out_k.data.ptr, nq, nq * k,
+                                    out_i.data.ptr, nq, nq, cptr, nq, nq, cptr + 4 * self._counts.shape[1], nq)
         args.launch(self._function, _blocks(nq, self.wpb, self.width, self.sm_count), self.wpb * bk.WARP, stream)
 
 
