@@ -189,12 +189,13 @@ def beam_config(queue_size: int, dim: int, mode: int, kind: int, max_warps: int 
 def search_beam_device(graph_ids, base, queries, norms, kind, entries, k, queue_size, mode, *, xp,
                        max_warps: int = 4, sm_count: int = 1, out=None, launch=None, report=0, width: int = 1):
     """Search every query with the fast kernel; returns device arrays (internal distances, ids, number of
-    distance computations, number of expanded vertices). ``queries`` is on the device, float32, or of the
-    vectors' 8-bit dtype (dp4a modes); ``norms``: int32 squared norms (dp4a L2), inverse norms of the
-    vectors (cosine) or a 1-element dummy. A query holding NaN or inf gets ids -1 and distances NaN. ``out``: optional (distances, ids, distance counts,
-    expansion counts) arrays to fill. ``launch(kernel, blocks, threads, args)``: how to launch (default:
-    numba's launch, which the simulator runs). ``report``: :func:`_beam_kernels.report_code` of the metric
-    to return reported distances (default: internal ones)."""
+    distance computations, number of expanded vertices). ``queries`` is on the device, float32 or
+    float16, or of the vectors' 8-bit dtype (dp4a modes); ``norms``: int32 squared norms (dp4a L2),
+    inverse norms of the vectors (cosine) or a 1-element dummy. A query holding NaN or inf gets ids -1 and
+    distances NaN. ``out``: optional (distances, ids, distance counts, expansion counts) arrays to fill.
+    ``launch(kernel, blocks, threads, args)``: how to launch (default: numba's launch, which the simulator
+    runs). ``report``: :func:`_beam_kernels.report_code` of the metric to return reported distances
+    (default: internal ones)."""
     nq = queries.shape[0]
     dim = queries.shape[1]
     kern, wpb = beam_config(queue_size, dim, mode, int(kind), max_warps, width)
