@@ -7,6 +7,8 @@ Everything here is validated already (see ``_index.py``).
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .._device import sm_count as device_sm_count
@@ -258,6 +260,7 @@ class BeamPlan:
         self._slots = np.array([s for i in (2, 9, 10, 11, 12) for s in PackedArgs.array_slots(int(starts[i]))],
                                np.intp)
         self._keep = (base_arg, graph_ids, norms, entries)  # the arrays the flattened pointers point into
+        self._lock = threading.Lock()
 
     def counts(self, nq: int):
         """(distance computations, expansions) per query of the last call of ``nq`` queries."""
@@ -265,20 +268,26 @@ class BeamPlan:
 
     def __call__(self, queries, out_k, out_i) -> None:
         """Search C-contiguous device ``queries`` (of the plan's query dtype, or the vectors' 8-bit dtype in
-        dp4a modes) into the C-contiguous outputs, on the current stream."""
+        dp4a modes) into the C-contiguous outputs, on the current stream.
+
+        Calls from several threads are serialised from the counter's reset to the launch, so the packed
+        arguments of one call never mix with another's, and calls on one stream (CuPy's default) are
+        correct from any thread. The plan has one query counter: it must not run on two streams at once."""
         import cupy as cp
 
         nq = queries.shape[0]
-        if nq > self._counts.shape[1]:
-            self._counts = cp.empty((2, nq), cp.int32)
-        stream = cp.cuda.get_current_stream()
-        cp.cuda.runtime.memsetAsync(self.counter.data.ptr, 0, 4, stream.ptr)
         k = self.k
-        cptr = self._counts.data.ptr
-        args = self._args
-        args.values[self._slots] = (nq * self.qwords, queries.data.ptr, nq, nq * k, out_k.data.ptr, nq, nq * k,
-                                    out_i.data.ptr, nq, nq, cptr, nq, nq, cptr + 4 * self._counts.shape[1], nq)
-        args.launch(self._function, _blocks(nq, self.wpb, self.width, self.sm_count), self.wpb * bk.WARP, stream)
+        blocks = _blocks(nq, self.wpb, self.width, self.sm_count)
+        stream = cp.cuda.get_current_stream()
+        with self._lock:
+            if nq > self._counts.shape[1]:
+                self._counts = cp.empty((2, nq), cp.int32)
+            cptr = self._counts.data.ptr
+            cp.cuda.runtime.memsetAsync(self.counter.data.ptr, 0, 4, stream.ptr)
+            self._args.values[self._slots] = (nq * self.qwords, queries.data.ptr, nq, nq * k, out_k.data.ptr, nq,
+                                              nq * k, out_i.data.ptr, nq, nq, cptr, nq, nq,
+                                              cptr + 4 * self._counts.shape[1], nq)
+            self._args.launch(self._function, blocks, self.wpb * bk.WARP, stream)
 
 
 def search(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, visited, *, batch_size=0,
