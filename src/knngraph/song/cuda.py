@@ -271,8 +271,10 @@ class BeamPlan:
         dp4a modes) into the C-contiguous outputs, on the current stream.
 
         Calls from several threads are serialised from the counter's reset to the launch, so the packed
-        arguments of one call never mix with another's, and calls on one stream (CuPy's default) are
-        correct from any thread. The plan has one query counter: it must not run on two streams at once."""
+        arguments of one call never mix with another's, and calls queued on one stream are correct from
+        any thread. The plan has one query counter and one buffer of per-query counts: calls whose kernels
+        may overlap on the GPU (several streams, CuPy's per-thread default streams included) need a plan
+        each, and ``counts`` belongs to the last call."""
         import cupy as cp
 
         nq = queries.shape[0]
