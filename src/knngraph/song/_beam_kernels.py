@@ -313,48 +313,6 @@ def _element_terms(kind, x, qt, acc):
 
 
 @device_function
-def _distances_generic(kind, base, qv, w, cand, cdist, c, inv_b, qinv, team, member, tsize, nteams, per_lane, dim):
-    """Each team computes four candidates per pass: team ``team`` takes slots s0 + team + {0, 1, 2, 3} *
-    nteams; member m sums dimensions m, m + T, ... (``per_lane``, a compile-time count, so that the loop
-    unrolls and every load of a pass is in flight at once). ``dim``, the row length, is a compile-time
-    constant too: where ``per_lane * tsize`` equals it, the bounds test folds away."""
-    s0 = int32(0)
-    while s0 < c:
-        s1 = s0 + team
-        v1, v2, v3, v4 = _four_slots(cand, w, s1, nteams, c)
-        a1 = a2 = a3 = a4 = float32(0.0)
-        # two elements per candidate and iteration, loads first (as in :func:`_distances_half`)
-        for i in range(0, per_lane, 2):
-            t = uint32(member + i * tsize)
-            u = t + uint32(tsize)
-            has_u = u < dim and i + 1 < per_lane
-            if t < dim:
-                y1 = base[v1, t]
-                y2 = base[v2, t]
-                y3 = base[v3, t]
-                y4 = base[v4, t]
-                z1 = z2 = z3 = z4 = y1
-                if has_u:
-                    z1 = base[v1, u]
-                    z2 = base[v2, u]
-                    z3 = base[v3, u]
-                    z4 = base[v4, u]
-                qt = qv[w, t]
-                a1 = _element_terms(kind, y1, qt, a1)
-                a2 = _element_terms(kind, y2, qt, a2)
-                a3 = _element_terms(kind, y3, qt, a3)
-                a4 = _element_terms(kind, y4, qt, a4)
-                if has_u:
-                    qt = qv[w, u]
-                    a1 = _element_terms(kind, z1, qt, a1)
-                    a2 = _element_terms(kind, z2, qt, a2)
-                    a3 = _element_terms(kind, z3, qt, a3)
-                    a4 = _element_terms(kind, z4, qt, a4)
-        _store_float4(kind, cdist, w, s1, nteams, c, a1, a2, a3, a4, v1, v2, v3, v4, inv_b, qinv, member, tsize)
-        s0 += 4 * nteams
-
-
-@device_function
 def _half2_terms(kind, y, q0, q1, acc):
     return _element_terms(kind, half_hi(y), q1, _element_terms(kind, half_lo(y), q0, acc))
 
@@ -364,57 +322,6 @@ def _half4_terms(kind, y, qv, w, t, acc):
     t4 = uint32(4) * t
     acc = _half2_terms(kind, uint32(y & uint64(0xFFFFFFFF)), qv[w, t4], qv[w, t4 + uint32(1)], acc)
     return _half2_terms(kind, uint32(y >> uint64(32)), qv[w, t4 + uint32(2)], qv[w, t4 + uint32(3)], acc)
-
-
-@device_function
-def _distances_half(kind, words, qv, w, cand, cdist, c, inv_b, qinv, team, member, tsize, nteams, per_lane, four,
-                    nwords):
-    """As :func:`_distances_generic` for float16 vectors read as words of two (uint32) or, ``four``,
-    four (uint64) halves (``nwords`` per row): fewer load instructions."""
-    s0 = int32(0)
-    while s0 < c:
-        s1 = s0 + team
-        v1, v2, v3, v4 = _four_slots(cand, w, s1, nteams, c)
-        a1 = a2 = a3 = a4 = float32(0.0)
-        if four:
-            # two words per candidate and iteration, all eight loads issued before the arithmetic: numba's
-            # loops over ``per_lane`` are not unrolled, so this is what keeps several loads in flight
-            for i in range(0, per_lane, 2):
-                t = uint32(member + i * tsize)
-                u = t + uint32(tsize)
-                has_u = u < nwords and i + 1 < per_lane
-                if t < nwords:
-                    y1 = words[v1, t]
-                    y2 = words[v2, t]
-                    y3 = words[v3, t]
-                    y4 = words[v4, t]
-                    z1 = z2 = z3 = z4 = uint64(0)
-                    if has_u:
-                        z1 = words[v1, u]
-                        z2 = words[v2, u]
-                        z3 = words[v3, u]
-                        z4 = words[v4, u]
-                    a1 = _half4_terms(kind, y1, qv, w, t, a1)
-                    a2 = _half4_terms(kind, y2, qv, w, t, a2)
-                    a3 = _half4_terms(kind, y3, qv, w, t, a3)
-                    a4 = _half4_terms(kind, y4, qv, w, t, a4)
-                    if has_u:
-                        a1 = _half4_terms(kind, z1, qv, w, u, a1)
-                        a2 = _half4_terms(kind, z2, qv, w, u, a2)
-                        a3 = _half4_terms(kind, z3, qv, w, u, a3)
-                        a4 = _half4_terms(kind, z4, qv, w, u, a4)
-        else:
-            for i in range(per_lane):
-                t = uint32(member + i * tsize)
-                if t < nwords:
-                    q0 = qv[w, uint32(2) * t]
-                    q1 = qv[w, uint32(2) * t + uint32(1)]
-                    a1 = _half2_terms(kind, words[v1, t], q0, q1, a1)
-                    a2 = _half2_terms(kind, words[v2, t], q0, q1, a2)
-                    a3 = _half2_terms(kind, words[v3, t], q0, q1, a3)
-                    a4 = _half2_terms(kind, words[v4, t], q0, q1, a4)
-        _store_float4(kind, cdist, w, s1, nteams, c, a1, a2, a3, a4, v1, v2, v3, v4, inv_b, qinv, member, tsize)
-        s0 += 4 * nteams
 
 
 @device_function
@@ -434,56 +341,21 @@ def _dp4a(signed, x, q, acc):
 
 
 @device_function
-def _distances_dp4a(kind, words, qw, w, cand, cdist, c, nb, qn, qinv, team, member, tsize, nteams, signed,
-                    per_lane, nwords):
-    """As :func:`_distances_generic` on 4-byte words (``nwords`` per row), one ``dp4a`` per word and
-    candidate, in int32."""
-    s0 = int32(0)
-    while s0 < c:
-        s1 = s0 + team
-        v1, v2, v3, v4 = _four_slots(cand, w, s1, nteams, c)
-        a1 = a2 = a3 = a4 = int32(0)
-        # two words per candidate and iteration, loads first (as in :func:`_distances_half`)
-        for i in range(0, per_lane, 2):
-            t = uint32(member + i * tsize)
-            u = t + uint32(tsize)
-            has_u = u < nwords and i + 1 < per_lane
-            if t < nwords:
-                y1 = words[v1, t]
-                y2 = words[v2, t]
-                y3 = words[v3, t]
-                y4 = words[v4, t]
-                z1 = z2 = z3 = z4 = uint32(0)
-                if has_u:
-                    z1 = words[v1, u]
-                    z2 = words[v2, u]
-                    z3 = words[v3, u]
-                    z4 = words[v4, u]
-                q = qw[w, t]
-                a1 = _dp4a(signed, y1, q, a1)
-                a2 = _dp4a(signed, y2, q, a2)
-                a3 = _dp4a(signed, y3, q, a3)
-                a4 = _dp4a(signed, y4, q, a4)
-                if has_u:
-                    q = qw[w, u]
-                    a1 = _dp4a(signed, z1, q, a1)
-                    a2 = _dp4a(signed, z2, q, a2)
-                    a3 = _dp4a(signed, z3, q, a3)
-                    a4 = _dp4a(signed, z4, q, a4)
-        a1 = team_sum(a1, tsize)
-        a2 = team_sum(a2, tsize)
-        a3 = team_sum(a3, tsize)
-        a4 = team_sum(a4, tsize)
-        if member == 0:
-            if s1 < c:
-                cdist[w, s1] = _finish_dp4a(kind, a1, nb, v1, qn, qinv)
-            if s1 + nteams < c:
-                cdist[w, s1 + nteams] = _finish_dp4a(kind, a2, nb, v2, qn, qinv)
-            if s1 + 2 * nteams < c:
-                cdist[w, s1 + 2 * nteams] = _finish_dp4a(kind, a3, nb, v3, qn, qinv)
-            if s1 + 3 * nteams < c:
-                cdist[w, s1 + 3 * nteams] = _finish_dp4a(kind, a4, nb, v4, qn, qinv)
-        s0 += 4 * nteams
+def _store_dp4a4(kind, cdist, w, s1, nteams, c, a1, a2, a3, a4, v1, v2, v3, v4, nb, qn, qinv, member, tsize):
+    """As :func:`_store_float4` for the int32 sums of ``dp4a``."""
+    a1 = team_sum(a1, tsize)
+    a2 = team_sum(a2, tsize)
+    a3 = team_sum(a3, tsize)
+    a4 = team_sum(a4, tsize)
+    if member == 0:
+        if s1 < c:
+            cdist[w, s1] = _finish_dp4a(kind, a1, nb, v1, qn, qinv)
+        if s1 + nteams < c:
+            cdist[w, s1 + nteams] = _finish_dp4a(kind, a2, nb, v2, qn, qinv)
+        if s1 + 2 * nteams < c:
+            cdist[w, s1 + 2 * nteams] = _finish_dp4a(kind, a3, nb, v3, qn, qinv)
+        if s1 + 3 * nteams < c:
+            cdist[w, s1 + 3 * nteams] = _finish_dp4a(kind, a4, nb, v4, qn, qinv)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -525,13 +397,77 @@ def _stage_query(queries, j, qw, qv, w, lane, kind, dp4a, signed):
 @functools.lru_cache(maxsize=None)
 def _sorted_chunk_for(mode: int, kind: int, row_units: int):
     """Stage 1-2 of the kernels of distance mode ``mode`` and distance ``kind``: ``sorted_chunk(v, ...)``
-    claims the 32 ids ``v`` of the lanes (-1: none) in the visited table, computes the distances of the claimed ones, sorts them
-    across the warp and writes them ascending to ck/ci[coff:coff+32] ((inf, PAD) after the c claimed);
-    returns c. ``row_units``: loads per vector row (words, or elements in the generic mode). One device
-    function per mode, kind and row length: they are constants of its closure, so numba drops the
-    distance functions of the other modes, which would not type for these vectors (four halves of a
-    uint64 word from float32 rows), and the arithmetic of the other distances is not in the loop."""
+    claims the 32 ids ``v`` of the lanes (-1: none) in the visited table, computes the distances of the
+    claimed ones, sorts them across the warp and writes them ascending to ck/ci[coff:coff+32] ((inf, PAD)
+    after the c claimed); returns c. ``row_units``: loads per vector row (words, or elements in the
+    generic mode). One device function per mode, kind and row length: they are constants of its closure,
+    so numba drops the arithmetic of the other modes, which would not type for these vectors (four halves
+    of a uint64 word from float32 rows), and the other distances' arithmetic is not in the loop."""
     signed = mode == MODE_DP4A_I8
+
+    @device_function
+    def unit_terms(y, qv, qw, w, t, acc):
+        """Row unit ``t`` of a candidate (``y``: an element, a word of two or four halves, or four 8-bit
+        values) against the staged query, added to ``acc``."""
+        if mode == MODE_DP4A_U8 or mode == MODE_DP4A_I8:
+            return _dp4a(signed, y, qw[w, t], acc)
+        if mode == MODE_HALF4:
+            return _half4_terms(kind, y, qv, w, t, acc)
+        if mode == MODE_HALF2:
+            t2 = uint32(2) * t
+            return _half2_terms(kind, y, qv[w, t2], qv[w, t2 + uint32(1)], acc)
+        return _element_terms(kind, y, qv[w, t], acc)
+
+    @device_function
+    def row_sums(rows, qv, qw, w, v1, v2, v3, v4, member, tsize, per_lane, zero):
+        """This lane's partial sums of four candidates' rows (units member, member + T, ...; ``zero``: 0 in
+        the accumulators' type). Two units of each candidate per iteration, all eight loads issued before
+        the arithmetic: numba does not unroll the loop over a row, and under the kernel's register cap the
+        compiler would not hoist loads across its iterations, so this is what keeps loads in flight."""
+        a1 = a2 = a3 = a4 = zero
+        for i in range(0, per_lane, 2):
+            t = uint32(member + i * tsize)
+            u = t + uint32(tsize)
+            has_u = u < row_units and i + 1 < per_lane
+            if t < row_units:
+                y1 = rows[v1, t]
+                y2 = rows[v2, t]
+                y3 = rows[v3, t]
+                y4 = rows[v4, t]
+                z1 = z2 = z3 = z4 = y1
+                if has_u:
+                    z1 = rows[v1, u]
+                    z2 = rows[v2, u]
+                    z3 = rows[v3, u]
+                    z4 = rows[v4, u]
+                a1 = unit_terms(y1, qv, qw, w, t, a1)
+                a2 = unit_terms(y2, qv, qw, w, t, a2)
+                a3 = unit_terms(y3, qv, qw, w, t, a3)
+                a4 = unit_terms(y4, qv, qw, w, t, a4)
+                if has_u:
+                    a1 = unit_terms(z1, qv, qw, w, u, a1)
+                    a2 = unit_terms(z2, qv, qw, w, u, a2)
+                    a3 = unit_terms(z3, qv, qw, w, u, a3)
+                    a4 = unit_terms(z4, qv, qw, w, u, a4)
+        return a1, a2, a3, a4
+
+    @device_function
+    def chunk_distances(base, qw, qv, w, cand, cdist, c, norms, qn, qinv, team, member, tsize, nteams, per_lane):
+        """Distances of the c compacted candidates cand[w, :c] into cdist[w, :c]: team ``team`` takes slots
+        s0 + team + {0, 1, 2, 3} * nteams of each pass."""
+        s0 = int32(0)
+        while s0 < c:
+            s1 = s0 + team
+            v1, v2, v3, v4 = _four_slots(cand, w, s1, nteams, c)
+            if mode == MODE_DP4A_U8 or mode == MODE_DP4A_I8:
+                i1, i2, i3, i4 = row_sums(base, qv, qw, w, v1, v2, v3, v4, member, tsize, per_lane, int32(0))
+                _store_dp4a4(kind, cdist, w, s1, nteams, c, i1, i2, i3, i4, v1, v2, v3, v4, norms, qn, qinv, member,
+                             tsize)
+            else:
+                f1, f2, f3, f4 = row_sums(base, qv, qw, w, v1, v2, v3, v4, member, tsize, per_lane, float32(0.0))
+                _store_float4(kind, cdist, w, s1, nteams, c, f1, f2, f3, f4, v1, v2, v3, v4, norms, qinv, member,
+                              tsize)
+            s0 += 4 * nteams
 
     @device_function
     def sorted_chunk(v, ht, voff, hmask, base, qw, qv, w, cand, cdist, ck, ci, coff, norms, qn, qinv, lane,
@@ -547,18 +483,7 @@ def _sorted_chunk_for(mode: int, kind: int, row_units: int):
         key = INF
         vid = PAD
         if c > 0:
-            if mode == MODE_DP4A_U8 or mode == MODE_DP4A_I8:
-                _distances_dp4a(kind, base, qw, w, cand, cdist, c, norms, qn, qinv, team, member, tsize, nteams,
-                                signed, per_lane, row_units)
-            elif mode == MODE_HALF4:
-                _distances_half(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams,
-                                per_lane, True, row_units)
-            elif mode == MODE_HALF2:
-                _distances_half(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams,
-                                per_lane, False, row_units)
-            else:
-                _distances_generic(kind, base, qv, w, cand, cdist, c, norms, qinv, team, member, tsize, nteams,
-                                   per_lane, row_units)
+            chunk_distances(base, qw, qv, w, cand, cdist, c, norms, qn, qinv, team, member, tsize, nteams, per_lane)
             cuda.syncwarp(FULL_MASK)
             if lane < c:
                 key = cdist[w, lane]
