@@ -22,9 +22,8 @@ import numpy as np
 
 from ._device import quiet_launches
 
-__all__ = ["launch", "compiled_functions", "PreparedLaunch", "PackedArgs", "flat_array", "flatten",
-           "raw_launch_enabled",
-           "cached_ptx", "ptx_cache_dir"]
+__all__ = ["launch", "compiled_functions", "PreparedLaunch", "flatten", "raw_launch_enabled", "cached_ptx",
+           "ptx_cache_dir"]
 
 #: (entry name, CuPy function) of every kernel compiled here, for profiling (registers, spills)
 _COMPILED: list = []
@@ -176,69 +175,44 @@ def _compiled(kernel, signature, device_id, max_registers=None):
     return fn, module
 
 
-def flat_array(ptr: int, shape: tuple, itemsize: int) -> list:
-    """The flattened data model of a C-contiguous device array at ``ptr`` (see the module docs), without
-    making an array object: for views a caller would otherwise build on every launch."""
-    size = 1
-    for s in shape:
-        size *= s
-    strides = []
-    step = itemsize
-    for s in reversed(shape):
-        strides.append(step)
-        step *= s
-    return ([np.uint64(0), np.uint64(0), np.int64(size), np.int64(itemsize), np.uint64(ptr)]
-            + [np.int64(s) for s in shape] + [np.int64(s) for s in reversed(strides)])
-
-
 class PreparedLaunch:
-    """A raw launch of one kernel specialisation, compiled once from example arguments; a call takes the
-    arguments already flattened (:func:`flatten` / :func:`flat_array`), so repeated small launches pay
-    only CuPy's launch. The numba launch path (``KNNGRAPH_RAW_LAUNCH=0``) is not available here."""
-
-    def __init__(self, kernel, example_args, max_registers=None):
-        import cupy as cp
-
-        signature = tuple(_arg_type(a) for a in example_args)
-        self.fn, self._module = _compiled(kernel, signature, cp.cuda.Device().id, max_registers)
-
-    def __call__(self, blocks: int, threads: int, flat_args: tuple, stream=None) -> None:
-        self.fn((blocks,), (threads,), flat_args, stream=stream)
-
-
-class PackedArgs:
-    """A kernel's flattened arguments as one host buffer of 8-byte values and the array of pointers into
-    it that ``cuLaunchKernel`` reads (every value the raw launch passes is 8 bytes: pointers, int64,
-    float64). The buffer is filled once; a call rewrites only the values that change (for an array of
-    the same trailing shape: :meth:`array_slots`) and launches with :meth:`launch`: no per-argument
+    """A raw launch of one kernel specialisation, compiled once from example arguments. Its flattened
+    arguments are packed once into one host buffer of 8-byte values (every value a raw launch passes is
+    8 bytes: pointers, int64, float64) and the array of pointers into it that ``cuLaunchKernel`` reads.
+    A call rewrites only the values that change (:attr:`values` at :meth:`array_slots` when an argument
+    is replaced by a C-contiguous array of the same trailing shape) and launches: no per-argument
     conversion, which is most of CuPy's launch cost for a kernel of ~70 flattened values. The driver
-    copies the values at the launch, so the buffer may be rewritten for the next one at once."""
+    copies the values at the launch, so they may be rewritten for the next one at once. The numba launch
+    path (``KNNGRAPH_RAW_LAUNCH=0``) is not available here."""
 
-    def __init__(self, flat: list):
-        values = [np.asarray(v) for v in flat]
+    def __init__(self, kernel, example_args, max_registers=None, *, device_id=None):
+        if device_id is None:
+            import cupy as cp
+
+            device_id = cp.cuda.Device().id
+        signature = tuple(_arg_type(a) for a in example_args)
+        self.fn, self._module = _compiled(kernel, signature, device_id, max_registers)
+        self._function = int(self.fn.kernel.ptr if hasattr(self.fn, "kernel") else self.fn.ptr)
+        flat = [flatten(a) for a in example_args]
+        self._starts = np.cumsum([0] + [len(f) for f in flat]).tolist()
+        values = [np.asarray(v) for f in flat for v in f]
         if any(v.itemsize != 8 for v in values):
-            raise TypeError("PackedArgs holds 8-byte values only (no float32 scalars)")
+            raise TypeError("a prepared launch passes 8-byte values only (no float32 scalars)")
         self.values = np.array([v.view(np.uint64) for v in values], np.uint64)
         self.pointers = self.values.ctypes.data + 8 * np.arange(len(values), dtype=np.uint64)
         self._pointers_address = int(self.pointers.ctypes.data)
 
-    @staticmethod
-    def function_pointer(fn) -> int:
-        """The ``CUfunction`` of a CuPy kernel (a ``RawKernel`` from ``RawModule.get_function``)."""
-        return int(fn.kernel.ptr if hasattr(fn, "kernel") else fn.ptr)
-
-    @staticmethod
-    def array_slots(at: int) -> tuple:
-        """The positions of a flattened array's element count, data pointer and first extent (the values
-        that change when a C-contiguous array of the same trailing shape replaces it)."""
+    def array_slots(self, arg: int) -> tuple:
+        """The positions in :attr:`values` of array argument ``arg``'s element count, data pointer and
+        first extent."""
+        at = self._starts[arg]
         return at + 2, at + 4, at + 5
 
-    def launch(self, function_ptr: int, blocks: int, threads: int, stream) -> None:
-        """Launch the kernel ``function_ptr`` (:meth:`function_pointer`) with these arguments on CuPy
-        ``stream``."""
+    def __call__(self, blocks: int, threads: int, stream) -> None:
+        """Launch with the current :attr:`values` on CuPy ``stream``."""
         from cupy_backends.cuda.api import driver
 
-        driver.launchKernel(function_ptr, int(blocks), 1, 1, int(threads), 1, 1, 0, stream.ptr,
+        driver.launchKernel(self._function, int(blocks), 1, 1, int(threads), 1, 1, 0, stream.ptr,
                             self._pointers_address, 0)
 
 

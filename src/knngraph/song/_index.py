@@ -323,14 +323,14 @@ def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *
         nq = q.shape[0]
         d, i = out if out is not None else (cp.empty((nq, k), cp.float32), cp.empty((nq, k), cp.int32))
         regs = sp.max_registers or BEAM_MAX_REGISTERS
-        report = bk.report_code(index.metric)
         width = search_width(nq, sm_count(dev.index), sp.search_width)
         if raw_launch_enabled():
             key = (str(dev), "beam", sp.queue_size, k, mode, q.dtype.char, q.shape[1], regs, width)
             plan = index._cache.get(key)
             if plan is None:
                 plan = BeamPlan(g_ids, xb, _beam_norms(dev, index, mode, kind, inv_b), entries, kind, k, sp.queue_size,
-                                mode, report, q.shape[1], sm_count(dev.index), regs, width, q.dtype)
+                                mode, bk.report_code(index.metric), q.shape[1], sm_count(dev.index), regs, width,
+                                q.dtype)
                 index._cache[key] = plan
             plan(q, d, i)
             nd, ne = plan.counts(nq) if stats is not None else (None, None)
@@ -338,7 +338,7 @@ def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *
             nd, ne = cp.empty(nq, cp.int32), cp.empty(nq, cp.int32)
             search_beam_device(g_ids, xb, q, _beam_norms(dev, index, mode, kind, inv_b), kind, entries, k,
                                sp.queue_size, mode, xp=cp, sm_count=sm_count(dev.index), out=(d, i, nd, ne),
-                               report=report, width=width)
+                               report=bk.report_code(index.metric), width=width)
         if stats is not None:
             stats["distances_per_query"] = float(nd.mean())
             stats["expansions_per_query"] = float(ne.mean())

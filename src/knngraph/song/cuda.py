@@ -227,16 +227,16 @@ def _blocks(nq: int, wpb: int, width: int, sm_count: int) -> int:
 
 class BeamPlan:
     """One configuration of the fast searcher over one index, prepared once: the kernel compiled for its
-    argument types, the launch shape, the flattened arguments that do not change between calls and a
-    query counter. A call only flattens the queries and outputs, clears the counter and launches, so a
-    small batch costs little more than the launch itself (``_index._beam_search`` keeps plans in the
-    index's cache)."""
+    argument types with its arguments packed (:class:`~knngraph._cuda_launch.PreparedLaunch`), the launch
+    shape and a query counter. A call only rewrites the values of the queries and outputs, clears the
+    counter and launches, so a small batch costs little more than the launch itself
+    (``_index._beam_search`` keeps plans in the index's cache)."""
 
     def __init__(self, graph_ids, base, norms, entries, kind, k, queue_size, mode, report, dim, sm_count,
                  max_registers=None, width: int = 1, query_dtype=np.float32):
         import cupy as cp
 
-        from .._cuda_launch import PackedArgs, PreparedLaunch, flatten
+        from .._cuda_launch import PreparedLaunch
 
         self.kern, self.wpb = beam_config(queue_size, dim, mode, int(kind), width=width)
         self.width = width
@@ -251,14 +251,8 @@ class BeamPlan:
                    cp.empty((1, k), cp.float32), cp.empty((1, k), cp.int32), i1, i1)
         self.launch = PreparedLaunch(self.kern, example, max_registers)
         self._counts = cp.empty((2, 1024), cp.int32)  # distance computations and expansions per query
-        # the flattened arguments, packed once; a call rewrites the queries, the outputs and the counts
-        flat = [flatten(a) for a in example]
-        self._args = PackedArgs([v for f in flat for v in f])
-        self._function = PackedArgs.function_pointer(self.launch.fn)
-        starts = np.cumsum([0] + [len(f) for f in flat])
-        # per call: element count, pointer and row count of the queries, the outputs and the counts
-        self._slots = np.array([s for i in (2, 9, 10, 11, 12) for s in PackedArgs.array_slots(int(starts[i]))],
-                               np.intp)
+        # what a call rewrites: element count, pointer and row count of the queries, the outputs and the counts
+        self._slots = np.array([s for a in (2, 9, 10, 11, 12) for s in self.launch.array_slots(a)], np.intp)
         self._keep = (base_arg, graph_ids, norms, entries)  # the arrays the flattened pointers point into
         self._lock = threading.Lock()
 
@@ -286,10 +280,10 @@ class BeamPlan:
                 self._counts = cp.empty((2, nq), cp.int32)
             cptr = self._counts.data.ptr
             cp.cuda.runtime.memsetAsync(self.counter.data.ptr, 0, 4, stream.ptr)
-            self._args.values[self._slots] = (nq * self.qwords, queries.data.ptr, nq, nq * k, out_k.data.ptr, nq,
-                                              nq * k, out_i.data.ptr, nq, nq, cptr, nq, nq,
-                                              cptr + 4 * self._counts.shape[1], nq)
-            self._args.launch(self._function, blocks, self.wpb * bk.WARP, stream)
+            self.launch.values[self._slots] = (nq * self.qwords, queries.data.ptr, nq, nq * k, out_k.data.ptr, nq,
+                                               nq * k, out_i.data.ptr, nq, nq, cptr, nq, nq,
+                                               cptr + 4 * self._counts.shape[1], nq)
+            self.launch(blocks, self.wpb * bk.WARP, stream)
 
 
 def search(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, visited, *, batch_size=0,
