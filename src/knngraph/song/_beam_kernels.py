@@ -369,7 +369,8 @@ def _stage_query(queries, j, qw, qv, w, lane, kind, dp4a, signed):
     qn = int32(0)
     qf = float32(0.0)
     bad = False
-    for t in range(lane, queries.shape[1], WARP):
+    t = lane
+    while t < queries.shape[1]:
         if dp4a:
             x = queries[j, t]
             qw[w, t] = x
@@ -383,6 +384,7 @@ def _stage_query(queries, j, qw, qv, w, lane, kind, dp4a, signed):
             qf += xf * xf
             if not math.isfinite(xf):
                 bad = True
+        t += WARP
     if dp4a:
         qn = team_sum(qn, WARP)
         qf = float32(qn)
@@ -542,19 +544,24 @@ def _next_unexpanded(li, loff, qsize, lane, start):
 def _reset_visited(ht, voff, hsize, li, loff, qsize, hmask, lane):
     """Empty the visited table and put the list's ids back (one warp; see the module docs)."""
     cuda.syncwarp(FULL_MASK)
-    for t2 in range(lane, hsize, WARP):
+    t2 = lane
+    while t2 < hsize:
         ht[voff + t2] = EMPTY
+        t2 += WARP
     cuda.syncwarp(FULL_MASK)
-    for t2 in range(lane, qsize, WARP):
+    t2 = lane
+    while t2 < qsize:
         e = li[loff + t2]
         if e != PAD:
             claim(ht, voff, hmask, raw_id(e))
+        t2 += WARP
     cuda.syncwarp(FULL_MASK)
 
 
 @device_function
 def _write_results(lk, li, loff, qsize, k, j, report, out_k, out_i, lane):
-    for t in range(lane, k, WARP):
+    t = lane
+    while t < k:
         e = li[loff + t] if t < qsize else PAD
         if e != PAD:
             out_k[j, t] = report_distance(report, lk[loff + t])
@@ -562,14 +569,17 @@ def _write_results(lk, li, loff, qsize, k, j, report, out_k, out_i, lane):
         else:
             out_k[j, t] = INF
             out_i[j, t] = -1
+        t += WARP
 
 
 @device_function
 def _write_no_neighbours(k, j, out_k, out_i, out_nd, out_ne, lane):
     """A query holding NaN or inf has no neighbours: ids -1, distances NaN."""
-    for t in range(lane, k, WARP):
+    t = lane
+    while t < k:
         out_k[j, t] = NAN
         out_i[j, t] = -1
+        t += WARP
     if lane == 0:
         out_nd[j] = 0
         out_ne[j] = 0
@@ -670,11 +680,15 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize:
                 continue
             cur = 0
             loff = (2 * w) * qcap
-            for t in range(lane, qcap, WARP):
+            t = lane
+            while t < qcap:
                 lk[loff + t] = INF
                 li[loff + t] = PAD
-            for t in range(lane, hsize, WARP):
+                t += WARP
+            t = lane
+            while t < hsize:
                 ht[voff + t] = EMPTY
+                t += WARP
             filled = 0  # ids in the visited table (same value in every lane)
             nd = 0
             nexp = 0
@@ -779,11 +793,15 @@ def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsiz
                     _write_no_neighbours(k, j, out_k, out_i, out_nd, out_ne, lane)
                 continue
             if w == 0:
-                for t in range(lane, qcap, WARP):
+                t = lane
+                while t < qcap:
                     lk[t] = INF
                     li[t] = PAD
-                for t in range(lane, hsize, WARP):
+                    t += WARP
+                t = lane
+                while t < hsize:
                     ht[t] = EMPTY
+                    t += WARP
                 ctl[1] = 0
             cur = 0  # warp 0's copy of the list offset
             filled = 0
