@@ -1,6 +1,7 @@
 """Where the host time of a small GPU search call goes (issue 12: at most 0.1 ms per call on the host).
 
     python benchmarks/profile_search_host.py [--batch 10] [--queue 24] [--calls 3000]
+    python benchmarks/profile_search_host.py --timings --calls 300
 
 Searches sift-photos 450k with device queries and preallocated outputs (``out=``), and prints:
 the median host time per call of ``song.search`` and of the prepared launch alone (the rest is argument
@@ -32,6 +33,54 @@ def host_ms(fn, calls):
     return statistics.median(times) * 1e3
 
 
+def host_timings(index, queries, calls):
+    """The host time of one ``song.search`` call (device queries, ``out=``) timed three ways; see --timings."""
+    import json
+
+    import cupy as cp
+    from knngraph import song
+
+    xq = cp.asarray(queries[:1000])
+    for qs in (16, 64, 128, 256):
+        for b in (1, 10, 100, 1000):
+            sp = song.SearchParams(queue_size=qs)
+            out = (cp.empty((b, 10), cp.float32), cp.empty((b, 10), cp.int32))
+            qb = xq[:b]
+
+            def call():
+                song.search(index, qb, 10, sp, device="cuda", verbose=False, out=out)
+
+            for _ in range(20):
+                call()
+            idle, warm = [], []
+            for _ in range(calls):
+                sync()
+                t0 = time.perf_counter()
+                call()
+                idle.append(time.perf_counter() - t0)
+                sync()
+                t1 = time.perf_counter()
+                while time.perf_counter() - t1 < 2e-3:
+                    pass
+                t0 = time.perf_counter()
+                call()
+                warm.append(time.perf_counter() - t0)
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(50):
+                call()
+            loop = (time.perf_counter() - t0) / 50
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(20):
+                call()
+            sync()
+            device_ms = (time.perf_counter() - t0) / 20 * 1e3
+            print(json.dumps({"queue_size": qs, "batch": b, "host_ms_after_sync": statistics.median(idle) * 1e3,
+                              "host_ms_warm_thread": statistics.median(warm) * 1e3,
+                              "host_ms_back_to_back": loop * 1e3, "ms_per_call_synchronised": device_ms}))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=10)
@@ -39,6 +88,11 @@ def main():
     ap.add_argument("--calls", type=int, default=3000)
     ap.add_argument("--sweep", action="store_true", help="only the host time per call for batches 1, 10, "
                     "100, 1000 and queue sizes 16, 64 (no profile)")
+    ap.add_argument("--timings", action="store_true",
+                    help="batches 1-1000, queues 16-256: the host time per call measured three ways (JSON lines): "
+                    "after a synchronise (the GPU idle, the host thread just woken from waiting), after a "
+                    "synchronise and 2 ms of busy host work (a warm host thread), and back to back without "
+                    "synchronising (the steady host cost of a loop of calls)")
     args = ap.parse_args()
     import cupy as cp
 
@@ -50,6 +104,9 @@ def main():
     raw = knngraph.knn_graph(xb, 32, device="cuda", verbose=False)
     index = song.from_graph(knngraph.optimize_graph(raw, xb, graph_degree=16, device="cuda", verbose=False), xb,
                             device="cuda")
+    if args.timings:
+        host_timings(index, queries, args.calls)
+        return
     if args.sweep:
         xq = cp.asarray(queries[:1000])
         for qs in (16, 64):

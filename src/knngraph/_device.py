@@ -132,7 +132,8 @@ def device_context(device: Device):
     if device.is_cuda:
         import cupy
 
-        return cupy.cuda.Device(device.index)
+        if cupy.cuda.runtime.getDevice() != device.index:
+            return cupy.cuda.Device(device.index)
     return contextlib.nullcontext()
 
 
@@ -152,14 +153,23 @@ def _is_torch(x) -> bool:
     return type(x).__module__.split(".")[0] == "torch"
 
 
+#: type -> whether it is CuPy's (a search call asks several times; the answer per type never changes)
+_CUPY_TYPES: dict = {}
+
+
 def _is_cupy(x) -> bool:
-    return type(x).__module__.split(".")[0] == "cupy"
+    t = type(x)
+    hit = _CUPY_TYPES.get(t)
+    if hit is None:
+        hit = _CUPY_TYPES[t] = t.__module__.split(".")[0] == "cupy"
+    return hit
 
 
 def _cuda_device_of(x):
     """GPU ordinal of a device array, or None for host arrays."""
     if _is_cupy(x):
-        return x.device.id
+        data = getattr(x, "data", None)  # an ndarray's memory pointer knows its GPU (x.device makes an object)
+        return data.device_id if hasattr(data, "device_id") else x.device.id
     if _is_torch(x):
         return x.device.index if x.is_cuda else None
     if hasattr(x, "__cuda_array_interface__"):
@@ -258,10 +268,11 @@ _MAX_MEMORY = 1 << 50
 def sm_count(device_index: int | None = None) -> int:
     """Streaming multiprocessors of GPU ``device_index`` (default: CuPy's current device), read once per
     device: CuPy's ``Device.attributes`` queries every attribute of the device each time."""
+    if device_index is not None:
+        return _sm_count_of(int(device_index))
     import cupy
 
-    dev = cupy.cuda.Device(device_index) if device_index is not None else cupy.cuda.Device()
-    return _sm_count_of(dev.id)
+    return _sm_count_of(cupy.cuda.Device().id)
 
 
 @functools.lru_cache(maxsize=None)

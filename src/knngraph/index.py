@@ -87,7 +87,8 @@ class Index:
     @property
     def shape(self) -> tuple:
         """(number of vectors, dimension)."""
-        return tuple(int(s) for s in self.dataset.shape)
+        n, d = self.dataset.shape
+        return int(n), int(d)
 
     def __len__(self) -> int:
         return self.shape[0]

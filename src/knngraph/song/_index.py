@@ -316,7 +316,7 @@ def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *
         on_device = is_device_array(queries)
         if not on_device:
             check_finite(queries, "queries")
-        q = cp.asarray(queries)
+        q = queries if type(queries) is cp.ndarray else cp.asarray(queries)
         mode = beam_mode(xb.dtype, q.dtype, q.shape[1])
         if mode not in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) and q.dtype not in (np.float32, np.float16):
             q = q.astype(cp.float32)  # the kernel stages float32 or float16 queries as float32
@@ -325,7 +325,7 @@ def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *
         regs = sp.max_registers or BEAM_MAX_REGISTERS
         width = search_width(nq, sm_count(dev.index), sp.search_width)
         if raw_launch_enabled():
-            key = (str(dev), "beam", sp.queue_size, k, mode, q.dtype.char, q.shape[1], regs, width)
+            key = (dev, "beam", sp.queue_size, k, mode, q.dtype.char, q.shape[1], regs, width)
             plan = index._cache.get(key)
             if plan is None:
                 plan = BeamPlan(g_ids, xb, _beam_norms(dev, index, mode, kind, inv_b), entries, kind, k, sp.queue_size,

@@ -225,10 +225,14 @@ def _blocks(nq: int, wpb: int, width: int, sm_count: int) -> int:
     return int(max(1, min((nq + per_block - 1) // per_block, sm_count * (32 // max(wpb, 1)))))
 
 
+#: query counters a :class:`BeamPlan` cycles through before it clears them
+COUNTER_RING = 4096
+
+
 class BeamPlan:
     """One configuration of the fast searcher over one index, prepared once: the kernel compiled for its
     argument types with its arguments packed (:class:`~knngraph._cuda_launch.PreparedLaunch`), the launch
-    shape and a query counter. A call only rewrites the values of the queries and outputs, clears the
+    shape and a ring of zeroed query counters. A call only rewrites the values of the queries, outputs and
     counter and launches, so a small batch costs little more than the launch itself
     (``_index._beam_search`` keeps plans in the index's cache)."""
 
@@ -244,15 +248,20 @@ class BeamPlan:
         self.k = k
         self.sm_count = sm_count
         base_arg = _words(base, mode, cp)
-        self.counter = cp.zeros(1, cp.int32)
         q_example = cp.empty((1, self.qwords), cp.uint32 if _dp4a(mode) else query_dtype)
         i1 = cp.zeros(1, cp.int32)
-        example = (graph_ids, base_arg, q_example, norms, entries, int(k), int(queue_size), int(report), self.counter,
+        example = (graph_ids, base_arg, q_example, norms, entries, int(k), int(queue_size), int(report), cp.zeros(1, cp.int32),
                    cp.empty((1, k), cp.float32), cp.empty((1, k), cp.int32), i1, i1)
         self.launch = PreparedLaunch(self.kern, example, max_registers)
         self._counts = cp.empty((2, 1024), cp.int32)  # distance computations and expansions per query
-        # what a call rewrites: element count, pointer and row count of the queries, the outputs and the counts
-        self._slots = np.array([s for a in (2, 9, 10, 11, 12) for s in self.launch.array_slots(a)], np.intp)
+        # what a call rewrites: the query counter's pointer, then element count, pointer and row count of
+        # the queries, the outputs and the counts
+        self._slots = np.array([self.launch.array_slots(8)[1]]
+                               + [s for a in (2, 9, 10, 11, 12) for s in self.launch.array_slots(a)], np.intp)
+        # the query counters: call i takes counter i of a zeroed ring, so a call issues no memset; the ring
+        # is cleared (on the stream, after the kernels that used it) once per COUNTER_RING calls
+        self._counters = cp.zeros(COUNTER_RING, cp.int32)
+        self._next_counter = 0
         self._keep = (base_arg, graph_ids, norms, entries)  # the arrays the flattened pointers point into
         self._lock = threading.Lock()
 
@@ -279,10 +288,14 @@ class BeamPlan:
             if nq > self._counts.shape[1]:
                 self._counts = cp.empty((2, nq), cp.int32)
             cptr = self._counts.data.ptr
-            cp.cuda.runtime.memsetAsync(self.counter.data.ptr, 0, 4, stream.ptr)
-            self.launch.values[self._slots] = (nq * self.qwords, queries.data.ptr, nq, nq * k, out_k.data.ptr, nq,
-                                               nq * k, out_i.data.ptr, nq, nq, cptr, nq, nq,
-                                               cptr + 4 * self._counts.shape[1], nq)
+            c = self._next_counter
+            if c == COUNTER_RING:
+                cp.cuda.runtime.memsetAsync(self._counters.data.ptr, 0, 4 * COUNTER_RING, stream.ptr)
+                c = 0
+            self._next_counter = c + 1
+            self.launch.values[self._slots] = (self._counters.data.ptr + 4 * c, nq * self.qwords, queries.data.ptr,
+                                               nq, nq * k, out_k.data.ptr, nq, nq * k, out_i.data.ptr, nq, nq, cptr,
+                                               nq, nq, cptr + 4 * self._counts.shape[1], nq)
             self.launch(blocks, self.wpb * bk.WARP, stream)
 
 
