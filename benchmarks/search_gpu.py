@@ -1,8 +1,11 @@
 """The GPU searchers against cuVS CAGRA on the same graph, GPU and run (issue 12).
 
-    python benchmarks/search_gpu.py --out out/ [--dataset sift|minilm] [--minilm-dir DIR] [--no-cuvs]
+    python benchmarks/search_gpu.py --out out/ [--dataset sift|minilm] [--dtype float32|float16|int8]
+                                    [--minilm-dir DIR] [--no-cuvs]
 
-Writes ``search_gpu_<dataset>.jsonl`` and ``search_gpu_<dataset>.png`` to --out:
+Writes ``search_gpu_<dataset>[_<dtype>].jsonl`` and ``.png`` to --out. ``--dtype`` searches the same data
+in another vector dtype with the same distances, so the ground truth holds: sift-photos (uint8) as float32,
+float16 (exact for 0..255) or int8 (x - 128: L2 distances unchanged); minilm-words (float16) as float32.
 1. the prepared graph (``song.build`` defaults: exact 96-NN, ``optimize_graph`` to degree 32), built on the
    GPU, and its build time;
 2. batch 10k (all queries, k=10): recall@10 against queries per second for knngraph's fast searcher
@@ -110,14 +113,37 @@ def score(ids, dists, gt, gt_d):
 
 
 def load(args):
-    """(base, queries, gt ids, gt distances, metric, bytes per vector row) of ``args.dataset``."""
+    """(base, queries, gt ids, gt distances, metric, bytes per vector row) of ``args.dataset`` in
+    ``args.dtype`` (see the module's docstring)."""
     if args.dataset == "sift":
         base, queries, gt = load_sift(450_000)
         gt = gt[:, :10]
         diff = base[gt].astype(np.float32) - queries[:, None, :].astype(np.float32)
-        return base, queries, gt, (diff * diff).sum(-1), "sqeuclidean", 128
-    base, queries, gt, gt_d = load_minilm(Path(args.minilm_dir))
-    return base, queries, gt, gt_d, "cosine", base.shape[1] * 2
+        gt_d, metric = (diff * diff).sum(-1), "sqeuclidean"
+    else:
+        base, queries, gt, gt_d = load_minilm(Path(args.minilm_dir))
+        metric = "cosine"
+    if args.dtype:
+        base, queries = same_distances_as(base, args.dtype), same_distances_as(queries, args.dtype)
+    return base, queries, gt, gt_d, metric, base.shape[1] * base.dtype.itemsize
+
+
+def result_name(args) -> str:
+    return args.dataset + (f"_{args.dtype}" if args.dtype else "")
+
+
+def same_distances_as(x, dtype: str):
+    """``x`` in ``dtype`` with the same L2 / cosine distances: a cast where every value is exact in
+    ``dtype``, uint8 shifted by -128 for int8 (L2 only: a shift changes angles)."""
+    dt = np.dtype(dtype)
+    if dt == np.int8:
+        if x.dtype != np.uint8:
+            raise SystemExit("--dtype int8 needs uint8 vectors (sift-photos)")
+        return (x.astype(np.int16) - 128).astype(np.int8)
+    y = x.astype(dt)
+    if not np.array_equal(y.astype(np.float32), x.astype(np.float32)):
+        raise SystemExit(f"--dtype {dtype}: {x.dtype} values are not exact in {dtype}")
+    return y
 
 
 class SmallBatches:
@@ -166,7 +192,7 @@ def cagra_child(args, which: str, graph_file: str):
     libcuvs.load_library()
     from cuvs.neighbors import cagra
 
-    log = JsonLines(Path(args.out) / f"search_gpu_{args.dataset}.jsonl")
+    log = JsonLines(Path(args.out) / f"search_gpu_{result_name(args)}.jsonl")
     base, queries, gt, gt_d, metric, _ = load(args)
     nq = len(queries)
     xb, xq = cp.asarray(base), cp.asarray(queries)
@@ -233,7 +259,8 @@ def run_cagra_children(args, graph_file: Path, log):
 
     curves, small = {}, {}
     for which in ("cagra-on-knngraph", "cagra-own-graph"):
-        cmd = [sys.executable, __file__, "--dataset", args.dataset, "--minilm-dir", args.minilm_dir, "--out",
+        cmd = [sys.executable, __file__, "--dataset", args.dataset, "--dtype", args.dtype, "--minilm-dir",
+               args.minilm_dir, "--out",
                args.out, "--repeats", str(args.repeats), "--calls", str(args.calls), "--batches", args.batches,
                "--cagra-child", which, "--graph-file", str(graph_file)]
         try:
@@ -257,6 +284,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="out")
     ap.add_argument("--dataset", choices=["sift", "minilm"], default="sift")
+    ap.add_argument("--dtype", default="", choices=["", "float32", "float16", "int8"],
+                    help="the same vectors in another dtype (default: the dataset's own)")
     ap.add_argument("--minilm-dir", default="/root/minilm")
     ap.add_argument("--no-cuvs", action="store_true")
     ap.add_argument("--algos", default="beam,song", help="knngraph searchers to sweep")
@@ -276,7 +305,7 @@ def main():
     from knngraph import song
 
     out = Path(args.out)
-    log = JsonLines(out / f"search_gpu_{args.dataset}.jsonl")
+    log = JsonLines(out / f"search_gpu_{result_name(args)}.jsonl")
     base, queries, gt, gt_d, metric, row_bytes = load(args)
     nq = len(queries)
     bw = copy_bandwidth()
@@ -415,7 +444,7 @@ def main():
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        fig.savefig(out / f"search_gpu_{args.dataset}.png", dpi=120)
+        fig.savefig(out / f"search_gpu_{result_name(args)}.png", dpi=120)
     except Exception as exc:  # noqa: BLE001
         print("plot skipped:", exc)
 
