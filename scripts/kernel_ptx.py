@@ -74,7 +74,7 @@ def _beam_cases():
                                                 ("f32", np.float32, np.float32, 96),
                                                 ("u8fq", np.uint8, np.float32, 128)):
         mode = beam_mode(base_dtype, query_dtype, dim)
-        base_t = arr({bk.MODE_DP4A_U8: u32, bk.MODE_DP4A_I8: u32, bk.MODE_HALF4: u64, bk.MODE_HALF2: u32}.get(
+        base_t = arr({bk.MODE_DP4A_U8: u32, bk.MODE_DP4A_I8: u32, bk.MODE_HALF4: u64, bk.MODE_F32X2: u64, bk.MODE_HALF2: u32}.get(
             mode, {np.uint8: u8, np.int8: i8, np.float16: f16, np.float32: f32}[base_dtype]))
         q_t = arr(u32) if mode in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) else arr(f32)
         for qs, width in ((24, 1), (64, 1), (24, 4)) if label in ("u8", "f16", "f32") else ((24, 1), (24, 4)):

@@ -96,7 +96,10 @@ def _run(graph_ids, x, q, metric, entries, k, queue_size, max_warps=2, width=1):
     (np.int8, np.int8, 8, "inner_product", 5, bk.MODE_DP4A_I8),
     (np.uint8, np.uint8, 8, "cosine", 6, bk.MODE_DP4A_U8),
     (np.uint8, np.float32, 12, "sqeuclidean", 6, bk.MODE_GENERIC),  # float queries: element loads
-    (np.float32, np.float32, 7, "cosine", 6, bk.MODE_GENERIC),
+    (np.float32, np.float32, 7, "cosine", 6, bk.MODE_GENERIC),  # odd dimension: element loads
+    (np.float32, np.float32, 8, "sqeuclidean", 6, bk.MODE_F32X2),
+    (np.float32, np.float16, 10, "cosine", 6, bk.MODE_F32X2),
+    (np.float32, np.float32, 6, "inner_product", 40, bk.MODE_F32X2),
     (np.float16, np.float32, 9, "euclidean", 40, bk.MODE_GENERIC),  # rows longer than one chunk
     (np.float16, np.float32, 10, "sqeuclidean", 6, bk.MODE_HALF2),
     (np.float16, np.float16, 12, "cosine", 6, bk.MODE_HALF4),

@@ -60,6 +60,7 @@ MODE_DP4A_U8 = 1   # uint8 vectors and queries, dim % 4 == 0: uint32 words, dp4a
 MODE_DP4A_I8 = 2   # int8 likewise
 MODE_HALF2 = 3     # float16 vectors, dim % 2 == 0: uint32 words of two halves, float32 arithmetic
 MODE_HALF4 = 4     # float16 vectors, dim % 4 == 0: uint64 words of four halves
+MODE_F32X2 = 5     # float32 vectors, dim % 2 == 0: uint64 words of two floats (8-byte loads)
 
 #: shared memory one block may use (static allocations stay under the 48 KiB default limit)
 SHARED_BUDGET = 48 * 1024
@@ -142,12 +143,46 @@ def _half_ptx(high):
     return half
 
 
+def _float_python(high):
+    def single(word):
+        bits = (int(word) >> 32) & 0xFFFFFFFF if high else int(word) & 0xFFFFFFFF
+        return float32(np.array([bits], np.uint32).view(np.float32)[0])
+
+    return single
+
+
+def _float_ptx(high):
+    """The low or high float32 of a 64-bit word (a shift, a truncation and a bit cast: no conversion)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def single(typingctx, word):
+        sig = types.float32(word)
+
+        def codegen(context, builder, signature, args):
+            i64 = ir.IntType(64)
+            w = context.cast(builder, args[0], signature.args[0], types.uint64)
+            if high:
+                w = builder.lshr(w, ir.Constant(i64, 32))
+            return builder.bitcast(builder.trunc(w, ir.IntType(32)), ir.FloatType())
+
+        return sig, codegen
+
+    return single
+
+
 if config.ENABLE_CUDASIM:
+    float_lo = _float_python(False)
+    float_hi = _float_python(True)
     dp4a_u8 = _dp4a_python(False)
     dp4a_i8 = _dp4a_python(True)
     half_lo = _half_python(False)
     half_hi = _half_python(True)
 else:  # pragma: no cover - needs numba's CUDA target
+    float_lo = _float_ptx(False)
+    float_hi = _float_ptx(True)
     dp4a_u8 = _dp4a_ptx(False)
     dp4a_i8 = _dp4a_ptx(True)
     half_lo = _half_ptx(False)
@@ -418,6 +453,10 @@ def _sorted_chunk_for(mode: int, kind: int, row_units: int):
         if mode == MODE_HALF2:
             t2 = uint32(2) * t
             return _half2_terms(kind, y, qv[w, t2], qv[w, t2 + uint32(1)], acc)
+        if mode == MODE_F32X2:
+            t2 = uint32(2) * t
+            acc = _element_terms(kind, float_lo(y), qv[w, t2], acc)
+            return _element_terms(kind, float_hi(y), qv[w, t2 + uint32(1)], acc)
         return _element_terms(kind, y, qv[w, t], acc)
 
     @device_function
@@ -592,7 +631,7 @@ def _write_no_neighbours(k, j, out_k, out_i, out_nd, out_ne, lane):
 def row_units(mode: int, qwords: int) -> int:
     """Loads per vector row of a distance mode whose staged query is ``qwords`` words long: 4-byte words
     (dp4a, two halves), 8-byte words (four halves) or elements."""
-    return {MODE_HALF4: qwords // 4, MODE_HALF2: qwords // 2}.get(mode, qwords)
+    return {MODE_HALF4: qwords // 4, MODE_HALF2: qwords // 2, MODE_F32X2: qwords // 2}.get(mode, qwords)
 
 
 def shared_bytes_per_warp(qcap: int, hsize: int, qwords: int) -> int:

@@ -115,7 +115,9 @@ def search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queu
 
 
 def beam_mode(base_dtype, query_dtype, dim: int) -> int:
-    """dp4a modes for 8-bit vectors searched with queries of the same dtype (dim % 4 == 0), else generic."""
+    """dp4a modes for 8-bit vectors searched with queries of the same dtype (dim % 4 == 0); 8-byte words
+    of float16 (four halves, or 4-byte words of two for dim % 4 == 2) and float32 vectors (two floats, dim
+    even); else generic (element loads)."""
     b, q = np.dtype(base_dtype), np.dtype(query_dtype)
     if dim % 4 == 0 and b == q == np.uint8:
         return bk.MODE_DP4A_U8
@@ -125,14 +127,16 @@ def beam_mode(base_dtype, query_dtype, dim: int) -> int:
         return bk.MODE_HALF4
     if dim % 2 == 0 and b == np.float16:
         return bk.MODE_HALF2
+    if dim % 2 == 0 and b == np.float32:
+        return bk.MODE_F32X2
     return bk.MODE_GENERIC
 
 
 def _words(base, mode: int, xp):
-    """The vectors as the kernel reads them: elements, uint32 or (four halves) uint64 words."""
+    """The vectors as the kernel reads them: elements, uint32 or (four halves, two floats) uint64 words."""
     if mode == bk.MODE_GENERIC:
         return base
-    return base.view(xp.uint64 if mode == bk.MODE_HALF4 else xp.uint32)
+    return base.view(xp.uint64 if mode in (bk.MODE_HALF4, bk.MODE_F32X2) else xp.uint32)
 
 
 def _dp4a(mode: int) -> bool:
@@ -171,7 +175,7 @@ def beam_config(queue_size: int, dim: int, mode: int, kind: int, max_warps: int 
     qwords = dim // 4 if _dp4a(mode) else dim  # the staged query: uint32 words or float32 values
     # loads per vector row: 4-byte words (dp4a, half2) or elements
     row_units = bk.row_units(mode, qwords)
-    tsize = bk.team_size(row_units, {bk.MODE_GENERIC: 8, bk.MODE_HALF4: 6}.get(mode, 4))
+    tsize = bk.team_size(row_units, {bk.MODE_GENERIC: 8, bk.MODE_HALF4: 6, bk.MODE_F32X2: 6}.get(mode, 4))
     per_lane = -(-row_units // tsize)
     if width > 1:
         per = bk.shared_bytes_per_block(qcap, hsize, qwords, width)
