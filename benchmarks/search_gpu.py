@@ -270,8 +270,9 @@ def run_cagra_children(args, graph_file: Path, log):
             continue
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("CURVES ")]
         if p.returncode != 0 or not lines:
-            err = [ln for ln in p.stderr.splitlines() if "Error" in ln or "error" in ln]
-            log.write(part="cuvs", method=which, failed=(err or p.stderr.splitlines() or ["?"])[-1][-400:])
+            log.write(part="cuvs", method=which, failed=f"exit status {p.returncode}",
+                      stderr_head="\n".join(p.stderr.splitlines()[:25])[:3000],
+                      stderr_tail="\n".join(p.stderr.splitlines()[-25:])[-3000:])
             continue
         got = json.loads(lines[-1][len("CURVES "):])
         curves[which] = [tuple(p) for p in got["batch10k"]]
@@ -379,7 +380,10 @@ def main():
             log.write(part="cuvs", skipped="cuVS not importable (source /root/cuvs-env.sh first)")
         else:
             graph_file = out / "_search_gpu_graph.npy"
-            np.save(graph_file, np.asarray(graph.to_host().indices))
+            ids = np.asarray(graph.to_host().indices)
+            bad = (ids < 0) | (ids >= len(base))
+            log.write(part="graph_check", ids_outside_0_n=int(bad.sum()), rows_with_them=int(bad.any(axis=1).sum()))
+            np.save(graph_file, ids)
             cagra_curves, cagra_small = run_cagra_children(args, graph_file, log)
             graph_file.unlink()
             curves.update(cagra_curves)
