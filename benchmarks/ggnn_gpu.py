@@ -5,7 +5,8 @@
 Builds a GGNN index (k=24 and k=40, s=32, L=4, tau_b=0.5, r=2) and reports the time of each build phase
 (select / merge / symmetric linking / refinement, the paper's Fig. 6), then sweeps the query slack tau
 (10k queries, k=10, one batch; search caches of 256 and 512 ids) and writes ``ggnn_gpu.jsonl`` and
-``ggnn_gpu.png`` (recall@10 against queries per second). Every search is the median of --repeats calls after a warm-up call. Targets
+``ggnn_gpu.png`` (recall@10 against queries per second), with the library's default GPU searcher
+(``song.from_graph`` on the GGNN graph, queue sizes swept) on the same plot. Every search is the median of --repeats calls after a warm-up call. Targets
 (issue 13, H200): build <= 1.8 s at k=24; >= 1.5M QPS at recall@10 0.95; recall@10 0.99 at >= 1M QPS.
 """
 
@@ -67,6 +68,20 @@ def main(device="cuda", n_default=450_000, name="ggnn_gpu"):
                       expansions_per_query=st.get("expansions_per_query"))
             curves[name].append((r, nq / sec))
 
+    def sweep_fast(name, graph):
+        """The library's default GPU searcher (song, algo='beam') on the GGNN graph, queue sizes swept."""
+        from knngraph import song
+
+        sidx = song.from_graph(graph, cp.asarray(base), device=args.device, verbose=False)
+        curves[name] = []
+        for qs in (10, 16, 24, 32, 48, 64, 96, 128):
+            sp = song.SearchParams(queue_size=qs)
+            sec, first, (d, i) = timed(lambda: song.search(sidx, qd, 10, sp, device=args.device, verbose=False),
+                                       args.repeats)
+            r = recall_at_k(cp.asnumpy(i), gt, 10)
+            log.write(part=name, queue_size=qs, qps=nq / sec, seconds=sec, first_call_s=first, **{"recall@10": r})
+            curves[name].append((r, nq / sec))
+
     for degree in ((24,) if args.quick else (24, 40)):
         params = ggnn.IndexParams(graph_degree=degree, n_shards=args.shards)
         ggnn.build(params, base[:5000], device=args.device, verbose=False)  # compile the kernels first
@@ -77,6 +92,8 @@ def main(device="cuda", n_default=450_000, name="ggnn_gpu"):
         log.write(part="build", graph_degree=degree, n=args.n, shards=args.shards, seconds=build_s, **timings)
         for cache in (256, 512):
             sweep(f"GGNN k={degree}, cache {cache}", index, cache)
+        if on_gpu:
+            sweep_fast(f"fast searcher on GGNN k={degree}", index.graph)
 
     plot(out / f"{name}.png", curves, args.n, "GPU" if on_gpu else "CPU")
 
