@@ -6,6 +6,7 @@ sift-photos 450k (10k queries, k=10), next to the library's other routes to a se
 Writes ``grnnd_gpu.jsonl`` and ``grnnd_gpu.png`` (recall@10 against QPS, build time per graph) to --out.
 Graphs, each built on the GPU (a warm-up build first: JIT; then the median of --repeats builds):
 1. GRNND with the defaults (R=32, S=20, T1=3, T2=6, rho=0.6), searched as built (``from_graph``);
+   with ``--optimized`` also GRNND (defaults, 2x4 and 3x4 rounds) + ``optimize_graph`` to degree 32;
 2. GRNND variants: fewer rounds (T1 x T2 = 3x4, 2x6, 2x4, 4x4, 1x10), more (3x10), rho in {0.3, 1.0},
    R=48 (the paper's sweeps, sections 4.3-4.4), as the budget allows;
 3. NN-Descent k=96 + ``optimize_graph`` to degree 32;
@@ -43,6 +44,10 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--n", type=int, default=450_000)
     ap.add_argument("--budget-s", type=float, default=420.0, help="skip later parts past this many seconds")
+    ap.add_argument("--optimized", action="store_true",
+                    help="also GRNND graphs passed through optimize_graph (defaults, 2x4 and 3x4 rounds)")
+    ap.add_argument("--optimized-only", action="store_true",
+                    help="with --optimized: no other GRNND variants, and of the other routes only the exact one")
     args = ap.parse_args()
     t_start = time.perf_counter()
     import cupy as cp
@@ -100,12 +105,32 @@ def main():
     sweep("GRNND (defaults)", g, sec)
     sweep("GRNND (defaults), SONG kernel (algo='song')", g, sec, search={"algo": "song"})
     phases(log, xd, grnnd, args.repeats)
+    # ---- 1b. GRNND + optimize_graph (reverse edges and rank-based pruning densify the sparse RNG rows):
+    # the defaults and fewer rounds
+    for kw in ([{}, dict(outer_iterations=2, inner_iterations=4), dict(inner_iterations=4)]
+               if args.optimized else []):
+        if left() < 90:
+            log.write(part="skipped", what=f"grnnd {kw} + optimize_graph and later (budget)")
+            break
+        p = grnnd.IndexParams(**kw)
+
+        def route():
+            raw = grnnd.build(p, xd, device="cuda", verbose=False).graph
+            return knngraph.optimize_graph(raw, xd, graph_degree=32, device="cuda", verbose=False)
+
+        sec, first, gg = timed(route, args.repeats)
+        name = "GRNND " + ", ".join(f"{k}={v}" for k, v in kw.items()) + " + optimize_graph 32"
+        log.write(part="build", graph=name, params=kw, seconds=sec, first_call_s=first)
+        sweep(name.replace("GRNND  +", "GRNND (defaults) +"), gg, sec, params=kw)
+        del gg
     # ---- 2. variants
     variants = [dict(inner_iterations=4), dict(outer_iterations=2), dict(outer_iterations=2, inner_iterations=4),
                 dict(outer_iterations=4, inner_iterations=4), dict(reverse_ratio=0.3), dict(reverse_ratio=1.0),
                 dict(outer_iterations=1, inner_iterations=10), dict(inner_iterations=10), dict(graph_degree=48)]
     if args.quick:
         variants = variants[:3]
+    if args.optimized_only:
+        variants = []
     for kw in variants:
         if left() < 120:
             log.write(part="skipped", what=f"grnnd {kw} and later variants (budget)")
@@ -115,7 +140,7 @@ def main():
     del g
     # ---- 3. NN-Descent k=96 + optimize_graph; 4. exact 96-NN + optimize_graph
     for name, method in (("NN-Descent 96 + optimize_graph", "nndescent"), ("exact 96 + optimize_graph", "exact")):
-        if left() < 60:
+        if left() < 60 or (args.optimized_only and method != "exact"):
             log.write(part="skipped", what=name)
             continue
 
