@@ -119,9 +119,9 @@ def main():
             return knngraph.optimize_graph(raw, xd, graph_degree=32, device="cuda", verbose=False)
 
         sec, first, gg = timed(route, args.repeats)
-        name = "GRNND " + ", ".join(f"{k}={v}" for k, v in kw.items()) + " + optimize_graph 32"
+        name = "GRNND " + (", ".join(f"{k}={v}" for k, v in kw.items()) or "(defaults)") + " + optimize_graph 32"
         log.write(part="build", graph=name, params=kw, seconds=sec, first_call_s=first)
-        sweep(name.replace("GRNND  +", "GRNND (defaults) +"), gg, sec, params=kw)
+        sweep(name, gg, sec, params=kw)
         del gg
     # ---- 2. variants
     variants = [dict(inner_iterations=4), dict(outer_iterations=2), dict(outer_iterations=2, inner_iterations=4),
