@@ -1,11 +1,13 @@
 """The GPU searchers against cuVS CAGRA on the same graph, GPU and run (issue 12).
 
     python benchmarks/search_gpu.py --out out/ [--dataset sift|minilm] [--dtype float32|float16|int8]
+                                    [--metric inner_product]
                                     [--minilm-dir DIR] [--no-cuvs]
 
-Writes ``search_gpu_<dataset>[_<dtype>].jsonl`` and ``.png`` to --out. ``--dtype`` searches the same data
+Writes ``search_gpu_<dataset>[_<dtype>][_<metric>].jsonl`` and ``.png`` to --out. ``--dtype`` searches the same data
 in another vector dtype with the same distances, so the ground truth holds: sift-photos (uint8) as float32,
 float16 (exact for 0..255) or int8 (x - 128: L2 distances unchanged); minilm-words (float16) as float32.
+``--metric inner_product`` searches minilm-words (unit vectors) by inner product, scored by ids.
 1. the prepared graph (``song.build`` defaults: exact 96-NN, ``optimize_graph`` to degree 32), built on the
    GPU, and its build time;
 2. batch 10k (all queries, k=10): recall@10 against queries per second for knngraph's fast searcher
@@ -106,7 +108,7 @@ def score(ids, dists, gt, gt_d):
     from knngraph.evaluate import recall_at_k
 
     nr = len(ids)
-    if dists is None:
+    if dists is None or gt_d is None:
         return recall_at_k(np.asarray(ids), gt[:nr], 10)
     return recall_at_k(np.asarray(ids), gt[:nr], 10, distances=np.maximum(np.asarray(dists), 0),
                        true_distances=gt_d[:nr])
@@ -123,13 +125,17 @@ def load(args):
     else:
         base, queries, gt, gt_d = load_minilm(Path(args.minilm_dir))
         metric = "cosine"
+    if args.metric == "inner_product":
+        if args.dataset != "minilm":
+            raise SystemExit("--metric inner_product: minilm-words only (unit vectors: the cosine ground truth holds)")
+        metric, gt_d = "inner_product", None  # scored by ids
     if args.dtype:
         base, queries = same_distances_as(base, args.dtype), same_distances_as(queries, args.dtype)
     return base, queries, gt, gt_d, metric, base.shape[1] * base.dtype.itemsize
 
 
 def result_name(args) -> str:
-    return args.dataset + (f"_{args.dtype}" if args.dtype else "")
+    return args.dataset + (f"_{args.dtype}" if args.dtype else "") + (f"_{args.metric}" if args.metric else "")
 
 
 def same_distances_as(x, dtype: str):
@@ -197,7 +203,7 @@ def cagra_child(args, which: str, graph_file: str):
     nq = len(queries)
     xb, xq = cp.asarray(base), cp.asarray(queries)
     # cosine: CAGRA searches normalised vectors by inner product; its ids are scored, not its distances
-    cmetric = {"sqeuclidean": "sqeuclidean", "cosine": "inner_product"}[metric]
+    cmetric = {"sqeuclidean": "sqeuclidean", "cosine": "inner_product", "inner_product": "inner_product"}[metric]
     if metric == "cosine":
         def unit(a):
             f = a.astype(cp.float32)
@@ -259,7 +265,8 @@ def run_cagra_children(args, graph_file: Path, log):
 
     curves, small = {}, {}
     for which in ("cagra-on-knngraph", "cagra-own-graph"):
-        cmd = [sys.executable, __file__, "--dataset", args.dataset, "--dtype", args.dtype, "--minilm-dir",
+        cmd = [sys.executable, __file__, "--dataset", args.dataset, "--dtype", args.dtype, "--metric", args.metric,
+               "--minilm-dir",
                args.minilm_dir, "--out",
                args.out, "--repeats", str(args.repeats), "--calls", str(args.calls), "--batches", args.batches,
                "--cagra-child", which, "--graph-file", str(graph_file)]
@@ -287,6 +294,8 @@ def main():
     ap.add_argument("--dataset", choices=["sift", "minilm"], default="sift")
     ap.add_argument("--dtype", default="", choices=["", "float32", "float16", "int8"],
                     help="the same vectors in another dtype (default: the dataset's own)")
+    ap.add_argument("--metric", default="", choices=["", "inner_product"],
+                    help="minilm-words by inner product (its vectors are unit length; default: the dataset's metric)")
     ap.add_argument("--minilm-dir", default="/root/minilm")
     ap.add_argument("--no-cuvs", action="store_true")
     ap.add_argument("--algos", default="beam,song", help="knngraph searchers to sweep")
