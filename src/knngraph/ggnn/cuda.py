@@ -155,18 +155,20 @@ def sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n
         return 0
     a_buf.fill(-1)
     b_buf.fill(-1)
+    keys_b = _scratch("keys_b", (nq,), np.int64, xp)
+    keys[:na] = lk.KEY_NONE  # the keys of a_buf: nothing placed
     grid = _blocks(na, T, xp)
     rounds = 0
     while True:
-        lk.keys_kernel[grid, T](act, na, a_buf, req_i, knn, nq, keys)
-        keys[:na].sort()
         flag[0] = 0
         lk.round_kernel[grid, T](graph, knn, ksym, sym, cnt, lo, z0, act, na, req_i, req_n, a_buf, keys, nq, b_buf,
-                                 flag)
+                                 keys_b, flag)
         rounds += 1
-        if int(flag[0]) == 0:  # b == a: a fixed point, and keys are a's
+        if int(flag[0]) == 0:  # b = F(a) = a: the fixed point, and keys are its sorted keys
             break
         a_buf, b_buf = b_buf, a_buf
+        keys, keys_b = keys_b, keys
+        keys[:na].sort()
     lk.write_links_kernel[grid, T](act, na, a_buf, req_i, req_d, lo, z0, knn, nq, keys, sym, sym_d, cnt)
     lk.count_links_kernel[grid, T](act, na, a_buf, req_i, knn, nq, keys, cnt)
     return rounds
