@@ -140,6 +140,10 @@ def sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n
         import cupy as xp
     nz = z1 - z0
     nq = nz * knn
+    if req_i.shape[0] < nz or req_i.shape[1] != knn or req_n.shape[:2] != req_i.shape[:2] \
+            or req_d.shape != req_i.shape or not 0 < ksym <= sym.shape[1] or sym_d.shape != sym.shape \
+            or lo + z1 > graph.shape[0] or cnt.shape[0] != graph.shape[0] or sym.shape[0] != graph.shape[0]:
+        raise ValueError("sym_place: inconsistent shapes of the graph, link and request arrays")
     if nq == 0:
         return 0
     T = lk.THREADS if xp is not np else 32
@@ -181,6 +185,9 @@ def sym_write(graph, gdist, lo, n_rows, knn, sym, sym_d, cnt, *, xp=None):
     if xp is None:
         import cupy as xp
     width = graph.shape[1] - knn
+    if gdist.shape != graph.shape or lo + n_rows > graph.shape[0] or sym.shape[0] != graph.shape[0] \
+            or sym_d.shape != sym.shape or cnt.shape[0] != graph.shape[0] or sym.shape[1] > width:
+        raise ValueError("sym_write: inconsistent shapes of the graph and link arrays")
     if n_rows == 0 or width == 0:
         return
     T = lk.THREADS if xp is not np else 32
