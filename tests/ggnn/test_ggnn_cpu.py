@@ -219,3 +219,22 @@ def test_bad_input_is_refused_with_clear_messages(small, small_index):
         ggnn.search(small_index, small[:2], 5, ggnn.IndexParams(), device="cpu")
     with pytest.raises(ValueError, match="entry_points must be ids in"):
         ggnn.from_graph(small_index.graph, small, entry_points=np.array([3000]))
+
+
+def test_row_sort_by_packed_keys_is_the_lexsort(rng):
+    """The device's row sort (one 64-bit key per entry: order-preserving distance bits above the id)
+    orders rows as the host's lexsort by (distance, id), -1 / inf last, negative distances, ties and
+    -0.0 included (run here with NumPy as the array module)."""
+    from knngraph.ggnn._index import _sort_rows_by_key
+
+    ids = rng.integers(0, 1000, (200, 9)).astype(np.int32)
+    dist = rng.integers(-4, 5, (200, 9)).astype(np.float32) * np.float32(0.75)
+    dist[rng.random(dist.shape) < 0.05] = np.float32(-0.0)
+    dist[:, 0] = rng.random(200).astype(np.float32) * 1e30
+    ids[rng.random(ids.shape) < 0.1] = -1
+    key_i = np.where(ids >= 0, ids, np.iinfo(np.int32).max)
+    key_d = np.where(ids >= 0, dist, np.inf)
+    order = np.lexsort((key_i, key_d), axis=1)
+    gi, gd = _sort_rows_by_key(ids, dist, np)
+    np.testing.assert_array_equal(gi, np.take_along_axis(ids, order, 1))
+    np.testing.assert_array_equal(gd, np.take_along_axis(key_d, order, 1))

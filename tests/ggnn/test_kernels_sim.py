@@ -97,7 +97,7 @@ def test_merge_kernels_match_cpu(rng):
 
 def test_sym_kernel_finds_the_cpu_candidates_and_places_valid_inverse_links(rng):
     """The GPU's path searches of the symmetric linking return, row for row, the CPU's candidates (then
-    placed on the host in row order, the same links); every link is a new edge p -> z into a row with a
+    placed on the device in the CPU's row order, the same links); every link is a new edge p -> z into a row with a
     free slot, with its distance."""
     from knngraph.ggnn._build import _SYM_QUEUE, _SYM_VISITED
 
@@ -118,7 +118,7 @@ def test_sym_kernel_finds_the_cpu_candidates_and_places_valid_inverse_links(rng)
             req_n = np.full((z1 - z0, knn), -7, np.int32)
             impl.sym_requests(*args, z0, z1, knn, sym, cnt, _SYM_QUEUE, _SYM_VISITED, np.float32(0.5),
                               np.float32(h["nn1_mean"]), req_i, req_d, req_n, **kw)
-            ggnn_cpu.sym_place(g, 0, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n)
+            impl.sym_place(g, 0, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n, **kw)
             reqs.append((req_i, req_d, req_n))
         state[name] = (sym, sym_d, cnt, reqs)
     for (gi, gd, gn), (ci, cd, cn) in zip(state["gpu"][3], state["cpu"][3]):
@@ -138,3 +138,88 @@ def test_sym_kernel_finds_the_cpu_candidates_and_places_valid_inverse_links(rng)
         want = ((x[trans[p]] - x[trans[links]]) ** 2).sum(axis=1)
         np.testing.assert_array_equal(sym_d[p, :cnt[p]], want)           # distance of the link
         assert (sym[p, cnt[p]:] == -1).all()
+
+
+def _random_requests(rng, rows, z0, z1, knn, C, pool):
+    """Link requests of rows z0 .. z1 whose candidates come from a few popular rows ``pool`` (distinct per
+    request, never z itself): most targets get more requests than they have free slots."""
+    nz = z1 - z0
+    req_i = np.full((nz, knn, C), -7, np.int32)
+    req_d = np.full((nz, knn, C), -7, np.float32)
+    req_n = rng.integers(0, C + 1, (nz, knn)).astype(np.int32)
+    req_n[rng.random((nz, knn)) < 0.2] = 0
+    for zz in range(nz):
+        others = pool[pool != z0 + zz]
+        for i in range(knn):
+            c = req_n[zz, i]
+            req_i[zz, i, :c] = rng.choice(others, c, replace=False)
+            req_d[zz, i, :c] = np.sort(rng.integers(1, 50, c)).astype(np.float32)
+    return req_i, req_d, req_n
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_device_sym_place_and_write_match_cpu(seed):
+    """The device placement of the inverse links (fixed-point rounds over the requests, links written by
+    rank) gives the host's sequential placement slot for slot, over several waves, with targets asked
+    far more often than they have room, requests dropped because the target already links to z (an NN
+    slot, an earlier wave's link or an earlier request of the same z in this wave), and the rows
+    rewritten by sym_write as on the host."""
+    rng = np.random.default_rng(seed)
+    rows, k, knn, ksym, C = 60, 7, 3, 3, 4
+    graph = rng.integers(0, rows, (rows, k)).astype(np.int32)
+    graph[rng.random((rows, k)) < 0.1] = -1
+    gdist = rng.integers(0, 40, (rows, k)).astype(np.float32)
+    sym = np.full((rows, ksym), -1, np.int32)
+    sym_d = np.full((rows, ksym), np.inf, np.float32)
+    cnt = np.zeros(rows, np.int32)
+    # an earlier layer's links in some rows
+    for p in rng.choice(rows, 10, replace=False):
+        c = int(rng.integers(1, ksym + 1))
+        sym[p, :c] = rng.choice(rows, c, replace=False)
+        sym_d[p, :c] = rng.integers(1, 40, c)
+        cnt[p] = c
+    pool = rng.choice(rows, 9, replace=False).astype(np.int32)
+    for z in range(rows):  # some popular targets link to z already (NN slot)
+        if rng.random() < 0.15:
+            graph[pool[z % pool.size], z % knn] = z
+    cpu_state = [a.copy() for a in (graph, gdist, sym, sym_d, cnt)]
+    dev_state = [a.copy() for a in (graph, gdist, sym, sym_d, cnt)]
+    total = 0
+    for z0, z1 in ((0, 25), (25, 26), (26, 60)):
+        req = _random_requests(rng, rows, z0, z1, knn, C, pool)
+        g, _, s, sd, c = cpu_state
+        placed = ggnn_cpu.sym_place(g, 0, z0, z1, knn, ksym, s, sd, c, *req)
+        g, _, s, sd, c = dev_state
+        rounds = ggnn_cuda.sym_place(g, 0, z0, z1, knn, ksym, s, sd, c, *req, xp=np)
+        assert rounds >= 1
+        total += placed
+        for a, b in zip(dev_state, cpu_state):
+            np.testing.assert_array_equal(a, b)
+    assert total > 10 and (cpu_state[4] == ksym).sum() >= 5  # full targets: requests passed over
+    g, gd, s, sd, c = cpu_state
+    ggnn_cpu.sym_write(g, gd, 0, rows, knn, s, sd, c)
+    g, gd, s, sd, c = dev_state
+    ggnn_cuda.sym_write(g, gd, 0, rows, knn, s, sd, c, xp=np)
+    for a, b in zip(dev_state, cpu_state):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_simulated_build_is_the_cpu_build(rng):
+    """The whole build with the device functions (every array resident, the links placed on the device)
+    returns the CPU build's hierarchy entry for entry on integer data."""
+    from knngraph._device import Device
+    from knngraph.ggnn import IndexParams
+    from knngraph.ggnn._build import build_hierarchy
+    from knngraph.ggnn._index import build_ops
+
+    x = _small(rng, np.uint8, 40, 5).astype(np.float32)
+    params = IndexParams(graph_degree=6, segment_size=8, layers=3, refinements=0)
+    inv = np.zeros(1, np.float32)
+    cpu = build_hierarchy(ggnn_cpu, x, inv, 0, params)
+    timings = {}
+    dev = build_hierarchy(build_ops(Device("cuda"), xp=np), x, inv, 0, params, timings=timings)
+    assert cpu["plan"].layers == 3 and set(timings) == {"select", "merge", "sym", "refine"}
+    for key in ("graph", "dist", "top", "inverse", "rows_graph", "trans", "sel"):
+        np.testing.assert_array_equal(dev[key], cpu[key], err_msg=key)
+    assert (cpu["inverse"] >= 0).any()
+    assert dev["nn1_mean"] == cpu["nn1_mean"] and dev["nn1_max"] == cpu["nn1_max"]

@@ -57,9 +57,11 @@ slices; a search runs on every shard and merges the per-shard top-k. On a GPU, s
 * A7: each shard keeps its own d+_nn1.
 * ``extend`` rebuilds the index with the new vectors (the paper has no insertion).
 
-**GPU build**: the merges and symmetric linking run as CUDA kernels (one block per point, the search's
-cache); the top-layer selection (a sort) and writing the links into the rows run on the host, with the
-layer arrays copied between host and device around each step.
+**GPU build**: the build's arrays stay on the device from start to end. The merges and the linking's path
+searches run as CUDA kernels (one block per point, the search's cache); the links are placed with the
+CPU's sequential result by parallel fixed-point rounds (``_link_kernels``) and written into the rows by
+a kernel; the final rows are sorted on the device. The top-layer selection (a sort) and the
+nearest-neighbour statistics run on the host, on one column of distances each.
 
 **Not implemented**: the background overlap of shard copies with searches; shards on several GPUs
 run one after another; the paper's parallel sorted insert (lane 0 inserts into the cache's lists).

@@ -53,12 +53,24 @@ def _finite_stats(v):
     return float(f.mean()), float(f.max())
 
 
+def _host(a):
+    """A host copy of a (small) device array; NumPy arrays as they are."""
+    return a if isinstance(a, np.ndarray) else a.get()
+
+
 def build_hierarchy(impl, base, inv, kind, params, *, verbose=False, timings=None):
-    """The GGNN hierarchy of ``base`` (host arrays, CPU-readable; ``inv`` inverse norms for cosine).
+    """The GGNN hierarchy of ``base`` (``inv`` inverse norms for cosine). ``impl`` is :mod:`.cpu` or a
+    namespace with the same functions whose attribute ``xp`` is its array module: the state of the build
+    (rows, distances, inverse links, translations, the vectors) lives in ``xp`` arrays from start to end
+    (on the device for the GPU: no upload per step; the host reads one column of distances per
+    bottom-layer merge and per selection, for the statistics and the selection weights).
     Returns a dict: ``graph`` / ``dist`` (bottom graph, dataset ids, internal distances, rows in NN |
-    inverse | further NN layout), ``top`` (dataset ids of the top layer), ``nn1_mean``, ``nn1_max``,
-    ``inverse`` ([n, k_sym] inverse links, dataset ids, -1 padded), ``plan`` and the raw layer arrays
-    (``rows_graph``, ``trans``, ``sel``). ``timings`` gets seconds per phase."""
+    inverse | further NN layout; ``xp`` arrays), ``top`` (dataset ids of the top layer), ``nn1_mean``,
+    ``nn1_max``, ``inverse`` ([n, k_sym] inverse links, dataset ids, -1 padded), ``plan`` and the raw
+    layer arrays (``rows_graph``, ``trans``, ``sel``; these and ``top`` / ``inverse`` on the host).
+    ``timings`` gets seconds per phase (the device synchronised at each phase's end)."""
+    xp = getattr(impl, "xp", np)
+    sync = getattr(impl, "sync", None) or (lambda: None)
     n = base.shape[0]
     k = params.graph_degree
     ksym = params.k_sym
@@ -67,22 +79,33 @@ def build_hierarchy(impl, base, inv, kind, params, *, verbose=False, timings=Non
     L, g, s, off = pl.layers, pl.g, pl.s, pl.offsets
     rows = pl.rows
     t = {"select": 0.0, "merge": 0.0, "sym": 0.0, "refine": 0.0}
-    perm = np.random.default_rng(params.seed).permutation(n).astype(np.int32)
-    trans = np.empty(rows, np.int32)
+    perm_h = np.random.default_rng(params.seed).permutation(n).astype(np.int32)
+    base = xp.asarray(base)
+    inv = xp.asarray(inv)
+    perm = xp.asarray(perm_h)
+    trans = xp.empty(rows, np.int32)
     trans[:n] = perm
-    sel = np.full(rows, -1, np.int32)
-    graph = np.full((rows, k), -1, np.int32)
-    gdist = np.full((rows, k), np.inf, np.float32)
-    sym = np.full((rows, max(ksym, 1)), -1, np.int32)
-    sym_d = np.full((rows, max(ksym, 1)), np.inf, np.float32)
-    cnt = np.zeros(rows, np.int32)
+    sel = xp.full(rows, -1, np.int32)
+    graph = xp.full((rows, k), -1, np.int32)
+    gdist = xp.full((rows, k), np.inf, np.float32)
+    sym = xp.full((rows, max(ksym, 1)), -1, np.int32)
+    sym_d = xp.full((rows, max(ksym, 1)), np.inf, np.float32)
+    cnt = xp.zeros(rows, np.int32)
+    off_h = np.asarray(off, np.int64)
+    # the temporaries of every step, allocated once: merge results (the largest layer is the bottom one)
+    # and the link requests of the largest wave
+    out_i = xp.empty((n, k), np.int32)
+    out_d = xp.empty((n, k), np.float32)
+    C = SYM_CANDIDATES
+    wave_rows = max(_wave(pl.sizes[lm], w + 1) - _wave(pl.sizes[lm], w) for lm in range(L)
+                    for w in range(_waves(pl.sizes[lm])))
+    req_i = xp.empty((wave_rows, max(knn, 1), C), np.int32)
+    req_d = xp.empty((wave_rows, max(knn, 1), C), np.float32)
+    req_n = xp.zeros((wave_rows, max(knn, 1)), np.int32)
     state = {"nn1_mean": 0.0, "nn1_max": 0.0}
     tau_b = np.float32(params.tau_build)
-
-    def starts_of(layer):
-        if layer == 0:
-            return (np.arange(pl.n_seg0 + 1, dtype=np.int64) * n // pl.n_seg0).astype(np.int32)
-        return np.arange(0, pl.sizes[layer] + 1, s, dtype=np.int32)
+    starts = {lm: xp.asarray((np.arange(pl.n_seg0 + 1, dtype=np.int64) * n // pl.n_seg0).astype(np.int32)
+                             if lm == 0 else np.arange(0, pl.sizes[lm] + 1, s, dtype=np.int32)) for lm in range(L)}
 
     def seg_of(layer):
         local = np.arange(pl.sizes[layer], dtype=np.int64)
@@ -91,19 +114,20 @@ def build_hierarchy(impl, base, inv, kind, params, *, verbose=False, timings=Non
     def merge(lt, lm, phase):
         t0 = time.perf_counter()
         lo, hi = off[lm], off[lm + 1]
-        out_i = np.empty((hi - lo, k), np.int32)
-        out_d = np.empty((hi - lo, k), np.float32)
+        oi, od = out_i[:hi - lo], out_d[:hi - lo]
         if lt == lm:
-            impl.brute_segments(base, inv, kind, trans, lo, starts_of(lm), k, out_i, out_d)
+            impl.brute_segments(base, inv, kind, trans, lo, starts[lm], k, oi, od)
         else:
-            top_seg = (seg_of(lm) // g ** (lt - lm)).astype(np.int32)
-            impl.merge_queries(base, inv, kind, graph, trans, sel, np.asarray(off, np.int64), top_seg, lt, lm, s, k,
+            top_seg = xp.asarray((seg_of(lm) // g ** (lt - lm)).astype(np.int32))
+            impl.merge_queries(base, inv, kind, graph, trans, sel, off_h, top_seg, lt, lm, s, k,
                                BUILD_QUEUE, BUILD_VISITED, tau_b, np.float32(state["nn1_mean"]), BUILD_MAX_POPS,
-                               out_i, out_d)
-        graph[lo:hi] = out_i
-        gdist[lo:hi] = out_d
-        if lm == 0:  # stats(): nearest-neighbour distances of the bottom layer
-            state["nn1_mean"], state["nn1_max"] = _finite_stats(np.abs(out_d[:, 0]))
+                               oi, od)
+        graph[lo:hi] = oi
+        gdist[lo:hi] = od
+        if lm == 0:  # stats(): nearest-neighbour distances of the bottom layer (on the host: the same
+            # float32 mean on every device)
+            state["nn1_mean"], state["nn1_max"] = _finite_stats(np.abs(_host(od[:, 0])))
+        sync()
         t[phase] += time.perf_counter() - t0
 
     def symmetric(lm, phase):
@@ -113,26 +137,24 @@ def build_hierarchy(impl, base, inv, kind, params, *, verbose=False, timings=Non
         lo, hi = off[lm], off[lm + 1]
         cnt[lo:hi] = 0
         m = hi - lo
-        waves = max(1, min(SYM_WAVES, m // 256))
-        C = SYM_CANDIDATES
-        for w in range(waves):
-            z0, z1 = w * m // waves, (w + 1) * m // waves
-            req_i = np.empty((z1 - z0, knn, C), np.int32)
-            req_d = np.empty((z1 - z0, knn, C), np.float32)
-            req_n = np.zeros((z1 - z0, knn), np.int32)
+        for w in range(_waves(m)):
+            z0, z1 = _wave(m, w), _wave(m, w + 1)
+            ri, rd, rn = req_i[:z1 - z0], req_d[:z1 - z0], req_n[:z1 - z0]
             impl.sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, _SYM_QUEUE, _SYM_VISITED,
-                              tau_b, np.float32(state["nn1_mean"]), req_i, req_d, req_n)
-            impl.sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n)
+                              tau_b, np.float32(state["nn1_mean"]), ri, rd, rn)
+            impl.sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, ri, rd, rn)
         impl.sym_write(graph, gdist, lo, m, knn, sym, sym_d, cnt)
+        sync()
         t[phase] += time.perf_counter() - t0
 
     for lt in range(L):
         if lt > 0:
             t0 = time.perf_counter()
-            below = slice(off[lt - 1], off[lt])
-            picked = select_layer(pl, lt, plain(gdist[below, 0], kind), params.seed)
-            sel[off[lt]:off[lt + 1]] = off[lt - 1] + picked
-            trans[off[lt]:off[lt + 1]] = trans[off[lt - 1] + picked]
+            picked = select_layer(pl, lt, plain(_host(gdist[off[lt - 1]:off[lt], 0]), kind), params.seed)
+            rows_below = xp.asarray(off[lt - 1] + picked.astype(np.int32))
+            sel[off[lt]:off[lt + 1]] = rows_below
+            trans[off[lt]:off[lt + 1]] = trans[rows_below]
+            sync()
             t["select"] += time.perf_counter() - t0
         for lm in range(lt, -1, -1):
             merge(lt, lm, "merge")
@@ -145,16 +167,28 @@ def build_hierarchy(impl, base, inv, kind, params, *, verbose=False, timings=Non
         timings.update(t)
     # the bottom layer in dataset ids
     bottom = graph[:n]
-    out = np.full((n, k), -1, np.int32)
-    out_d = np.full((n, k), np.inf, np.float32)
-    out[perm] = np.where(bottom >= 0, trans[np.maximum(bottom, 0)], -1)
-    out_d[perm] = gdist[:n]
-    inverse = np.full((n, max(ksym, 1)), -1, np.int32)
+    out = xp.full((n, k), -1, np.int32)
+    dist = xp.full((n, k), np.inf, np.float32)
+    out[perm] = xp.where(bottom >= 0, trans[xp.maximum(bottom, 0)], -1)
+    dist[perm] = gdist[:n]
+    inverse = xp.full((n, max(ksym, 1)), -1, np.int32)
     if ksym:
         links = sym[:n, :ksym]
-        valid = np.arange(ksym)[None, :] < cnt[:n, None]
-        inverse[perm] = np.where(valid & (links >= 0), trans[np.maximum(links, 0)], -1)
-    nn1_mean, nn1_max = _finite_stats(np.abs(np.where(out >= 0, out_d, np.inf).min(axis=1)))
-    return {"graph": out, "dist": out_d, "top": trans[off[L - 1]:off[L]].copy(), "nn1_mean": nn1_mean,
-            "nn1_max": nn1_max, "inverse": inverse[:, :ksym], "plan": pl, "rows_graph": graph, "trans": trans,
-            "sel": sel}
+        valid = xp.arange(ksym)[None, :] < cnt[:n, None]
+        inverse[perm] = xp.where(valid & (links >= 0), trans[xp.maximum(links, 0)], -1)
+    nn1 = _host(xp.where(out >= 0, dist, np.float32(np.inf)).min(axis=1))
+    nn1_mean, nn1_max = _finite_stats(np.abs(nn1))
+    trans_h = _host(trans)
+    return {"graph": out, "dist": dist, "top": trans_h[off[L - 1]:off[L]].copy(), "nn1_mean": nn1_mean,
+            "nn1_max": nn1_max, "inverse": _host(inverse[:, :ksym]), "plan": pl, "rows_graph": _host(graph),
+            "trans": trans_h, "sel": _host(sel)}
+
+
+def _waves(m):
+    """Waves of the symmetric linking of a layer of m rows."""
+    return max(1, min(SYM_WAVES, m // 256))
+
+
+def _wave(m, w):
+    """First row of wave w (of :func:`_waves`) of a layer of m rows."""
+    return w * m // _waves(m)

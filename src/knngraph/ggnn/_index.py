@@ -76,13 +76,34 @@ def _nn1_max(ids, dist_internal, kind) -> float:
     return float(d.max()) if d.size else 0.0
 
 
-def _sorted_graph(ids, dist, metric) -> Graph:
-    """Rows sorted by (distance, id), -1 / inf last, reported distances."""
-    key_i = np.where(ids >= 0, ids, np.iinfo(np.int32).max)
-    key_d = np.where(ids >= 0, dist, np.inf)
-    order = np.lexsort((key_i, key_d), axis=1)
-    ids = np.take_along_axis(ids, order, 1)
-    dist = np.take_along_axis(key_d, order, 1)
+def _sort_rows_by_key(ids, dist, xp):
+    """(ids, internal distances) of every row sorted by (distance, id), -1 / inf last, as host arrays,
+    sorting on ``xp``'s device: one 64-bit key per entry, the distance's bits mapped to an unsigned
+    order-preserving integer above the id (ties by id, as the host's lexsort; -0.0 taken as 0.0)."""
+    key_d = xp.where(ids >= 0, dist, np.float32(np.inf)).astype(np.float32) + np.float32(0.0)  # -0 -> +0
+    u = key_d.view(np.uint32).astype(np.uint64)
+    u = xp.where(u >= np.uint64(1 << 31), np.uint64(0xFFFFFFFF) - u, u | np.uint64(1 << 31))
+    key_i = xp.where(ids >= 0, ids, np.iinfo(np.int32).max).astype(np.uint64)
+    key = xp.sort((u << np.uint64(32)) | key_i, axis=1)
+    lo = (key & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    hi = key >> np.uint64(32)
+    bits = xp.where(hi >= np.uint64(1 << 31), hi ^ np.uint64(1 << 31), np.uint64(0xFFFFFFFF) - hi)
+    dist = as_numpy(bits.astype(np.uint32).view(np.float32))
+    ids = as_numpy(xp.where(lo == np.iinfo(np.int32).max, -1, lo).astype(np.int32))
+    return ids, dist
+
+
+def _sorted_graph(ids, dist, metric, xp=np) -> Graph:
+    """Rows sorted by (distance, id), -1 / inf last, reported distances (host arrays); with ``xp`` CuPy
+    the rows are sorted on the device (:func:`_sort_rows_by_key`), the distances reported on the host."""
+    if xp is np:
+        key_i = np.where(ids >= 0, ids, np.iinfo(np.int32).max)
+        key_d = np.where(ids >= 0, dist, np.inf)
+        order = np.lexsort((key_i, key_d), axis=1)
+        ids = np.take_along_axis(ids, order, 1)
+        dist = np.take_along_axis(key_d, order, 1)
+    else:
+        ids, dist = _sort_rows_by_key(ids, dist, xp)
     rep = report_distances(dist, metric, np)
     rep[ids < 0] = np.inf
     return Graph(np.ascontiguousarray(ids, np.int32), np.ascontiguousarray(rep, np.float32), metric)
@@ -93,8 +114,8 @@ def _sorted_graph(ids, dist, metric) -> Graph:
 
 
 def build_ops(dev: Device, xp=None):
-    """The build kernels for ``dev``: all CPU ones, or on a GPU those of :mod:`.cuda` (``xp=np``: in the
-    simulator) with the placing of the inverse links and their write-back on the CPU."""
+    """The build kernels for ``dev``: all CPU ones (NumPy arrays), or on a GPU those of :mod:`.cuda` on
+    device arrays (CuPy; ``xp=np``: NumPy arrays in the simulator), attribute ``xp`` the array module."""
     import types
 
     cpu = implementation(__package__, Device("cpu"))
@@ -102,12 +123,12 @@ def build_ops(dev: Device, xp=None):
         return cpu
     from . import cuda
 
-    kw = {} if xp is None else {"xp": xp}
-    return types.SimpleNamespace(
-        brute_segments=lambda *a: cuda.brute_segments(*a, **kw),
-        merge_queries=lambda *a: cuda.merge_queries(*a, **kw),
-        sym_requests=lambda *a: cuda.sym_requests(*a, **kw), sym_place=cpu.sym_place, sym_write=cpu.sym_write,
-        release=cuda.release_build_data)
+    if xp is None:
+        import cupy as xp
+    kw = {"xp": xp}
+    names = ("brute_segments", "merge_queries", "sym_requests", "sym_place", "sym_write")
+    ops = {name: (lambda f: lambda *a: f(*a, **kw))(getattr(cuda, name)) for name in names}
+    return types.SimpleNamespace(**ops, xp=xp, sync=lambda: cuda.sync(xp), release=cuda.release_build_data)
 
 
 @runtime_docs
@@ -122,9 +143,9 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
     dataset : array of shape (n, d)
         float32, float16, uint8 or int8 vectors (NumPy, CuPy, PyTorch, DLPack).
     {device}
-        On a GPU the merges (brute force in segments, hierarchical merge queries) and the symmetric
-        linking's path searches run as CUDA kernels; the links are placed on the host in row order, so a
-        GPU build gives the CPU build's graph (exactly on integer data, where distances are exact).
+        On a GPU the whole build runs on the device (merges, the symmetric linking's path searches, the
+        placing of the inverse links in the CPU's row order, the final row sort), so a GPU build gives
+        the CPU build's graph (exactly on integer data, where distances are exact).
     {memory_limit}
     {verbose}
     devices : list of str, optional
@@ -164,8 +185,9 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
     xc = np.asarray(xh, np.float32)
     inv = inverse_norms(xc) if params.metric == "cosine" else np.zeros(1, np.float32)
     impl = build_ops(dev)
-    ids = np.empty((n, params.graph_degree), np.int32)
-    dist = np.empty((n, params.graph_degree), np.float32)
+    xp = getattr(impl, "xp", np)
+    ids = xp.empty((n, params.graph_degree), np.int32)
+    dist = xp.empty((n, params.graph_degree), np.float32)
     entries, e_bounds, nn1 = [], [0], []
     hierarchy = None
     for s in range(params.n_shards):
@@ -174,20 +196,22 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
         inv_p = inv[a:b] if params.metric == "cosine" else inv
         timings = {}
         h = build_hierarchy(impl, part, inv_p, kind, params, verbose=verbose, timings=timings)
-        ids[a:b] = np.where(h["graph"] >= 0, h["graph"] + a, -1)
+        ids[a:b] = xp.where(h["graph"] >= 0, h["graph"] + a, -1)
         dist[a:b] = h["dist"]
         entries.append(h["top"] + a)
         e_bounds.append(e_bounds[-1] + h["top"].shape[0])
         nn1.append(h["nn1_max"])
         if params.n_shards == 1:
             h["timings"] = timings
+            h["graph"], h["dist"] = as_numpy(h["graph"]), as_numpy(h["dist"])
             hierarchy = h
+    mean_degree = float((ids >= 0).sum(1).mean())
+    graph = _sorted_graph(ids, dist, params.metric, xp)
     if dev.is_cuda:
         impl.release()
-    graph = _sorted_graph(ids, dist, params.metric)
     graph.info.update(method="ggnn", graph_degree=params.graph_degree, n_shards=params.n_shards,
                       refinements=params.refinements, device="cuda" if dev.is_cuda else "cpu",
-                      mean_degree=float((ids >= 0).sum(1).mean()), build_seconds=time.perf_counter() - t0)
+                      mean_degree=mean_degree, build_seconds=time.perf_counter() - t0)
     return Index(x, params, graph, np.concatenate(entries).astype(np.int32), np.asarray(e_bounds, np.int64),
                  bounds, np.asarray(nn1, np.float32), hierarchy)
 

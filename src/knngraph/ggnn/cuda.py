@@ -4,9 +4,11 @@
 be CuPy arrays (real GPU) or NumPy arrays with ``xp=np`` (the numba CUDA simulator in tests).
 Everything here is validated already (see ``_index.py``).
 
-Build: :func:`brute_segments`, :func:`merge_queries` and :func:`sym_requests` (the path searches of the
-symmetric linking) run on the GPU with host arrays in and out (the vectors uploaded once per build);
-placing the inverse links, writing them into the rows and the top-layer selection run on the host.
+Build: :func:`brute_segments`, :func:`merge_queries`, :func:`sym_requests` (the path searches of the
+symmetric linking), :func:`sym_place` (placing the inverse links, in the CPU's order) and
+:func:`sym_write` run on the GPU on device arrays that stay there for the whole build (see
+``_build.build_hierarchy``); the top-layer selection and the nearest-neighbour statistics read one
+column of distances on the host.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from . import _kernels as kn
 from ..primitives.distances import DIST_COS
 from .cpu import cache_layout
 
-__all__ = ["search", "brute_segments", "merge_queries", "sym_requests"]
+__all__ = ["search", "brute_segments", "merge_queries", "sym_requests", "sym_place", "sym_write", "sync",
+           "release_build_data"]
 
 
 def search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, tau, nn1, max_iterations, queue_size,
@@ -46,68 +49,73 @@ def search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, tau, nn1, m
     return out_d, out_i, out_nd, out_ne
 
 
-_DEVICE_BASE: dict = {}
+# --------------------------------------------------------------------------------------------------
+# build: every array is on the device (CuPy; NumPy with ``xp=np`` in the simulator) for the whole build
+# (``_build.build_hierarchy`` allocates them once); only launch sizes and a round flag cross to the host.
 
-
-def _on_device(arr, xp, key=None):
-    """``arr`` on the device; the vectors (``key`` given) are uploaded once and kept for the build."""
-    if xp is np:
-        return arr
-    if key is not None:
-        hit = _DEVICE_BASE.get(key)
-        if hit is not None and hit[0] is arr:
-            return hit[1]
-        _DEVICE_BASE[key] = (arr, xp.asarray(arr))
-        return _DEVICE_BASE[key][1]
-    return xp.asarray(arr)
+#: temporary arrays of the link placement, kept between waves and grown only when a wave needs more
+_SCRATCH: dict = {}
 
 
 def release_build_data() -> None:
-    """Drop the vectors kept on the device for a build."""
-    _DEVICE_BASE.clear()
+    """Drop the temporary arrays kept on the device for a build."""
+    _SCRATCH.clear()
+
+
+def sync(xp=None) -> None:
+    """Wait for the device (phase timings)."""
+    if xp is None:
+        import cupy as xp
+    if xp is not np:
+        xp.cuda.Device().synchronize()
+
+
+def _scratch(name, shape, dtype, xp):
+    """A temporary array of at least ``shape`` (its leading part), allocated on first use / growth."""
+    have = _SCRATCH.get(name)
+    if have is None or have.dtype != np.dtype(dtype) or any(a < b for a, b in zip(have.shape, shape)) \
+            or have.ndim != len(shape) or not isinstance(have, xp.ndarray):
+        have = xp.empty(shape, dtype)
+        _SCRATCH[name] = have
+    return have[tuple(slice(0, b) for b in shape)]
+
+
+def _blocks(n, threads, xp):
+    return max(1, (int(n) + threads - 1) // threads)
 
 
 def brute_segments(base, inv, kind, trans, lo, starts, k, out_i, out_d, *, xp=None):
-    """:func:`.cpu.brute_segments` on the GPU (host arrays in, results written into ``out_i/out_d``)."""
+    """:func:`.cpu.brute_segments` on the GPU: device arrays in (``starts`` an int32 device array), the
+    results written into the device arrays ``out_i/out_d``."""
     if xp is None:
         import cupy as xp
     nrows = out_i.shape[0]
-    seg = (np.searchsorted(starts, np.arange(nrows), side="right") - 1).astype(np.int32)
+    seg = _scratch("seg", (nrows,), np.int32, xp)
+    seg[:] = xp.searchsorted(starts, xp.arange(nrows, dtype=np.int32), side="right") - 1
     kern = kn.brute_kernel(int(k))
-    d_i = xp.empty((nrows, k), xp.int32)
-    d_d = xp.empty((nrows, k), xp.float32)
     threads = 32 if xp is np else 128
-    kern[(nrows + threads - 1) // threads, threads](_on_device(base, xp, "base"), _on_device(inv, xp, "inv"), kind,
-                                                   _on_device(trans, xp), lo, _on_device(seg, xp),
-                                                   _on_device(np.asarray(starts, np.int32), xp), nrows, d_i, d_d)
-    out_i[:] = d_i if xp is np else xp.asnumpy(d_i)
-    out_d[:] = d_d if xp is np else xp.asnumpy(d_d)
+    kern[_blocks(nrows, threads, xp), threads](base, inv, kind, trans, lo, seg, starts, nrows, out_i, out_d)
 
 
 def merge_queries(base, inv, kind, graph, trans, sel, offsets, top_seg, lt, lm, s, k, P, V, tau, nn1, max_pops,
                   out_i, out_d, *, xp=None):
-    """:func:`.cpu.merge_queries` on the GPU, one block per row (host arrays in, results written into
-    ``out_i/out_d``)."""
+    """:func:`.cpu.merge_queries` on the GPU, one block per row (device arrays; ``offsets`` host
+    integers), the results written into ``out_i/out_d``."""
     if xp is None:
         import cupy as xp
     lo_m, lo_t = int(offsets[lm]), int(offsets[lt])
     nz = int(offsets[lm + 1]) - lo_m
     kern = kn.merge_kernel(int(k), int(P), int(V))
-    d_i = xp.empty((nz, k), xp.int32)
-    d_d = xp.empty((nz, k), xp.float32)
     sm = 1 if xp is np else sm_count()
     blocks = int(max(1, min(nz, 4 if xp is np else sm * 64)))
-    kern[blocks, kn.THREADS](_on_device(base, xp, "base"), _on_device(inv, xp, "inv"), kind, _on_device(graph, xp),
-                             _on_device(trans, xp), _on_device(sel, xp), lo_m, nz, lo_t, _on_device(top_seg, xp), lt,
-                             lm, s, np.float32(tau), np.float32(nn1), max_pops, d_i, d_d)
-    out_i[:] = d_i if xp is np else xp.asnumpy(d_i)
-    out_d[:] = d_d if xp is np else xp.asnumpy(d_d)
+    kern[blocks, kn.THREADS](base, inv, kind, graph, trans, sel, lo_m, nz, lo_t, top_seg, lt, lm, s, np.float32(tau),
+                             np.float32(nn1), max_pops, out_i, out_d)
 
 
 def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V, tau, nn1, req_i, req_d, req_n, *,
                  xp=None):
-    """:func:`.cpu.sym_requests` on the GPU, one block per row (host arrays in, the candidates written into
-    ``req_i/req_d/req_n``); the host places the links (:func:`.cpu.sym_place`)."""
+    """:func:`.cpu.sym_requests` on the GPU, one block per row (device arrays; the candidates written into
+    ``req_i/req_d/req_n``, whose leading z1 - z0 rows are used)."""
     from .cpu import MIDPOINT, SYM_MAX_POPS
 
     if xp is None:
@@ -115,15 +123,72 @@ def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V,
     nz = z1 - z0
     C = req_i.shape[2]
     kern = kn.sym_kernel(int(knn), int(P), int(V), int(C), SYM_MAX_POPS, MIDPOINT)
-    d_i = xp.empty(req_i.shape, xp.int32)
-    d_d = xp.empty(req_d.shape, xp.float32)
-    d_n = xp.empty(req_n.shape, xp.int32)
     sm = 1 if xp is np else sm_count()
     blocks = int(max(1, min(nz, 4 if xp is np else sm * 64)))
     ksym = sym.shape[1]
-    kern[blocks, kn.THREADS](_on_device(base, xp, "base"), _on_device(inv, xp, "inv"), kind, _on_device(graph, xp),
-                             _on_device(trans, xp), lo, z0, nz, knn, ksym, _on_device(sym, xp), _on_device(cnt, xp),
-                             np.float32(tau), np.float32(nn1), d_i, d_d, d_n)
-    req_n[:] = d_n if xp is np else xp.asnumpy(d_n)
-    req_i[:] = d_i if xp is np else xp.asnumpy(d_i)
-    req_d[:] = d_d if xp is np else xp.asnumpy(d_d)
+    kern[blocks, kn.THREADS](base, inv, kind, graph, trans, lo, z0, nz, knn, ksym, sym, cnt, np.float32(tau),
+                             np.float32(nn1), req_i, req_d, req_n)
+
+
+def sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n, *, xp=None):
+    """:func:`.cpu.sym_place` on the device, the same links in the same slots (see
+    :mod:`._link_kernels`: the fates of the requests as the fixed point of parallel rounds, then the
+    links written by rank). Returns the number of rounds."""
+    from . import _link_kernels as lk
+
+    if xp is None:
+        import cupy as xp
+    nz = z1 - z0
+    nq = nz * knn
+    if req_i.shape[0] < nz or req_i.shape[1] != knn or req_n.shape[:2] != req_i.shape[:2] \
+            or req_d.shape != req_i.shape or not 0 < ksym <= sym.shape[1] or sym_d.shape != sym.shape \
+            or lo + z1 > graph.shape[0] or cnt.shape[0] != graph.shape[0] or sym.shape[0] != graph.shape[0]:
+        raise ValueError("sym_place: inconsistent shapes of the graph, link and request arrays")
+    if nq == 0:
+        return 0
+    T = lk.THREADS if xp is not np else 32
+    act = _scratch("act", (nq,), np.int32, xp)
+    keys = _scratch("keys", (nq,), np.int64, xp)
+    a_buf = _scratch("assign_a", (nz, knn), np.int32, xp)
+    b_buf = _scratch("assign_b", (nz, knn), np.int32, xp)
+    flag = _scratch("flag", (2,), np.int32, xp)
+    flag[:] = 0
+    lk.active_kernel[_blocks(nq, T, xp), T](req_n, nz, knn, act, flag[1:])
+    na = int(flag[1])
+    if na == 0:
+        return 0
+    a_buf.fill(-1)
+    b_buf.fill(-1)
+    keys_b = _scratch("keys_b", (nq,), np.int64, xp)
+    keys[:na] = lk.KEY_NONE  # the keys of a_buf: nothing placed
+    grid = _blocks(na, T, xp)
+    rounds = 0
+    while True:
+        flag[0] = 0
+        lk.round_kernel[grid, T](graph, knn, ksym, sym, cnt, lo, z0, act, na, req_i, req_n, a_buf, keys, nq, b_buf,
+                                 keys_b, flag)
+        rounds += 1
+        if int(flag[0]) == 0:  # b = F(a) = a: the fixed point, and keys are its sorted keys
+            break
+        a_buf, b_buf = b_buf, a_buf
+        keys, keys_b = keys_b, keys
+        keys[:na].sort()
+    lk.write_links_kernel[grid, T](act, na, a_buf, req_i, req_d, lo, z0, knn, nq, keys, sym, sym_d, cnt)
+    lk.count_links_kernel[grid, T](act, na, a_buf, req_i, knn, nq, keys, cnt)
+    return rounds
+
+
+def sym_write(graph, gdist, lo, n_rows, knn, sym, sym_d, cnt, *, xp=None):
+    """:func:`.cpu.sym_write` on the device, one thread per row."""
+    from . import _link_kernels as lk
+
+    if xp is None:
+        import cupy as xp
+    width = graph.shape[1] - knn
+    if gdist.shape != graph.shape or lo + n_rows > graph.shape[0] or sym.shape[0] != graph.shape[0] \
+            or sym_d.shape != sym.shape or cnt.shape[0] != graph.shape[0] or sym.shape[1] > width:
+        raise ValueError("sym_write: inconsistent shapes of the graph and link arrays")
+    if n_rows == 0 or width == 0:
+        return
+    T = lk.THREADS if xp is not np else 32
+    lk.sym_write_kernel(int(width))[_blocks(n_rows, T, xp), T](graph, gdist, lo, n_rows, knn, sym, sym_d, cnt)
