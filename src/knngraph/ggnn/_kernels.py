@@ -26,8 +26,9 @@ chunks of 32 whatever the degree.
 from __future__ import annotations
 
 import functools
+import os
 
-from numba import cuda, float32, int32, int64
+from numba import cuda, float32, int32, int64, uint32
 
 from ..primitives.compile import cuda_version, device_function
 from ..primitives.constants import FULL_MASK, INF, WARP
@@ -40,6 +41,16 @@ __all__ = ["search_kernel", "merge_kernel", "brute_kernel", "sym_kernel", "THREA
 
 #: threads of a search block (one warp: every barrier below is a ``syncwarp``)
 THREADS = WARP
+
+#: register cap of the search, merge and symmetric-linking kernels (0: none, numba's default). Uncapped
+#: (PTX for sm_90, ptxas 13) the search kernel takes 162 registers per thread (12 one-warp blocks per SM),
+#: merge 96, sym 121; capped at 128 / 96 / 64 the search kernel spills 60 / 376 / 576 bytes. The fast
+#: searcher of song/ gained from a cap of 64 (song/_index.py, BEAM_MAX_REGISTERS); not measured here
+MAX_REGISTERS = int(os.environ.get("KNNGRAPH_GGNN_MAX_REGISTERS", "0"))
+
+
+def _jit():
+    return cuda.jit(max_registers=MAX_REGISTERS) if MAX_REGISTERS > 0 else cuda.jit
 
 _threshold = cuda_version(_cpu.threshold)
 _push = cuda_version(_cpu.push)
@@ -59,18 +70,23 @@ def _sync():
 
 
 @device_function
-def _in_cache_scan(v, bi, pi, vi, nb, pn, vn):
-    """:func:`.cpu.in_cache` without the early exit: every lane scans the whole cache (the loads are
-    broadcasts, lanes read the same entry at the same time) with no branch, so the loop unrolls and its
-    loads overlap instead of waiting on one compare each."""
+def _scan(ids, n, v):
+    """Whether v is among ids[:n]: no early exit and no branch, so the loop unrolls and its loads (the
+    same address on every lane: broadcasts) overlap instead of each waiting on a compare; unsigned
+    indices (numba adds no negative-index wraparound for them)."""
     hit = False
-    for t in range(nb):
-        hit = hit | (bi[t] == v)
-    for t in range(pn):
-        hit = hit | (pi[t] == v)
-    for t in range(vn):
-        hit = hit | (vi[t] == v)
+    t = uint32(0)
+    nn = uint32(n)
+    while t < nn:
+        hit = hit | (ids[t] == v)
+        t += uint32(1)
     return hit
+
+
+@device_function
+def _in_cache_scan(v, bi, pi, vi, nb, pn, vn):
+    """:func:`.cpu.in_cache` (the same answer) as three branch-free scans, every lane at once."""
+    return _scan(bi, nb, v) | _scan(pi, pn, v) | _scan(vi, vn, v)
 
 
 @device_function
@@ -80,6 +96,7 @@ def _new_proposals(v, lane, bi, pi, vi, st, cand):
     earlier proposal is in the cache when that one is, and a repeat of a kept one is dropped), writes the
     kept ones in lane order to cand[:m]; returns m on every lane. The caller's barrier must separate
     the cache's last update from this call."""
+    v = int32(v)
     keep = v >= 0
     if keep:
         keep = not _in_cache_scan(v, bi, pi, vi, st[0], st[1], st[3])
@@ -118,7 +135,7 @@ def _shift_up(kd, ki, j, top, lane):
     hi = top
     while hi > j:
         lo = max(j, hi - WARP)
-        i = lo + lane
+        i = uint32(lo + lane)
         xd = float32(0.0)
         xi = int32(0)
         if i < hi:
@@ -126,8 +143,8 @@ def _shift_up(kd, ki, j, top, lane):
             xi = ki[i]
         _sync()
         if i < hi:
-            kd[i + 1] = xd
-            ki[i + 1] = xi
+            kd[i + uint32(1)] = xd
+            ki[i + uint32(1)] = xi
         hi = lo
 
 
@@ -137,7 +154,7 @@ def _shift_down(kd, ki, lo0, hi0, lane):
     lo = lo0
     while lo < hi0:
         hi = min(hi0, lo + WARP)
-        i = lo + lane
+        i = uint32(lo + lane)  # lo >= 1
         xd = float32(0.0)
         xi = int32(0)
         if i < hi:
@@ -145,8 +162,8 @@ def _shift_down(kd, ki, lo0, hi0, lane):
             xi = ki[i]
         _sync()
         if i < hi:
-            kd[i - 1] = xd
-            ki[i - 1] = xi
+            kd[i - uint32(1)] = xd
+            ki[i - uint32(1)] = xi
         lo = hi
 
 
@@ -163,7 +180,7 @@ def _warp_best_insert(d, v, bd, bi, nb, kb, lane):
             i = s + lane
             f = False
             if i < top:
-                f = not _less(d, v, bd[i], bi[i])
+                f = not _less(d, v, bd[uint32(i)], bi[uint32(i)])
             h = _highest(f, lane)
             if h > 0:
                 j = s + h
@@ -193,7 +210,7 @@ def _warp_push_prioq(d, v, pd, pi, P, pn, lane):
             i = s + lane
             f = False
             if i < pn:
-                f = not _less(pd[i], pi[i], d, v)
+                f = not _less(pd[uint32(i)], pi[uint32(i)], d, v)
             h = _highest(f, lane)
             if h > 0:
                 j = s + h
@@ -212,7 +229,7 @@ def _warp_push_prioq(d, v, pd, pi, P, pn, lane):
             i = s + lane
             f = False
             if i < P:
-                f = not _less(d, v, pd[i], pi[i])
+                f = not _less(d, v, pd[uint32(i)], pi[uint32(i)])
             lo = _lowest(f, lane)
             if lo < WARP:
                 j = s + lo - 1
@@ -328,7 +345,7 @@ def _write_best(lane, bd, bi, nb, k, out_d, out_i, row):
 def search_kernel(kb: int, P: int, V: int):
     """The search kernel for a cache of kb best, P queue and V visited slots (compile-time sizes)."""
 
-    @cuda.jit
+    @_jit()
     def kernel(graph, base, queries, inv_b, inv_q, kind, entries, k, tau, nn1, max_it, out_d, out_i, out_nd,
                out_ne):
         bd = cuda.shared.array(kb, float32)
@@ -369,7 +386,7 @@ def merge_kernel(k: int, P: int, V: int):
     kernel with best = k; the top segment is fetched, then per layer the cache is translated (best ids
     through ``sel``, prioq = best, visited cleared) and walked. Same steps as :func:`.cpu.merge_queries`."""
 
-    @cuda.jit
+    @_jit()
     def kernel(base, inv, kind, graph, trans, sel, lo_m, nz, lo_t, top_seg, lt, lm, s, tau, nn1, max_pops, out_i,
                out_d):
         bd = cuda.shared.array(k, float32)
@@ -492,7 +509,7 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
     found against the cache as it was at the chunk's start)."""
     t_mid = float32(midpoint)
 
-    @cuda.jit
+    @_jit()
     def kernel(base, inv, kind, graph, trans, lo, z0, nz, knn, ksym, sym, cnt, tau, nn1, req_i, req_d, req_n):
         bd = cuda.shared.array(kb, float32)
         bi = cuda.shared.array(kb, int32)
