@@ -149,13 +149,17 @@ def _push_sequence_kernel():
     from knngraph.ggnn import _kernels as kn
 
     @cuda.jit
-    def kernel(bd, bi, pd, pi, sizes, ds, vs, out):
+    def kernel(bd, bi, pd, pi, sizes, ds, vs, out, evicted):
         lane = cuda.threadIdx.x
         nb, kb, pn, P = sizes[0], sizes[1], sizes[2], sizes[3]
         for c in range(ds.shape[0]):
-            nb2 = kn._warp_best_insert(ds[c], vs[c], bd, bi, nb, kb, lane)
-            pn = kn._warp_push_prioq(ds[c], vs[c], pd, pi, P, pn, lane)
+            nb2, ins_b, ev_b = kn._warp_best_insert(ds[c], vs[c], bd, bi, nb, kb, lane)
+            pn, ins_p, ev_p = kn._warp_push_prioq(ds[c], vs[c], pd, pi, P, pn, lane)
             nb = nb2
+            if lane == 0:
+                evicted[c, 0] = (1 if ins_b else 0) + 2 * (1 if ins_p else 0)
+                evicted[c, 1] = ev_b
+                evicted[c, 2] = ev_p
             cuda.syncwarp(0xFFFFFFFF)
         if lane == 0:
             out[0] = nb
@@ -189,13 +193,23 @@ def test_warp_pushes_match_the_cpu_entry_for_entry(kb, P, nb0, pn0, sort, rng):
     vs = rng.integers(0, 300, 60).astype(np.int32)
     want = [bd.copy(), bi.copy(), pd.copy(), pi.copy()]
     st = np.array([nb0, pn0, 0, 0], np.int64)
+    want_ev = []
+    less = ggnn_cpu.less
     for d, v in zip(ds, vs):
+        # what the warp reports for the hash table's counts: inserted where, the id of the slot dropped
+        nb, pn = st[0], st[1]
+        ins_b = nb < kb or less(d, v, want[0][nb - 1], want[1][nb - 1])
+        ins_p = pn < P or less(d, v, want[2][0], want[3][0])
+        want_ev.append((int(ins_b) + 2 * int(ins_p), want[1][kb - 1] if ins_b and nb == kb else -1,
+                        want[3][0] if ins_p and pn == P else -1))
         st[0] = ggnn_cpu.best_insert(d, v, want[0], want[1], st[0], kb)
         ggnn_cpu.push_prioq(d, v, want[2], want[3], P, st)
     got = [bd.copy(), bi.copy(), pd.copy(), pi.copy()]
     out = np.zeros(2, np.int32)
-    _push_sequence_kernel()[1, 32](*got, np.array([nb0, kb, pn0, P], np.int32), ds, vs, out)
+    evicted = np.zeros((ds.size, 3), np.int32)
+    _push_sequence_kernel()[1, 32](*got, np.array([nb0, kb, pn0, P], np.int32), ds, vs, out, evicted)
     assert tuple(out) == (st[0], st[1])
+    np.testing.assert_array_equal(evicted, np.array(want_ev, np.int32))
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
 
@@ -204,19 +218,27 @@ def _tie_heavy(rng, n, d, hi=3):
     return rng.integers(0, hi, (n, d)).astype(np.uint8)
 
 
-@pytest.mark.parametrize("k,queue,cache,max_it,deg", [
-    (4, 3, 17, 40, 40),    # kb 10, prioq 3, ring 4: every part overflows; rows of 40 (two chunks)
-    (40, 40, 100, 12, 40),  # best and prioq longer than a warp; ring 20
-    (10, 64, 256, 200, 7),  # the library's default layout
+@pytest.mark.parametrize("n,k,queue,cache,max_it,deg", [
+    (90, 4, 3, 17, 40, 40),    # kb 10, prioq 3, ring 4: every part overflows; rows of 40 (two chunks)
+    (400, 4, 3, 17, 50, 40),   # more distinct ids than the hash table of 128 takes before a rebuild
+    (90, 40, 40, 100, 12, 40),  # best and prioq longer than a warp; ring 20
+    (90, 10, 64, 256, 200, 7),  # the library's default layout
+    (90, 10, 40, 1100, 30, 7),  # a cache too large for a hash table: scanned
 ])
-def test_search_kernel_small_caches_ties_and_repeats_match_cpu(k, queue, cache, max_it, deg, rng):
+def test_search_kernel_small_caches_ties_and_repeats_match_cpu(n, k, queue, cache, max_it, deg, rng):
     """Searches on data full of distance ties, over graph rows that repeat ids (within a chunk of 32
-    and across chunks) and hold -1, with caches that overflow: ids, distances, distances computed and
-    vertices expanded equal the CPU's."""
-    n = 90
+    and across chunks) and hold -1, with caches that overflow (the hash table of the cache's ids then
+    loses ids to evictions and ring overwrites and is rebuilt as its slots fill): ids, distances,
+    distances computed and vertices expanded equal the CPU's."""
+    from knngraph.ggnn._kernels import hash_bits
+
+    assert (hash_bits(*ggnn_cpu.cache_layout(k, queue, cache)) > 0) == (cache <= 1024)
     x = _tie_heavy(rng, n, 5)
     q = rng.integers(0, 3, (3, 5)).astype(np.float32)
     ids = rng.integers(0, n, (n, deg)).astype(np.int32)
+    if n > 90:
+        x = _tie_heavy(rng, n, 8, hi=6)  # fewer ties: more pushes
+        q = rng.integers(0, 6, (3, 8)).astype(np.float32)
     ids[:, 1] = ids[:, 0]                  # a repeat inside the first chunk
     ids[::3, deg // 2] = -1
     if deg > 32:
@@ -224,7 +246,7 @@ def test_search_kernel_small_caches_ties_and_repeats_match_cpu(k, queue, cache, 
     kind = distance_kind("sqeuclidean")
     inv = np.zeros(1, np.float32)
     entries = np.array([5, 7, 5, 60, 7, 61], np.int32)
-    args = (kind, entries, k, 0.8, 2.0, max_it, queue, cache)
+    args = (kind, entries, k, 3.0 if n > 90 else 0.8, 2.0, max_it, queue, cache)
     cd, ci, cn, ce = ggnn_cpu.search(ids, x, q, inv, inv, *args)
     gd, gi, gn, ge = ggnn_cuda.search(ids, x, q, inv, inv, *args, xp=np)
     np.testing.assert_array_equal(gi, ci)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import os
 
-from numba import cuda, float32, int32, int64, uint32
+from numba import cuda, float32, int8, int32, int64, uint32, uint64
 
 from ..primitives.compile import cuda_version, device_function
 from ..primitives.constants import FULL_MASK, INF, WARP
@@ -89,17 +89,119 @@ def _in_cache_scan(v, bi, pi, vi, nb, pn, vn):
     return _scan(bi, nb, v) | _scan(pi, pn, v) | _scan(vi, vn, v)
 
 
+#: the cache's ids are also kept in a shared-memory hash table (when it fits: ``hash_bits``), so that
+#: step (a) is a probe or two per lane instead of a scan of the whole cache; slot of the state array
+#: ``st`` that counts the table's used slots
+OCC = 7
+#: largest cache (kb + P + V) given a hash table; the table has 4x its slots (at most 4096)
+HASH_MAX_CACHE = 1024
+
+
+def hash_bits(kb: int, P: int, V: int) -> int:
+    """log2 of the hash table's size for a cache of kb + P + V ids (0: no table, the cache is scanned):
+    the smallest power of two >= 4 (kb + P + V), so that the live ids fill at most a quarter of it."""
+    c = kb + P + V
+    if c > HASH_MAX_CACHE:
+        return 0
+    b = 5
+    while (1 << b) < 4 * c:
+        b += 1
+    return b
+
+
 @device_function
-def _new_proposals(v, lane, bi, pi, vi, st, cand):
+def _slot(v, bits):
+    """Home slot of id v >= 0 (Fibonacci hashing: the top ``bits`` bits of the 32-bit product)."""
+    return uint32(((uint64(v) * uint64(2654435761)) & uint64(0xFFFFFFFF)) >> uint64(32 - bits))
+
+
+@device_function
+def _hash_has(hk, hc, v, bits):
+    """Whether id v (>= 0) is in the cache: linear probing from its home slot to v's key or an empty slot
+    (keys are never removed between rebuilds, so no probe sequence is cut short; a key whose count fell
+    to 0 is no longer in the cache)."""
+    mask = uint32((1 << bits) - 1)
+    p = _slot(v, bits)
+    while True:
+        k = hk[p]
+        if k == v:
+            return hc[p] > 0
+        if k < 0:
+            return False
+        p = (p + uint32(1)) & mask
+
+
+@device_function
+def _hash_add(hk, hc, v, delta, bits, st):
+    """One lane: the count of id v (the slots of best, prioq and visited that hold it) changes by delta."""
+    mask = uint32((1 << bits) - 1)
+    p = _slot(v, bits)
+    while True:
+        k = hk[p]
+        if k == v:
+            hc[p] += delta
+            return
+        if k < 0:
+            if delta > 0:
+                hk[p] = v
+                hc[p] = delta
+                st[OCC] += 1
+            return
+        p = (p + uint32(1)) & mask
+
+
+@device_function
+def _hash_rebuild(hk, hc, bits, bi, pi, vi, st, lane):
+    """The table holding exactly the ids of best[:nb], prioq[:pn] and visited[:vn] with their counts
+    (every lane calls it, after a barrier; after a reset, a layer translation, or when used slots reach
+    half of the table)."""
+    H = 1 << bits
+    t = lane
+    while t < H:
+        hk[t] = -1
+        hc[t] = 0
+        t += WARP
+    _sync()
+    if lane == 0:
+        st[OCC] = 0
+        for t in range(st[0]):
+            _hash_add(hk, hc, bi[t], 1, bits, st)
+        for t in range(st[1]):
+            _hash_add(hk, hc, pi[t], 1, bits, st)
+        for t in range(st[3]):
+            _hash_add(hk, hc, vi[t], 1, bits, st)
+    _sync()
+
+
+@device_function
+def _pop_head(thr, pd, pi, vi, V, st, hk, hc, bits):
+    """pop() (lane 0): :func:`.cpu.pop`; the head moves from prioq to the ring (its count unchanged) and,
+    when the ring is full, the id it overwrites leaves the cache."""
+    old = int32(-1)
+    if st[3] == V:
+        old = vi[st[2]]
+    a = _pop(thr, pd, pi, vi, V, st)
+    if bits > 0 and a >= 0 and old >= 0:
+        _hash_add(hk, hc, old, -1, bits, st)
+    return a
+
+
+@device_function
+def _new_proposals(v, lane, bi, pi, vi, st, cand, hk, hc, bits):
     """Step (a) of fetch() for the chunk whose proposal of this lane is v (-1: none): drops proposals in
     the cache or equal to a proposal of an earlier lane (as :func:`.cpu.fetch_chunk`: a repeat of an
     earlier proposal is in the cache when that one is, and a repeat of a kept one is dropped), writes the
     kept ones in lane order to cand[:m]; returns m on every lane. The caller's barrier must separate
     the cache's last update from this call."""
     v = int32(v)
+    if bits > 0 and st[OCC] >= (1 << bits) // 2:  # at most 32 keys more per chunk: load < 0.6
+        _hash_rebuild(hk, hc, bits, bi, pi, vi, st, lane)
     keep = v >= 0
     if keep:
-        keep = not _in_cache_scan(v, bi, pi, vi, st[0], st[1], st[3])
+        if bits > 0:
+            keep = not _hash_has(hk, hc, v, bits)
+        else:
+            keep = not _in_cache_scan(v, bi, pi, vi, st[0], st[1], st[3])
     lower = (int64(1) << lane) - 1  # lanes before this one
     if (int64(cuda.match_any_sync(FULL_MASK, v)) & lower) != 0:
         keep = False
@@ -169,36 +271,44 @@ def _shift_down(kd, ki, lo0, hi0, lane):
 
 @device_function
 def _warp_best_insert(d, v, bd, bi, nb, kb, lane):
-    """:func:`.cpu.best_insert` by the warp; returns the new count (the same on every lane). The CPU
-    starts at top = min(nb, kb - 1) and moves down while (d, v) < the entry below: it stops at 1 + the
-    highest entry i < top with not (d, v) < entry i (0 if none), whatever the list's order."""
-    if nb < kb or _less(d, v, bd[nb - 1], bi[nb - 1]):
-        top = nb if nb < kb else kb - 1
-        j = 0
-        s = ((top - 1) // WARP) * WARP
-        while s >= 0:
-            i = s + lane
-            f = False
-            if i < top:
-                f = not _less(d, v, bd[uint32(i)], bi[uint32(i)])
-            h = _highest(f, lane)
-            if h > 0:
-                j = s + h
-                break
-            s -= WARP
-        _shift_up(bd, bi, j, top, lane)
-        _sync()
-        if lane == 0:
-            bd[j] = d
-            bi[j] = v
-        if nb < kb:
-            return nb + 1
-    return nb
+    """:func:`.cpu.best_insert` by the warp; returns (new count, inserted, id evicted or -1), the same on
+    every lane. The CPU starts at top = min(nb, kb - 1) and moves down while (d, v) < the entry below:
+    it stops at 1 + the highest entry i < top with not (d, v) < entry i (0 if none), whatever the list's
+    order; a full list loses its last entry."""
+    ins = nb < kb
+    ev = int32(-1)
+    if not ins:
+        wi = bi[nb - 1]
+        if _less(d, v, bd[nb - 1], wi):
+            ins = True
+            ev = wi
+    if not ins:
+        return nb, False, ev
+    top = nb if nb < kb else kb - 1
+    j = 0
+    s = ((top - 1) // WARP) * WARP
+    while s >= 0:
+        i = s + lane
+        f = False
+        if i < top:
+            f = not _less(d, v, bd[uint32(i)], bi[uint32(i)])
+        h = _highest(f, lane)
+        if h > 0:
+            j = s + h
+            break
+        s -= WARP
+    _shift_up(bd, bi, j, top, lane)
+    _sync()
+    if lane == 0:
+        bd[j] = d
+        bi[j] = v
+    return (nb + 1 if nb < kb else nb), True, ev
 
 
 @device_function
 def _warp_push_prioq(d, v, pd, pi, P, pn, lane):
-    """:func:`.cpu.push_prioq` by the warp (prioq descending, head last); returns the new count. Not
+    """:func:`.cpu.push_prioq` by the warp (prioq descending, head last); returns (new count, inserted, id
+    evicted or -1). Not
     full: the CPU moves down from pn while the entry below is < (d, v), stopping at 1 + the highest
     i < pn with not entry i < (d, v). Full and (d, v) < pd[0]: entry 0 leaves and the CPU moves up from
     0 while (d, v) < the entry above, stopping at (the lowest i >= 1 with not (d, v) < entry i) - 1,
@@ -221,8 +331,9 @@ def _warp_push_prioq(d, v, pd, pi, P, pn, lane):
         if lane == 0:
             pd[j] = d
             pi[j] = v
-        return pn + 1
-    if _less(d, v, pd[0], pi[0]):
+        return pn + 1, True, int32(-1)
+    ev = pi[0]
+    if _less(d, v, pd[0], ev):
         j = P - 1
         s = 1
         while s < P:
@@ -240,24 +351,34 @@ def _warp_push_prioq(d, v, pd, pi, P, pn, lane):
         if lane == 0:
             pd[j] = d
             pi[j] = v
-    return pn
+        return pn, True, ev
+    return pn, False, int32(-1)
 
 
 @device_function
-def _push_kept(myd, m, lane, kind, tau, nn1, bd, bi, kb, pd, pi, P, st, cand):
+def _push_kept(myd, m, lane, kind, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, hk, hc, bits):
     """Step (c) of fetch(): the kept proposals cand[c] (distance ``myd`` of lane c), c < m, in order,
     each pushed by the whole warp into best and prioq when it meets the criterion at its turn (the
-    threshold moves with every push, as in :func:`.cpu.fetch_chunk`). Counts are kept in registers
-    (the same on every lane) and written back by lane 0; ends with a barrier."""
+    threshold moves with every push, as in :func:`.cpu.fetch_chunk`); lane 0 brings the hash table's
+    counts up to date (the id in, the ids evicted out). Counts are kept in registers (the same on every
+    lane) and written back by lane 0; ends with a barrier."""
     nb = st[0]
     pn = st[1]
     for c in range(m):
         d = cuda.shfl_sync(FULL_MASK, myd, c)
         if d <= _threshold(kind, bd, nb, kb, tau, nn1):
             v = cand[c]
-            nb2 = _warp_best_insert(d, v, bd, bi, nb, kb, lane)
-            pn = _warp_push_prioq(d, v, pd, pi, P, pn, lane)
+            nb2, ins_b, ev_b = _warp_best_insert(d, v, bd, bi, nb, kb, lane)
+            pn, ins_p, ev_p = _warp_push_prioq(d, v, pd, pi, P, pn, lane)
             nb = nb2
+            if bits > 0 and lane == 0:
+                n_in = (1 if ins_b else 0) + (1 if ins_p else 0)
+                if n_in > 0:
+                    _hash_add(hk, hc, v, n_in, bits, st)
+                if ev_b >= 0:
+                    _hash_add(hk, hc, ev_b, -1, bits, st)
+                if ev_p >= 0:
+                    _hash_add(hk, hc, ev_p, -1, bits, st)
             _sync()
     if lane == 0:
         st[0] = nb
@@ -267,11 +388,11 @@ def _push_kept(myd, m, lane, kind, tau, nn1, bd, bi, kb, pd, pi, P, st, cand):
 
 @device_function
 def _fetch(v, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, pd, pi, P, vi, st, cand,
-           use_trans, trans):
+           use_trans, trans, hk, hc, bits):
     """fetch() of the chunk whose proposal of this lane is v (-1: none); every lane calls it. With
     ``use_trans`` the proposals are hierarchy rows whose vectors are ``base[trans[v]]``. Returns the
     number of distances computed (on every lane)."""
-    m = _new_proposals(v, lane, bi, pi, vi, st, cand)
+    m = _new_proposals(v, lane, bi, pi, vi, st, cand, hk, hc, bits)
     # (b) distances, four rows in flight at a time (lanes over dimensions, then a shuffle sum)
     dim = queries.shape[1]
     myd = INF
@@ -299,13 +420,13 @@ def _fetch(v, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, 
         elif lane == c0 + 3:
             myd = d3
     # (c) push, in proposal order, those that meet the criterion
-    _push_kept(myd, m, lane, kind, tau, nn1, bd, bi, kb, pd, pi, P, st, cand)
+    _push_kept(myd, m, lane, kind, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, hk, hc, bits)
     return m
 
 
 @device_function
 def _walk(graph, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, pd, pi, P, vi, V, st, cand,
-          use_trans, trans, zb, max_pops):
+          use_trans, trans, zb, max_pops, hk, hc, bits):
     """pop / fetch(N_a) until pop gives nothing or ``max_pops`` expansions (Algorithm 1), graph rows in
     chunks of 32; with ``use_trans`` rows of vector ``zb`` are skipped. Returns (pops, distances)."""
     deg = graph.shape[1]
@@ -313,7 +434,7 @@ def _walk(graph, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, k
     nd = 0
     while pops < max_pops:
         if lane == 0:
-            st[4] = _pop(_threshold(kind, bd, st[0], kb, tau, nn1), pd, pi, vi, V, st)
+            st[4] = _pop_head(_threshold(kind, bd, st[0], kb, tau, nn1), pd, pi, vi, V, st, hk, hc, bits)
         _sync()
         a = st[4]
         _sync()
@@ -325,7 +446,7 @@ def _walk(graph, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, k
             if use_trans and v >= 0 and trans[v] == zb:
                 v = -1
             nd += _fetch(v, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, pd, pi, P, vi, st,
-                         cand, use_trans, trans)
+                         cand, use_trans, trans, hk, hc, bits)
     return pops, nd
 
 
@@ -344,6 +465,8 @@ def _write_best(lane, bd, bi, nb, k, out_d, out_i, row):
 @functools.lru_cache(maxsize=None)
 def search_kernel(kb: int, P: int, V: int):
     """The search kernel for a cache of kb best, P queue and V visited slots (compile-time sizes)."""
+    bits = hash_bits(kb, P, V)
+    H = 1 << bits if bits > 0 else 1
 
     @_jit()
     def kernel(graph, base, queries, inv_b, inv_q, kind, entries, k, tau, nn1, max_it, out_d, out_i, out_nd,
@@ -354,7 +477,10 @@ def search_kernel(kb: int, P: int, V: int):
         pi = cuda.shared.array(P, int32)
         vi = cuda.shared.array(V, int32)
         cand = cuda.shared.array(WARP, int32)
-        st = cuda.shared.array(8, int32)  # best count, queue count, ring head, ring count, popped id
+        hk = cuda.shared.array(H, int32)  # hash table of the cache's ids: keys, counts
+        hc = cuda.shared.array(H, int8)
+        # best count, queue count, ring head, ring count, popped id, -, -, hash slots used
+        st = cuda.shared.array(8, int32)
         lane = cuda.threadIdx.x
         nq = queries.shape[0]
         ne = entries.shape[0]
@@ -362,14 +488,16 @@ def search_kernel(kb: int, P: int, V: int):
             if lane == 0:
                 _reset(st)
             _sync()
+            if bits > 0:
+                _hash_rebuild(hk, hc, bits, bi, pi, vi, st, lane)
             nd = 0
             # fetch(s): the entry points (the top layer), 32 at a time
             for s0 in range(0, ne, WARP):
                 v = entries[s0 + lane] if s0 + lane < ne else -1
                 nd += _fetch(v, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, pd, pi, P, vi, st,
-                             cand, False, entries)
+                             cand, False, entries, hk, hc, bits)
             pops, nd2 = _walk(graph, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, pd, pi, P, vi,
-                              V, st, cand, False, entries, -1, max_it)
+                              V, st, cand, False, entries, -1, max_it, hk, hc, bits)
             nd += nd2
             _write_best(lane, bd, bi, st[0], k, out_d, out_i, j)
             if lane == 0:
@@ -385,6 +513,8 @@ def merge_kernel(k: int, P: int, V: int):
     """merge(lt, lm), lt > lm (Algorithm 4): one block per row z of layer lm, the cache of the search
     kernel with best = k; the top segment is fetched, then per layer the cache is translated (best ids
     through ``sel``, prioq = best, visited cleared) and walked. Same steps as :func:`.cpu.merge_queries`."""
+    bits = hash_bits(k, P, V)
+    H = 1 << bits if bits > 0 else 1
 
     @_jit()
     def kernel(base, inv, kind, graph, trans, sel, lo_m, nz, lo_t, top_seg, lt, lm, s, tau, nn1, max_pops, out_i,
@@ -395,6 +525,8 @@ def merge_kernel(k: int, P: int, V: int):
         pi = cuda.shared.array(P, int32)
         vi = cuda.shared.array(V, int32)
         cand = cuda.shared.array(WARP, int32)
+        hk = cuda.shared.array(H, int32)
+        hc = cuda.shared.array(H, int8)
         st = cuda.shared.array(8, int32)
         lane = cuda.threadIdx.x
         for z in range(cuda.blockIdx.x, nz, cuda.gridDim.x):
@@ -402,13 +534,15 @@ def merge_kernel(k: int, P: int, V: int):
             if lane == 0:
                 _reset(st)
             _sync()
+            if bits > 0:
+                _hash_rebuild(hk, hc, bits, bi, pi, vi, st, lane)
             t0 = lo_t + top_seg[z] * s
             for s0 in range(t0, t0 + s, WARP):
                 v = s0 + lane if s0 + lane < t0 + s else -1
                 if v >= 0 and trans[v] == zb:
                     v = -1
                 _fetch(v, lane, kind, base, base, zb, inv, inv, tau, nn1, bd, bi, k, pd, pi, P, vi, st, cand, True,
-                       trans)
+                       trans, hk, hc, bits)
             for layer in range(lt - 1, lm - 1, -1):
                 # transform (once per layer, lane 0): to the rows of the layer below; prioq <- best (pushed
                 # from the worst, each lands at the head: no shifts); visited cleared
@@ -422,14 +556,14 @@ def merge_kernel(k: int, P: int, V: int):
                     st[2] = 0
                     st[3] = 0
                 _sync()
+                if bits > 0:
+                    _hash_rebuild(hk, hc, bits, bi, pi, vi, st, lane)
                 _walk(graph, lane, kind, base, base, zb, inv, inv, tau, nn1, bd, bi, k, pd, pi, P, vi, V, st, cand,
-                      True, trans, zb, max_pops)
+                      True, trans, zb, max_pops, hk, hc, bits)
             _write_best(lane, bd, bi, st[0], k, out_d, out_i, z)
             _sync()
 
     return kernel
-
-
 
 
 @functools.lru_cache(maxsize=None)
@@ -508,6 +642,8 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
     against the CPU's 0.95). An expanded row is fetched in chunks of 32 as in the search (new proposals
     found against the cache as it was at the chunk's start)."""
     t_mid = float32(midpoint)
+    bits = hash_bits(kb, P, V)
+    H = 1 << bits if bits > 0 else 1
 
     @_jit()
     def kernel(base, inv, kind, graph, trans, lo, z0, nz, knn, ksym, sym, cnt, tau, nn1, req_i, req_d, req_n):
@@ -517,9 +653,11 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
         pi = cuda.shared.array(P, int32)
         vi = cuda.shared.array(V, int32)
         cand = cuda.shared.array(WARP, int32)
+        hk = cuda.shared.array(H, int32)
+        hc = cuda.shared.array(H, int8)
         # cache state, popped id, path found, a value lane 0 broadcasts (every decision is lane 0's and
-        # shared: no divergent barrier)
-        st = cuda.shared.array(7, int32)
+        # shared: no divergent barrier), hash slots used
+        st = cuda.shared.array(8, int32)
         lane = cuda.threadIdx.x
         dim = base.shape[1]
         one = float32(1.0)
@@ -544,10 +682,13 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
                     st[5] = 0
                     _push(dxz, x, bd, bi, kb, pd, pi, P, st)
                 _sync()
+                if bits > 0:
+                    _hash_rebuild(hk, hc, bits, bi, pi, vi, st, lane)
                 pops = 0
                 while pops < max_pops:
                     if lane == 0:
-                        st[4] = _pop(_threshold(kind, bd, st[0], kb, tau, nn1), pd, pi, vi, V, st)
+                        st[4] = _pop_head(_threshold(kind, bd, st[0], kb, tau, nn1), pd, pi, vi, V, st, hk, hc,
+                                          bits)
                         if st[4] >= 0:
                             if _links_to(graph, knn, sym, cnt, ksym, st[4], z):
                                 st[5] = 1
@@ -567,7 +708,7 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
                             v = graph[a, t] if t < knn else sym[a, t - knn]
                         if v == z:
                             v = -1
-                        m = _new_proposals(v, lane, bi, pi, vi, st, cand)
+                        m = _new_proposals(v, lane, bi, pi, vi, st, cand, hk, hc, bits)
                         # distances to z and to x, four rows in flight at a time; lane c keeps the c-th
                         # (INF outside the sphere of section 5.2.1, which never meets the criterion: an
                         # open one is the largest finite float32, see threshold)
@@ -600,7 +741,7 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
                                 myd = e2
                             elif lane == c0 + 3:
                                 myd = e3
-                        _push_kept(myd, m, lane, kind, tau, nn1, bd, bi, kb, pd, pi, P, st, cand)
+                        _push_kept(myd, m, lane, kind, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, hk, hc, bits)
                 if lane == 0 and st[5] == 0:
                     c = min(st[0], C)
                     for t in range(c):
