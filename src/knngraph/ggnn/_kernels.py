@@ -5,9 +5,11 @@
 memory: the sorted best list (kb), the sorted priority queue (P, stored descending so the head is its
 last entry) and the visited ring (V ids). fetch() of a chunk of up to 32 proposals, one per lane:
 
-    (a) lane t checks proposal t against best, prioq and visited (a branch-free scan, every lane at
-        once) and against the lanes before it (``match_any_sync``); the kept ones are compacted in
-        order by a ballot (section 4.1.1, "each thread compares its cache items ... removes matches")
+    (a) lane t checks proposal t against best, prioq and visited (one probe or two of a shared hash
+        table that counts the cache's ids, kept exact on every insert, eviction and ring overwrite;
+        caches of more than 1024 ids: a branch-free scan) and against the lanes before it
+        (``match_any_sync``); the kept ones are compacted in order by a ballot (section 4.1.1, "each
+        thread compares its cache items ... removes matches")
     (b) the warp computes the distances of the kept proposals, four rows in flight at a time (lanes
         over dimensions, a shuffle sum); lane c keeps the c-th distance in a register
     (c) for each kept proposal in order, when it meets the criterion (re-evaluated after every push),
@@ -43,14 +45,15 @@ __all__ = ["search_kernel", "merge_kernel", "brute_kernel", "sym_kernel", "THREA
 THREADS = WARP
 
 #: register cap of the search, merge and symmetric-linking kernels (0: none, numba's default). Uncapped
-#: (PTX for sm_90, ptxas 13) the search kernel takes 162 registers per thread (12 one-warp blocks per SM),
-#: merge 96, sym 121; capped at 128 / 96 / 64 the search kernel spills 60 / 376 / 576 bytes. The fast
-#: searcher of song/ gained from a cap of 64 (song/_index.py, BEAM_MAX_REGISTERS); not measured here
+#: (PTX for sm_90, ptxas 13, uint8 vectors) the search kernel takes 168 registers per thread (12 one-warp
+#: blocks per SM; 124 before the warp-parallel cache), merge 140, sym 121. The fast searcher of song/
+#: gained from a cap of 64 despite spills (song/_index.py, BEAM_MAX_REGISTERS); not measured here
 MAX_REGISTERS = int(os.environ.get("KNNGRAPH_GGNN_MAX_REGISTERS", "0"))
 
 
 def _jit():
     return cuda.jit(max_registers=MAX_REGISTERS) if MAX_REGISTERS > 0 else cuda.jit
+
 
 _threshold = cuda_version(_cpu.threshold)
 _push = cuda_version(_cpu.push)
@@ -99,11 +102,13 @@ HASH_MAX_CACHE = 1024
 
 def hash_bits(kb: int, P: int, V: int) -> int:
     """log2 of the hash table's size for a cache of kb + P + V ids (0: no table, the cache is scanned):
-    the smallest power of two >= 4 (kb + P + V), so that the live ids fill at most a quarter of it."""
+    the smallest power of two >= 4 (kb + P + V) and >= 128, so that the live ids fill at most a quarter
+    of it and the table, rebuilt when half full before a chunk of at most 32 new ids, never fills (its
+    probes end at an empty slot)."""
     c = kb + P + V
     if c > HASH_MAX_CACHE:
         return 0
-    b = 5
+    b = 7
     while (1 << b) < 4 * c:
         b += 1
     return b
@@ -194,7 +199,7 @@ def _new_proposals(v, lane, bi, pi, vi, st, cand, hk, hc, bits):
     kept ones in lane order to cand[:m]; returns m on every lane. The caller's barrier must separate
     the cache's last update from this call."""
     v = int32(v)
-    if bits > 0 and st[OCC] >= (1 << bits) // 2:  # at most 32 keys more per chunk: load < 0.6
+    if bits > 0 and st[OCC] >= (1 << bits) // 2:  # <= 32 keys more per chunk: load < 3/4
         _hash_rebuild(hk, hc, bits, bi, pi, vi, st, lane)
     keep = v >= 0
     if keep:
