@@ -5,6 +5,7 @@ agree exactly (ids, distances, distances computed, vertices expanded)."""
 
 import numpy as np
 import pytest
+from numba import cuda  # the simulator's (a kernel's global ``cuda`` is swapped for the fake one)
 
 import knngraph
 from knngraph.ggnn import cpu as ggnn_cpu
@@ -223,3 +224,174 @@ def test_simulated_build_is_the_cpu_build(rng):
         np.testing.assert_array_equal(dev[key], cpu[key], err_msg=key)
     assert (cpu["inverse"] >= 0).any()
     assert dev["nn1_mean"] == cpu["nn1_mean"] and dev["nn1_max"] == cpu["nn1_max"]
+
+
+# --------------------------------------------------------------------------------------------------
+# the warp-parallel cache operations against the CPU's serial ones
+
+
+def _push_sequence_kernel():
+    from knngraph.ggnn import _kernels as kn
+
+    @cuda.jit
+    def kernel(bd, bi, pd, pi, sizes, ds, vs, out, evicted):
+        lane = cuda.threadIdx.x
+        nb, kb, pn, P = sizes[0], sizes[1], sizes[2], sizes[3]
+        for c in range(ds.shape[0]):
+            nb2, ins_b, ev_b = kn._warp_best_insert(ds[c], vs[c], bd, bi, nb, kb, lane)
+            pn, ins_p, ev_p = kn._warp_push_prioq(ds[c], vs[c], pd, pi, P, pn, lane)
+            nb = nb2
+            if lane == 0:
+                evicted[c, 0] = (1 if ins_b else 0) + 2 * (1 if ins_p else 0)
+                evicted[c, 1] = ev_b
+                evicted[c, 2] = ev_p
+            cuda.syncwarp(0xFFFFFFFF)
+        if lane == 0:
+            out[0] = nb
+            out[1] = pn
+
+    return kernel
+
+
+@pytest.mark.parametrize("kb,P,nb0,pn0,sort", [
+    (5, 4, 0, 0, True),      # empty lists filling up and overflowing at once
+    (10, 7, 10, 7, True),    # full lists: truncation of best, eviction of the prioq's worst
+    (40, 70, 33, 64, True),  # more than one slice of 32 in both lists
+    (40, 70, 40, 70, False),  # unsorted lists with ties (a merge's layer translation can leave them)
+    (12, 9, 6, 9, False),
+])
+def test_warp_pushes_match_the_cpu_entry_for_entry(kb, P, nb0, pn0, sort, rng):
+    """A sequence of pushes (distance ties, ids shared with the lists) leaves the same best / prioq
+    arrays and counts as the CPU's best_insert / push_prioq, including where the lists are not sorted:
+    the warp finds the index at which the CPU's scan stops, not a sorted position."""
+    dvals = rng.integers(0, 6, 200).astype(np.float32)
+    bd = np.sort(rng.integers(0, 6, kb)).astype(np.float32)
+    bi = rng.permutation(300)[:kb].astype(np.int32)
+    pd = np.sort(rng.integers(0, 6, P))[::-1].astype(np.float32)
+    pi = rng.permutation(300)[:P].astype(np.int32)
+    if sort:
+        o = np.lexsort((bi, bd))
+        bd, bi = bd[o], bi[o]
+        o = np.lexsort((pi, pd))[::-1]
+        pd, pi = pd[o], pi[o]
+    ds = dvals[:60]
+    vs = rng.integers(0, 300, 60).astype(np.int32)
+    want = [bd.copy(), bi.copy(), pd.copy(), pi.copy()]
+    st = np.array([nb0, pn0, 0, 0], np.int64)
+    want_ev = []
+    less = ggnn_cpu.less
+    for d, v in zip(ds, vs):
+        # what the warp reports for the hash table's counts: inserted where, the id of the slot dropped
+        nb, pn = st[0], st[1]
+        ins_b = nb < kb or less(d, v, want[0][nb - 1], want[1][nb - 1])
+        ins_p = pn < P or less(d, v, want[2][0], want[3][0])
+        want_ev.append((int(ins_b) + 2 * int(ins_p), want[1][kb - 1] if ins_b and nb == kb else -1,
+                        want[3][0] if ins_p and pn == P else -1))
+        st[0] = ggnn_cpu.best_insert(d, v, want[0], want[1], st[0], kb)
+        ggnn_cpu.push_prioq(d, v, want[2], want[3], P, st)
+    got = [bd.copy(), bi.copy(), pd.copy(), pi.copy()]
+    out = np.zeros(2, np.int32)
+    evicted = np.zeros((ds.size, 3), np.int32)
+    _push_sequence_kernel()[1, 32](*got, np.array([nb0, kb, pn0, P], np.int32), ds, vs, out, evicted)
+    assert tuple(out) == (st[0], st[1])
+    np.testing.assert_array_equal(evicted, np.array(want_ev, np.int32))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def _tie_heavy(rng, n, d, hi=3):
+    return rng.integers(0, hi, (n, d)).astype(np.uint8)
+
+
+@pytest.mark.parametrize("n,k,queue,cache,max_it,deg", [
+    (90, 4, 3, 17, 40, 40),    # kb 10, prioq 3, ring 4: every part overflows; rows of 40 (two chunks)
+    (400, 4, 3, 17, 50, 40),   # more distinct ids than the hash table of 128 takes before a rebuild
+    (90, 40, 40, 100, 12, 40),  # best and prioq longer than a warp; ring 20
+    (90, 10, 64, 256, 200, 7),  # the library's default layout
+    (90, 10, 40, 1100, 30, 7),  # a cache too large for a hash table: scanned
+])
+def test_search_kernel_small_caches_ties_and_repeats_match_cpu(n, k, queue, cache, max_it, deg, rng):
+    """Searches on data full of distance ties, over graph rows that repeat ids (within a chunk of 32
+    and across chunks) and hold -1, with caches that overflow (the hash table of the cache's ids then
+    loses ids to evictions and ring overwrites and is rebuilt as its slots fill): ids, distances,
+    distances computed and vertices expanded equal the CPU's."""
+    from knngraph.ggnn._kernels import hash_bits
+
+    assert (hash_bits(*ggnn_cpu.cache_layout(k, queue, cache)) > 0) == (cache <= 1024)
+    x = _tie_heavy(rng, n, 5)
+    q = rng.integers(0, 3, (3, 5)).astype(np.float32)
+    ids = rng.integers(0, n, (n, deg)).astype(np.int32)
+    if n > 90:
+        x = _tie_heavy(rng, n, 8, hi=6)  # fewer ties: more pushes
+        q = rng.integers(0, 6, (3, 8)).astype(np.float32)
+    ids[:, 1] = ids[:, 0]                  # a repeat inside the first chunk
+    ids[::3, deg // 2] = -1
+    if deg > 32:
+        ids[:, 35] = ids[:, 2]             # a repeat across chunks
+    kind = distance_kind("sqeuclidean")
+    inv = np.zeros(1, np.float32)
+    entries = np.array([5, 7, 5, 60, 7, 61], np.int32)
+    args = (kind, entries, k, 3.0 if n > 90 else 0.8, 2.0, max_it, queue, cache)
+    cd, ci, cn, ce = ggnn_cpu.search(ids, x, q, inv, inv, *args)
+    gd, gi, gn, ge = ggnn_cuda.search(ids, x, q, inv, inv, *args, xp=np)
+    np.testing.assert_array_equal(gi, ci)
+    np.testing.assert_array_equal(gd, cd)
+    np.testing.assert_array_equal(gn, cn)
+    np.testing.assert_array_equal(ge, ce)
+    assert ce.min() > 1
+
+
+def test_merge_kernel_ties_long_best_and_small_caches_match_cpu(rng):
+    """merge(2, 0) on a tie-heavy hierarchy (layer translation leaves equal-distance runs in best whose
+    ids are no longer in order), with a best list of 40 (two slices) and with tiny queue / ring."""
+    from knngraph.ggnn import IndexParams
+    from knngraph.ggnn._build import build_hierarchy
+    from knngraph.ggnn._hierarchy import bottom_segment
+
+    x = _tie_heavy(rng, 70, 4).astype(np.float32)
+    params = IndexParams(graph_degree=6, segment_size=8, layers=3, refinements=0)
+    h = build_hierarchy(ggnn_cpu, x, np.zeros(1, np.float32), 0, params)
+    p = h["plan"]
+    inv = np.zeros(1, np.float32)
+    few = np.asarray(p.offsets, np.int64).copy()
+    few[1] = 6
+    top = (bottom_segment(np.arange(6), 70, p.n_seg0) // p.g ** 2).astype(np.int32)
+    for k, P, V in ((40, 40, 8), (6, 3, 4)):
+        args = (x, inv, 0, h["rows_graph"], h["trans"], h["sel"], few, top, 2, 0, p.s, k, P, V, np.float32(0.9),
+                np.float32(h["nn1_mean"]), 10)
+        ci, cd = np.empty((6, k), np.int32), np.empty((6, k), np.float32)
+        gi, gd = np.empty((6, k), np.int32), np.empty((6, k), np.float32)
+        ggnn_cpu.merge_queries(*args, ci, cd)
+        ggnn_cuda.merge_queries(*args, gi, gd, xp=np)
+        np.testing.assert_array_equal(gi, ci)
+        np.testing.assert_array_equal(gd, cd)
+
+
+def test_sym_kernel_ties_and_tiny_caches_match_cpu(rng):
+    """The symmetric linking's path searches on tie-heavy data with a prioq of 3 and a ring of 4 (the
+    ring wraps within the 20 pops): the same candidates as the CPU, row for row."""
+    from knngraph.ggnn import IndexParams
+    from knngraph.ggnn._build import build_hierarchy
+
+    x = _tie_heavy(rng, 70, 4).astype(np.float32)
+    params = IndexParams(graph_degree=6, segment_size=8, layers=3, refinements=0)
+    h = build_hierarchy(ggnn_cpu, x, np.zeros(1, np.float32), 0, params)
+    g = h["rows_graph"][:70].copy()
+    knn, ksym, C = 3, 3, ggnn_cpu.SYM_CANDIDATES
+    out = {}
+    for name, impl, kw in (("gpu", ggnn_cuda, {"xp": np}), ("cpu", ggnn_cpu, {})):
+        sym = np.full((70, ksym), -1, np.int32)
+        cnt = np.zeros(70, np.int32)
+        sym[::4, 0] = (np.arange(0, 70, 4) + 9) % 70  # some links placed already (proposals past knn)
+        cnt[::4] = 1
+        req_i, req_d = np.full((30, knn, C), -7, np.int32), np.full((30, knn, C), -7, np.float32)
+        req_n = np.full((30, knn), -7, np.int32)
+        impl.sym_requests(x, np.zeros(1, np.float32), 0, g, h["trans"], 0, 0, 30, knn, sym, cnt, 3, 4,
+                          np.float32(0.9), np.float32(h["nn1_mean"]), req_i, req_d, req_n, **kw)
+        out[name] = (req_i, req_d, req_n)
+    (gi, gd, gn), (ci, cd, cn) = out["gpu"], out["cpu"]
+    np.testing.assert_array_equal(gn, cn)
+    assert cn.sum() > 0
+    for r, i in zip(*np.nonzero(cn)):
+        np.testing.assert_array_equal(gi[r, i, :cn[r, i]], ci[r, i, :cn[r, i]])
+        np.testing.assert_array_equal(gd[r, i, :cn[r, i]], cd[r, i, :cn[r, i]])

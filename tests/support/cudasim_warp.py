@@ -123,6 +123,11 @@ def _shfl_up_sync(self, mask, value, delta):
     return values[src] if src >= 0 else value
 
 
+def _match_any_sync(self, mask, value):
+    values, lane, lanes = _exchange(value)
+    return sum(1 << i for i in range(lanes) if values[i] == value)
+
+
 def _lanemask_lt(self):
     lane = threading.current_thread().thread_id % 32
     return (1 << lane) - 1
@@ -139,6 +144,6 @@ def install() -> None:
     fake = kernelapi.FakeCUDAModule
     for name, fn in {"syncwarp": _syncwarp, "ballot_sync": _ballot_sync, "any_sync": _any_sync,
                      "all_sync": _all_sync, "shfl_sync": _shfl_sync, "shfl_xor_sync": _shfl_xor_sync,
-                     "shfl_down_sync": _shfl_down_sync, "shfl_up_sync": _shfl_up_sync,
+                     "shfl_down_sync": _shfl_down_sync, "shfl_up_sync": _shfl_up_sync, "match_any_sync": _match_any_sync,
                      "lanemask_lt": _lanemask_lt, "activemask": _activemask}.items():
         setattr(fake, name, fn)
