@@ -58,8 +58,10 @@ squared L2 distances kept internally, alpha for cosine, 1 for inner product
 (:func:`knngraph.graphops.prune.occlusion_factor`), in the rounds and in the final prune. The redirects
 keep the paper's Eq. (2): an entry occluded by the plain test but not by the relaxed one stays in v's
 pool *and* is offered to the closer member's pool (its own proposal column, R + slot), so the rounds
-explore as the paper's do. (Relaxing the redirects too starves the propagation: on sift-photos 20k,
-alpha = 1.2 that way needed queue 192 for recall@10 0.99, against 64 this way and 96 at alpha = 1.)
+explore as the paper's do. (Relaxing the redirects too starves the propagation: on sift-photos 100k,
+alpha = 1.1 that way needed SONG queue 192 for recall@10 0.99, 2,200 distances per query, against 64 and
+900 this way and 128 and 990 at alpha = 1; at 1.2 that way 0.99 was not reached by queue 256;
+``benchmarks/grnnd_alpha_cpu.py --ablation-alphas``.)
 alpha = 1 (default) is Eq. (2) exactly; alpha > 1 keeps more, longer edges per row.
 
 The GPU path (:mod:`knngraph.grnnd.cuda`, :mod:`knngraph.grnnd._kernels`) runs one warp per vertex for the
