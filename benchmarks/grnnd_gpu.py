@@ -2,11 +2,16 @@
 sift-photos 450k (10k queries, k=10), next to the library's other routes to a search graph.
 
     python benchmarks/grnnd_gpu.py --out out/ [--quick] [--budget-s 420]
+    python benchmarks/grnnd_gpu.py --out out/ --alphas 1.0,1.1,1.2 [--alpha-degrees 32,48]
+        [--alpha-rounds 3x6,3x4] [--alphas-only]
 
 Writes ``grnnd_gpu.jsonl`` and ``grnnd_gpu.png`` (recall@10 against QPS, build time per graph) to --out.
 Graphs, each built on the GPU (a warm-up build first: JIT; then the median of --repeats builds):
 1. GRNND with the defaults (R=32, S=20, T1=3, T2=6, rho=0.6), searched as built (``from_graph``);
    with ``--optimized`` also GRNND (defaults, 2x4 and 3x4 rounds) + ``optimize_graph`` to degree 32;
+1c. with ``--alphas``: GRNND with each ``prune_alpha`` (the relaxed RNG test) at each of --alpha-degrees
+   (default 32) and --alpha-rounds (T1 x T2, default 3x6); ``--alphas-only`` leaves out everything else
+   but the defaults and the exact route;
 2. GRNND variants: fewer rounds (T1 x T2 = 3x4, 2x6, 2x4, 4x4, 1x10), more (3x10), rho in {0.3, 1.0},
    R=48 (the paper's sweeps, sections 4.3-4.4), as the budget allows;
 3. NN-Descent k=96 + ``optimize_graph`` to degree 32;
@@ -48,7 +53,17 @@ def main():
                     help="also GRNND graphs passed through optimize_graph (defaults, 2x4 and 3x4 rounds)")
     ap.add_argument("--optimized-only", action="store_true",
                     help="with --optimized: no other GRNND variants, and of the other routes only the exact one")
+    ap.add_argument("--alphas", default="",
+                    help="comma-separated prune_alpha values: GRNND built with each (and --alpha-degrees), swept")
+    ap.add_argument("--alpha-degrees", default="32", help="graph_degree values of the --alphas builds")
+    ap.add_argument("--alpha-rounds", default="3x6", help="outer x inner iterations of the --alphas builds")
+    ap.add_argument("--alphas-only", action="store_true",
+                    help="with --alphas: only the defaults, the alpha builds and the exact 96 + optimize_graph route")
     args = ap.parse_args()
+    alphas = [float(v) for v in args.alphas.split(",") if v]
+    alpha_degrees = [int(v) for v in args.alpha_degrees.split(",") if v]
+    alpha_rounds = [tuple(int(t) for t in v.split("x")) for v in args.alpha_rounds.split(",") if v]
+    alphas_only = args.alphas_only and bool(alphas)
     t_start = time.perf_counter()
     import cupy as cp
 
@@ -103,8 +118,21 @@ def main():
     # ---- 1. GRNND defaults, and where its time goes
     g, sec = build_grnnd()
     sweep("GRNND (defaults)", g, sec)
-    sweep("GRNND (defaults), SONG kernel (algo='song')", g, sec, search={"algo": "song"})
-    phases(log, xd, grnnd, args.repeats)
+    if not alphas_only:
+        sweep("GRNND (defaults), SONG kernel (algo='song')", g, sec, search={"algo": "song"})
+        phases(log, xd, grnnd, args.repeats)
+    # ---- 1c. the relaxed RNG test: prune_alpha (and graph_degree)
+    for deg, (t1, t2), a in [(d, r, a) for d in alpha_degrees for r in alpha_rounds for a in alphas]:
+        if left() < 90:
+            log.write(part="skipped", what=f"grnnd prune_alpha={a} graph_degree={deg} {t1}x{t2} and later (budget)")
+            break
+        kw = dict(prune_alpha=a)
+        if deg != 32:
+            kw["graph_degree"] = deg
+        if (t1, t2) != (3, 6):
+            kw.update(outer_iterations=t1, inner_iterations=t2)
+        g, sec = build_grnnd(**kw)
+        sweep("GRNND " + ", ".join(f"{k}={v}" for k, v in kw.items()), g, sec, params=kw)
     # ---- 1b. GRNND + optimize_graph (reverse edges and rank-based pruning densify the sparse RNG rows):
     # the defaults and fewer rounds
     for kw in ([{}, dict(outer_iterations=2, inner_iterations=4), dict(inner_iterations=4)]
@@ -129,7 +157,7 @@ def main():
                 dict(outer_iterations=1, inner_iterations=10), dict(inner_iterations=10), dict(graph_degree=48)]
     if args.quick:
         variants = variants[:3]
-    if args.optimized_only:
+    if args.optimized_only or alphas_only:
         variants = []
     for kw in variants:
         if left() < 120:
@@ -140,7 +168,7 @@ def main():
     del g
     # ---- 3. NN-Descent k=96 + optimize_graph; 4. exact 96-NN + optimize_graph
     for name, method in (("NN-Descent 96 + optimize_graph", "nndescent"), ("exact 96 + optimize_graph", "exact")):
-        if left() < 60 or (args.optimized_only and method != "exact"):
+        if left() < 60 or ((args.optimized_only or alphas_only) and method != "exact"):
             log.write(part="skipped", what=name)
             continue
 
@@ -160,7 +188,7 @@ def main():
     except Exception as exc:
         cagra = None
         log.write(part="cagra", error=f"cuvs not available ({type(exc).__name__}: {exc})")
-    if cagra is not None and left() > 60:
+    if cagra is not None and left() > 60 and not alphas_only:
         try:
             g = grnnd.build(grnnd.IndexParams(), xd, device="cuda", verbose=False).graph
             table, holes = _uint32_graph(g.indices)  # -1 slots repeat the row's first neighbour
@@ -183,7 +211,7 @@ def main():
             del ci, table, g
         except Exception as exc:
             log.write(part="cagra", what="from_graph on GRNND", error=f"{type(exc).__name__}: {exc}")
-    if cagra is not None:
+    if cagra is not None and not alphas_only:
         for algo in ("ivf_pq", "nn_descent"):
             if left() < 60:
                 break

@@ -151,6 +151,46 @@ def test_same_seed_same_graph_other_seed_other_graph(small):
     assert not np.array_equal(a.indices, c.indices)
 
 
+def _assert_relaxed_rng_rows(g, ref, factor):
+    """Every kept row: sorted, distinct, and for kept n1 nearer than n2, factor * d(n1, n2) >= d(v, n2)
+    (factor * d in float32, as the builder computes it; the distances are exact integers)."""
+    valid = g.indices >= 0
+    for v in range(g.indices.shape[0]):
+        kept = g.indices[v][valid[v]]
+        assert len(np.unique(kept)) == len(kept)
+        d_v = ref[v, kept].astype(np.float32)
+        assert (np.diff(d_v) >= 0).all()
+        pair = np.float32(factor) * ref[np.ix_(kept, kept)].astype(np.float32)
+        upper = np.triu(np.ones_like(pair, dtype=bool), 1)
+        assert (pair[upper] >= np.broadcast_to(d_v, pair.shape)[upper]).all(), v
+
+
+def test_prune_alpha_keeps_more_edges_with_the_relaxed_rng_property(small, small_graph):
+    """alpha = 1.2 (factor 1.44 on squared L2) keeps at least as many edges per row on average as the
+    paper's rule, and every row has the relaxed RNG property; alpha = 1 is the default graph."""
+    from knngraph.graphops.prune import occlusion_factor
+
+    ref = _sq(small)
+    relaxed = grnnd.build(grnnd.IndexParams(graph_degree=24, prune_alpha=1.2), small, device="cpu",
+                          verbose=False).graph
+    base_deg = (small_graph.indices >= 0).sum(1).mean()
+    deg = (relaxed.indices >= 0).sum(1).mean()
+    assert deg >= base_deg and deg > base_deg + 1, (deg, base_deg)
+    assert relaxed.info["prune_alpha"] == 1.2
+    _assert_relaxed_rng_rows(relaxed, ref, occlusion_factor(0, 1.2))
+    same = grnnd.build(grnnd.IndexParams(graph_degree=24, prune_alpha=1.0), small, device="cpu",
+                       verbose=False).graph
+    assert np.array_equal(same.indices, small_graph.indices)
+
+
+def test_bad_prune_alpha_names_the_parameter():
+    for alpha in (0.5, 0.999, 2.5, 3, float("nan"), float("inf"), "1.2", None):
+        with pytest.raises(ValueError, match=r"'prune_alpha' parameter of IndexParams must be a finite number "
+                                             r"in the range \[1.0, 2.0\]"):
+            grnnd.IndexParams(prune_alpha=alpha)
+    assert grnnd.IndexParams(prune_alpha=2).prune_alpha == 2.0
+
+
 def test_bad_input_names_the_problem():
     x = np.random.default_rng(0).random((30, 4), dtype=np.float32)
     with pytest.raises(ValueError, match="initial_degree=31 must be smaller than the number of vectors n=30"):

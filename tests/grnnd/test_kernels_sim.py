@@ -36,6 +36,58 @@ def test_rounds_match_the_cpu_path():
     assert (cn <= 8).all() and (cn > 0).all()
 
 
+@pytest.mark.parametrize("alpha", [1.2, 1.5])
+def test_rounds_match_the_cpu_path_with_prune_alpha(alpha):
+    """The relaxed test f * d(i, j) < max(d(v, i), d(v, j)) (f = alpha^2 on squared L2) for dropping,
+    Eq. (2) for redirecting: same pools and counts on both paths (the offers of kept entries included),
+    and fuller pools than the paper's rule from the same start."""
+    x = _data()
+    p = IndexParams(graph_degree=8, initial_degree=6, outer_iterations=2, inner_iterations=2, seed=3,
+                    prune_alpha=alpha)
+    (gc, gd, gn), gs = _pools(gcuda, x, p, s=6)
+    (cc, cd, cn), cs = _pools(cpu, x, p, s=6)
+    assert np.array_equal(gn, cn) and np.array_equal(gc, cc) and np.array_equal(gd, cd)
+    assert gs == cs and sum(cs["redirects"]) > 0
+    (_, _, c1), _ = _pools(cpu, x, IndexParams(graph_degree=8, initial_degree=6, outer_iterations=2,
+                                               inner_iterations=2, seed=3), s=6)
+    assert cn.sum() > c1.sum()
+
+
+def test_build_with_prune_alpha_matches_the_cpu_graph():
+    """The whole build (rounds and the final relaxed prune) at alpha = 1.2: the same graph from the GPU
+    kernels in the simulator as from the CPU path."""
+    import functools
+    import types
+
+    from knngraph.graphops import cpu as graphops_cpu
+    from knngraph.graphops import cuda as graphops_cuda
+    from knngraph.grnnd._index import _finish
+
+    x = _data(n=48)
+    xf = x.astype(np.float32)
+    inv = np.zeros(1, np.float32)
+    p = IndexParams(graph_degree=8, initial_degree=6, outer_iterations=2, inner_iterations=2, seed=1,
+                    prune_alpha=1.2)
+    sim_ops = types.SimpleNamespace(prune=functools.partial(graphops_cuda.prune, xp=np, max_warps=2))
+    out = []
+    for impl, ops in ((gcuda, sim_ops), (cpu, graphops_cpu)):
+        pools = run_rounds(impl, np, xf, inv, 0, p, 48, s=6)
+        out.append(_finish(ops, np, xf, inv, 0, "sqeuclidean", pools, 8, 1.2))
+    (gi, gd), (ci, cd) = out
+    assert np.array_equal(gi, ci) and np.array_equal(gd, cd)
+    # the relaxed rule keeps rows the plain rule would prune: some row holds a pair with
+    # d(n1, n2) < d(v, n2) <= 1.44 d(n1, n2)
+    sq = ((xf[:, None, :] - xf[None, :, :]) ** 2).sum(-1)
+    relaxed = False
+    for v in range(48):
+        kept = ci[v][ci[v] >= 0]
+        for a in range(len(kept)):
+            for b in range(a + 1, len(kept)):
+                assert np.float32(1.44) * sq[kept[a], kept[b]] >= sq[v, kept[b]]
+                relaxed |= sq[kept[a], kept[b]] < sq[v, kept[b]]
+    assert relaxed
+
+
 def test_merge_keeps_the_nearest_distinct_ids_over_several_chunks():
     """A target offered more proposals than one chunk (the 32-slot capacity), with duplicates whose
     surviving (even-code) copy must win: the GPU merge equals the CPU merge."""

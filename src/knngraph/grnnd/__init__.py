@@ -48,10 +48,21 @@ each vertex offers itself as a reverse edge to its nearest round(rho * count) po
   reverse edges enter the targets' pools through the same merge (the nearest R distinct ids win).
 * (13) Final graph: the last round's redirected entries were not tested in their new pools, so each
   final row is RNG-pruned once more in ascending order (:func:`knngraph.optimize_graph`'s rule with
-  alpha = 1 and no fill); every row then has the RNG property: for kept n1 nearer than n2,
-  d(n1, n2) >= d(v, n2). Rows are sorted; out-degree varies (-1 padding).
-* (14) Search: any graph searcher of the library (SONG's ``from_graph``), with its entry points.
-* (19) Not bit-reproducible in the paper; here the same seed gives the same graph on a given device.
+  the build's ``prune_alpha`` and no fill); every row then has the RNG property: for kept n1 nearer
+  than n2, f * d(n1, n2) >= d(v, n2) (f = 1 at the default alpha = 1). Rows are sorted; out-degree
+  varies (-1 padding).
+
+**Beyond the paper: ``prune_alpha``.** The RNG test can be relaxed as Vamana's (DiskANN's) is: v drops
+the farther member of a pair only when f * d(n_i, n_j) < max(d(v, n_i), d(v, n_j)), f = alpha^2 on the
+squared L2 distances kept internally, alpha for cosine, 1 for inner product
+(:func:`knngraph.graphops.prune.occlusion_factor`), in the rounds and in the final prune. The redirects
+keep the paper's Eq. (2): an entry occluded by the plain test but not by the relaxed one stays in v's
+pool *and* is offered to the closer member's pool (its own proposal column, R + slot), so the rounds
+explore as the paper's do. (Relaxing the redirects too starves the propagation: on sift-photos 100k,
+alpha = 1.1 that way needed SONG queue 192 for recall@10 0.99, 2,200 distances per query, against 64 and
+900 this way and 128 and 990 at alpha = 1; at 1.2 that way 0.99 was not reached by queue 256;
+``benchmarks/grnnd_alpha_cpu.py --ablation-alphas``.)
+alpha = 1 (default) is Eq. (2) exactly; alpha > 1 keeps more, longer edges per row.
 
 The GPU path (:mod:`knngraph.grnnd.cuda`, :mod:`knngraph.grnnd._kernels`) runs one warp per vertex for the
 pair tests and for the merge; the CPU path (:mod:`knngraph.grnnd.cpu`) one thread per vertex. Every vector

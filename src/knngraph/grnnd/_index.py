@@ -68,11 +68,13 @@ def _check_sizes(params: IndexParams, n: int) -> None:
                          "(a vertex is never its own neighbour)")
 
 
-def bytes_per_vertex(r: int, rho: float) -> int:
+def bytes_per_vertex(r: int, rho: float, alpha: float = 1.0) -> int:
     """Working bytes per vertex of a build: the pool (code + distance), the round's and the reverse
-    step's proposal arrays (target + code + distance) and the grouped copies."""
+    step's proposal arrays (target + code + distance) and the grouped copies (a round's proposals have
+    2R columns when ``alpha`` > 1)."""
+    rnd = 2 * r if alpha > 1.0 else r
     cols = r + math.ceil(rho * r)
-    return 8 * r + 4 + 12 * r + 12 * cols + 16 * cols
+    return 8 * r + 4 + 12 * rnd + 12 * cols + 16 * max(cols, rnd)
 
 
 def run_rounds(impl, xp, x, inv, kind: int, params: IndexParams, n: int, *, rows=None, s: int = 0, lo: int = 0,
@@ -83,6 +85,7 @@ def run_rounds(impl, xp, x, inv, kind: int, params: IndexParams, n: int, *, rows
     final pools (codes, distances, counts), each pool sorted by (distance, code)."""
     p = params
     r = p.graph_degree
+    factor = occlusion_factor(kind, p.prune_alpha)
     rc = math.ceil(p.reverse_ratio * r)
     pool_c = xp.full((n, r), -1, xp.int32)
     pool_d = xp.full((n, r), np.inf, xp.float32)
@@ -102,16 +105,19 @@ def run_rounds(impl, xp, x, inv, kind: int, params: IndexParams, n: int, *, rows
     impl.row_proposals(x, inv, kind, init, 0, pt, pc, pd)
     impl.merge(impl.group(pt, pc, pd, n), pool_c, pool_d, cnt)
     del init, pt, pc, pd
-    pt = xp.empty((n, r), xp.int32)
-    pc = xp.empty((n, r), xp.int32)
-    pd = xp.empty((n, r), xp.float32)
+    # a round's proposals: one per pool slot, plus (relaxed test) one offer per slot of an entry kept
+    width = r if factor == 1.0 else 2 * r
+    pt = xp.empty((n, width), xp.int32)
+    pc = xp.empty((n, width), xp.int32)
+    pd = xp.empty((n, width), xp.float32)
     redirects = []
     reverse_edges = []
     with progress(p.outer_iterations * p.inner_iterations, "grnnd", disable=not verbose) as bar:
         for t1 in range(p.outer_iterations):
             for t2 in range(p.inner_iterations):
                 rnd = t1 * p.inner_iterations + t2
-                redirects.append(impl.propose(x, inv, kind, p.seed, rnd, pool_c, pool_d, cnt, pt, pc, pd))
+                redirects.append(impl.propose(x, inv, kind, p.seed, rnd, pool_c, pool_d, cnt, pt, pc, pd,
+                                              factor))
                 impl.merge(impl.group(pt, pc, pd, n), pool_c, pool_d, cnt)
                 bar.update(1)
             if t1 != p.outer_iterations - 1 and rc > 0:
@@ -144,14 +150,14 @@ def _prepare(x, metric: str, dev: Device):
     return xv, inv, np
 
 
-def _finish(impl_graphops, xp, xv, inv, kind, metric, pools, r):
+def _finish(impl_graphops, xp, xv, inv, kind, metric, pools, r, alpha=1.0):
     """The search graph of final pools: ids decoded, then each row RNG-pruned in ascending order
-    (:func:`knngraph.graphops.optimize_graph`'s rule with alpha = 1, no fill), so that the rows keep the
-    RNG property although the last round's redirected entries were not tested yet."""
+    (:func:`knngraph.graphops.optimize_graph`'s rule with the build's ``prune_alpha``, no fill), so that the
+    rows keep the (relaxed) RNG property although the last round's redirected entries were not tested yet."""
     pool_c, _, _ = pools
     ids = xp.where(pool_c >= 0, pool_c >> 1, -1).astype(xp.int32)
     empty = xp.empty((ids.shape[0], 0), xp.int32)
-    out, out_d = impl_graphops.prune(xv, inv, kind, occlusion_factor(kind, 1.0), ids, empty, empty, r, False)
+    out, out_d = impl_graphops.prune(xv, inv, kind, occlusion_factor(kind, alpha), ids, empty, empty, r, False)
     dist = report_distances(out_d, metric, xp)
     dist = xp.where(out < 0, xp.float32(np.inf), dist)
     return out, dist
@@ -159,7 +165,7 @@ def _finish(impl_graphops, xp, xv, inv, kind, metric, pools, r):
 
 def _check_memory(n: int, p: IndexParams, dev: Device, memory_limit) -> None:
     budget = parse_memory(memory_limit) or default_memory_limit(dev)
-    need = n * bytes_per_vertex(p.graph_degree, p.reverse_ratio)
+    need = n * bytes_per_vertex(p.graph_degree, p.reverse_ratio, p.prune_alpha)
     if need > budget:
         raise MemoryError(f"grnnd needs about {need / 2**20:.0f} MiB of working memory for {n} vectors at "
                           f"graph_degree={p.graph_degree}; memory_limit allows {budget / 2**20:.0f} MiB")
@@ -180,7 +186,7 @@ def _build_graph(x, p: IndexParams, dev: Device, memory_limit, verbose, *, rows=
         stats: dict = {}
         pools = run_rounds(impl, xp, xv, inv, kind, p, n, rows=rows, s=s, lo=lo, stats=stats, verbose=verbose)
         ids, dist = _finish(implementation("knngraph.graphops", dev), xp, xv, inv, kind, p.metric, pools,
-                            p.graph_degree)
+                            p.graph_degree, p.prune_alpha)
         if dev.is_cuda:
             xp.cuda.get_current_stream().synchronize()
             if not is_device_array(x):
@@ -188,7 +194,8 @@ def _build_graph(x, p: IndexParams, dev: Device, memory_limit, verbose, *, rows=
         degree = float((ids >= 0).sum()) / n
     info = {"method": "grnnd", "graph_degree": p.graph_degree, "initial_degree": s,
             "outer_iterations": p.outer_iterations, "inner_iterations": p.inner_iterations,
-            "reverse_ratio": p.reverse_ratio, "device": "cuda" if dev.is_cuda else "cpu",
+            "reverse_ratio": p.reverse_ratio, "prune_alpha": p.prune_alpha,
+            "device": "cuda" if dev.is_cuda else "cpu",
             "mean_degree": degree, "redirects": [int(v) for v in stats["redirects"]],
             "reverse_edges": [int(v) for v in stats["reverse_edges"]], "build_seconds": time.perf_counter() - t0}
     return Graph(ids, dist, p.metric, info)

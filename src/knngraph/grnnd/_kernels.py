@@ -151,7 +151,7 @@ def propose_kernel(cap: int):
     terms = WPB * WARP
 
     @cuda.jit
-    def kernel(x, inv, kind, seed, rnd, pool_c, pool_d, cnt, pt, pc, pd, redirects):
+    def kernel(x, inv, kind, seed, rnd, factor, pool_c, pool_d, cnt, pt, pc, pd, redirects):
         sc = cuda.shared.array(slots, dtype=int32)
         sd = cuda.shared.array(slots, dtype=float32)
         al = cuda.shared.array(slots, dtype=int32)
@@ -166,13 +166,17 @@ def propose_kernel(cap: int):
         b = w * cap
         tb = w * WARP
         m = cnt[v]
+        r = pool_c.shape[1]
         for s in range(lane, cap, WARP):
             if s < m:
                 sc[b + s] = pool_c[v, s]
                 sd[b + s] = pool_d[v, s]
             al[b + s] = 1
+        for s in range(r + lane, pt.shape[1], WARP):  # relaxed (2R columns): no offers yet
+            pt[v, s] = -1
         cuda.syncwarp(FULL_MASK)
         red = 0
+        f = float32(factor)
         if m > 1:
             start, step = _pair_order(seed, rnd, v, m)
             mm = m * m
@@ -214,13 +218,21 @@ def propose_kernel(cap: int):
                         else:
                             close = lj
                             far = li
-                        al[b + far] = 0
-                        pt[v, far] = sc[b + close] >> 1
-                        pc[v, far] = sc[b + far] | 1
-                        pd[v, far] = td[tb + u]
-                        red += 1
+                        # dropped only when the relaxed test holds too (f * dij in float32, as the
+                        # CPU path); else kept and offered to the closer one from column R + slot, once
+                        if f * td[tb + u] < max(di, dj):
+                            al[b + far] = 0
+                            pt[v, far] = sc[b + close] >> 1
+                            pc[v, far] = sc[b + far] | 1
+                            pd[v, far] = td[tb + u]
+                            red += 1
+                        elif pt[v, r + far] < 0:
+                            pt[v, r + far] = sc[b + close] >> 1
+                            pc[v, r + far] = sc[b + far] | 1
+                            pd[v, r + far] = td[tb + u]
+                            red += 1
                 cuda.syncwarp(FULL_MASK)
-        for s in range(lane, pt.shape[1], WARP):
+        for s in range(lane, r, WARP):
             if s < m:
                 if al[b + s] != 0:
                     pt[v, s] = v

@@ -74,12 +74,17 @@ def row_proposals(x, inv, kind, rows, lo, pt, pc, pd):
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True)
-def _propose(x, inv, kind, seed, rnd, pool_c, pool_d, cnt, pt, pc, pd, redirects):
+def _propose(x, inv, kind, seed, rnd, factor, pool_c, pool_d, cnt, pt, pc, pd, redirects):
     n, cap = pool_c.shape
+    f = np.float32(factor)
+    relaxed = pt.shape[1] > cap
     for v in prange(n):
         m = cnt[v]
         alive = np.ones(cap, np.bool_)
         red = 0
+        if relaxed:
+            for s in range(cap, pt.shape[1]):
+                pt[v, s] = -1
         if m > 1:
             start, step = pair_order(seed, rnd, v, m)
             for t in range(m * m):
@@ -99,25 +104,39 @@ def _propose(x, inv, kind, seed, rnd, pool_c, pool_d, cnt, pt, pc, pd, redirects
                         close, far = i, j
                     else:
                         close, far = j, i
-                    alive[far] = False
-                    pt[v, far] = pool_c[v, close] >> 1
-                    pc[v, far] = (pool_c[v, far] | 1)
-                    pd[v, far] = dij
-                    red += 1
+                    # v drops it only when the relaxed test holds too (f * dij in float32, as on the GPU;
+                    # f = 1: always); otherwise v keeps it and offers it to the closer one as well (once)
+                    if f * dij < max(di, dj):
+                        alive[far] = False
+                        pt[v, far] = pool_c[v, close] >> 1
+                        pc[v, far] = (pool_c[v, far] | 1)
+                        pd[v, far] = dij
+                        red += 1
+                    elif pt[v, cap + far] < 0:
+                        pt[v, cap + far] = pool_c[v, close] >> 1
+                        pc[v, cap + far] = (pool_c[v, far] | 1)
+                        pd[v, cap + far] = dij
+                        red += 1
         for s in range(m):
             if alive[s]:
                 pt[v, s] = v
                 pc[v, s] = pool_c[v, s] & ~1  # a survivor: old from now on
                 pd[v, s] = pool_d[v, s]
-        for s in range(m, pt.shape[1]):
+        for s in range(m, cap):
             pt[v, s] = -1
         redirects[v] = red
 
 
-def propose(x, inv, kind, seed, rnd, pool_c, pool_d, cnt, pt, pc, pd):
-    """Step 1 of a round (Alg. 4) for every vertex; returns the number of redirected entries."""
+def propose(x, inv, kind, seed, rnd, pool_c, pool_d, cnt, pt, pc, pd, factor=1.0):
+    """Step 1 of a round (Alg. 4) for every vertex; returns the number of redirected entries.
+
+    ``factor`` (the occlusion factor of ``prune_alpha``, >= 1): a pair occluding its farther member by
+    Eq. (2) redirects it to the closer one as the paper does, and v drops it from its pool only when
+    also f * d(n_i, n_j) < max(d(v, n_i), d(v, n_j)) (in float32); an entry v keeps is proposed to the
+    closer one from column R + slot. pt/pc/pd have R columns when f = 1, 2R otherwise."""
     redirects = np.empty(pool_c.shape[0], np.int64)
-    _propose(x, inv, kind, np.int64(seed), np.int64(rnd), pool_c, pool_d, cnt, pt, pc, pd, redirects)
+    _propose(x, inv, kind, np.int64(seed), np.int64(rnd), np.float32(factor), pool_c, pool_d, cnt, pt, pc, pd,
+             redirects)
     return int(redirects.sum())
 
 

@@ -49,12 +49,13 @@ def row_proposals(x, inv, kind, rows, lo, pt, pc, pd):
     _launch(K.row_proposals_kernel, -(-total // TPB), TPB, (x, inv, int(kind), rows, int(lo), pt, pc, pd))
 
 
-def propose(x, inv, kind, seed, rnd, pool_c, pool_d, cnt, pt, pc, pd):
+def propose(x, inv, kind, seed, rnd, pool_c, pool_d, cnt, pt, pc, pd, factor=1.0):
     xp = _xp(pool_c)
     n = pool_c.shape[0]
     redirects = xp.empty(n, xp.int32)
     kern = K.propose_kernel(capacity(pool_c.shape[1]))
-    _launch(kern, -(-n // K.WPB), K.WPB * WARP, (x, inv, int(kind), int(seed), int(rnd), pool_c, pool_d, cnt,
+    _launch(kern, -(-n // K.WPB), K.WPB * WARP, (x, inv, int(kind), int(seed), int(rnd), np.float32(factor),
+                                                   pool_c, pool_d, cnt,
                                                    pt, pc, pd, redirects))
     return redirects.sum(dtype=xp.int64)  # on the device: no host sync per round
 
