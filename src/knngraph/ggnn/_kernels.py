@@ -640,9 +640,9 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
     one block per row z: for each nearest neighbour x of z that does not link back, a search from x
     towards z (the cache with best = kb, proposals accepted inside the sphere around q_m = z + midpoint
     (x - z) through x), at most ``max_pops`` pops; when z is not reached, the C best points are written
-    as the candidates of an inverse link (``req_i/req_d[z - z0, i, :req_n]``). The links are placed on
-    the host in row order between waves of rows (:func:`knngraph.ggnn.cpu.sym_place`), so the GPU build
-    places the CPU build's links (an earlier version placed them with atomics as they were found: the
+    as the candidates of an inverse link (``req_i/req_d[z - z0, i, :req_n]``). The links are placed
+    between waves of rows in the CPU's row order (:mod:`._link_kernels`, the result of the sequential
+    :func:`knngraph.ggnn.cpu.sym_place`), so the GPU build places the CPU build's links (an earlier version placed them with atomics as they were found: the
     order then depended on the scheduling, and on sift-photos 20k the graph searched at recall@10 0.89
     against the CPU's 0.95). An expanded row is fetched in chunks of 32 as in the search (new proposals
     found against the cache as it was at the chunk's start)."""
