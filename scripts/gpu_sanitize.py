@@ -1,13 +1,15 @@
 """A small end-to-end GPU workload for compute-sanitizer (memcheck, racecheck): every kernel family of the
 library on tiny inputs, every vector dtype, L2 and cosine.
 
-    compute-sanitizer --tool memcheck python3 scripts/gpu_sanitize.py
+    compute-sanitizer --tool memcheck python3 scripts/gpu_sanitize.py [--parts core,builders]
     python3 scripts/sanitizer_summary.py LOG...      # fails on any kernel error or hazard
 
-Exact k-NN (both selection strategies, graph and search), NN-Descent (random lists, merge, extend),
-graph preparation, SONG search (generic, packed 8-bit and hashed), the fast searcher (every distance mode,
-warp and block per query), the list merge. Sizes are small: the
-sanitizer runs kernels tens of times slower.
+``core``: exact k-NN (both selection strategies, graph and search), NN-Descent (random lists, merge,
+extend), graph preparation, SONG search (generic, packed 8-bit and hashed), the fast searcher (every
+distance mode, warp and block per query), the list merge. ``builders``: GGNN (build: brute force,
+merges, symmetric linking with the device link placement, refinement; search) and GRNND (the paper's
+pruning and the relaxed one), float32 and uint8, L2 and cosine. Sizes are small: the sanitizer runs
+kernels tens of times slower.
 """
 
 from __future__ import annotations
@@ -30,13 +32,49 @@ def data(dtype, n, d, seed):
     return rng.standard_normal((n, d)).astype(dtype)
 
 
+def builders(t0):
+    import cupy as cp
+
+    from knngraph import ggnn, grnnd
+
+    for dtype in ("float32", "uint8"):
+        for metric in ("sqeuclidean", "cosine"):
+            x = cp.asarray(data(dtype, 1200, 64, 6))
+            gg = ggnn.build(ggnn.IndexParams(graph_degree=16, metric=metric, refinements=1), x, device="cuda",
+                            verbose=False)
+            for cache in (80, 1100):  # a ring of 38 ids; above 1024 ids the cache is scanned, not hashed
+                ggnn.search(gg, x[:40], 10, ggnn.SearchParams(tau=0.5, queue_size=32, cache_size=cache),
+                            device="cuda", verbose=False)
+            for alpha in (1.0, 1.1):
+                grnnd.build(grnnd.IndexParams(graph_degree=16, metric=metric, prune_alpha=alpha,
+                                              outer_iterations=2, inner_iterations=2), x, device="cuda",
+                            verbose=False)
+            print(f"builders {dtype} {metric}: ok ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
 def main():
+    import argparse
+
+    import cupy as cp
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parts", default="core,builders")
+    parts = ap.parse_args().parts.split(",")
+    t0 = time.perf_counter()
+    if "builders" in parts:
+        builders(t0)
+    if "core" in parts:
+        core(t0)
+    cp.cuda.runtime.deviceSynchronize()
+    print(f"sanitizer workload done in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def core(t0):
     import cupy as cp
 
     import knngraph
     from knngraph import nndescent, song
 
-    t0 = time.perf_counter()
     for dtype in ("float32", "float16", "uint8", "int8"):
         for metric in ("sqeuclidean", "cosine"):
             x = cp.asarray(data(dtype, 1500, 64, 1))
@@ -76,8 +114,6 @@ def main():
     g1 = knngraph.knn_graph(x[:700], 8, device="cuda", verbose=False)
     g2 = knngraph.knn_graph(x[700:], 8, device="cuda", verbose=False)
     knngraph.merge_graphs(g1, g2, x[:700], x[700:], device="cuda", verbose=False)
-    cp.cuda.runtime.deviceSynchronize()
-    print(f"sanitizer workload done in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
 if __name__ == "__main__":
