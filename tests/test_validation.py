@@ -154,3 +154,20 @@ def test_graph_rejects_bad_arrays():
     g = knngraph.Graph(np.array([[1], [5]], np.int32), np.zeros((2, 1), np.float32))
     with pytest.raises(ValueError, match="graph row 1 holds neighbour ids outside \\[-1, 2\\)"):
         g.validate_ids()
+
+
+def test_device_arrays_are_recognised_by_type_and_report_their_gpu():
+    # stand-ins: a CuPy-like array (its type lives in a cupy module) reports the GPU of its memory pointer;
+    # the per-type answer is cached, so a later NumPy array is still a host array
+    from knngraph._device import _cuda_device_of, _is_cupy, is_device_array
+
+    class Pointer:
+        device_id = 3
+
+    CupyLike = type("ndarray", (), {"__module__": "cupy._core.core", "data": Pointer()})
+    a = CupyLike()
+    assert _is_cupy(a) and _is_cupy(CupyLike()) and _cuda_device_of(a) == 3 and is_device_array(a)
+    x = np.zeros((2, 2), np.float32)
+    assert not _is_cupy(x) and _cuda_device_of(x) is None and not is_device_array(x)
+    NotCupy = type("ndarray", (), {"__module__": "cupyish.arrays"})
+    assert not _is_cupy(NotCupy())
