@@ -153,3 +153,25 @@ def test_block_per_query_kernel_matches_reference(width, sample):
                                       10, 48, width=width)
         np.testing.assert_array_equal(i[j], ri)
         np.testing.assert_array_equal(d[j], rd.astype(np.float32))
+
+
+def test_offset_device_views_fall_back_to_element_loads(rng):
+    # float32 vectors whose device address is 4 mod 8 (a view one element into a buffer) cannot be read
+    # as 8-byte words: the search reads them element by element (no misaligned-address fault) and returns
+    # the aligned copy's rows (up to the order of float additions: near-ties may swap)
+    import cupy as cp
+
+    n, d = 600, 16
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    buf = cp.zeros(1 + n * d, cp.float32)
+    buf[1:] = cp.asarray(x).ravel()
+    view = buf[1:].reshape(n, d)
+    assert view.data.ptr % 8 == 4 and view.flags.c_contiguous
+    g = knngraph.optimize_graph(knngraph.knn_graph(x, 24, device="cpu", verbose=False), x, 16, device="cpu")
+    sp = song.SearchParams(queue_size=32)
+    d_view, i_view = song.from_graph(g, view, device="cuda").search(cp.asarray(x[:50]), 10, sp, device="cuda",
+                                                                      verbose=False)
+    d_copy, i_copy = song.from_graph(g, cp.asarray(x), device="cuda").search(cp.asarray(x[:50]), 10, sp,
+                                                                               device="cuda", verbose=False)
+    assert (i_view.get() == i_copy.get()).mean() >= 0.99
+    assert (i_view.get()[:, 0] == np.arange(50)).all()

@@ -211,3 +211,16 @@ def test_automatic_search_width_by_batch_size():
 
     assert [search_width(nq, 132) for nq in (1, 100, 300, 1000, 2000, 3000, 10_000)] == [8, 8, 8, 4, 2, 1, 1]
     assert search_width(10_000, 132, requested=3) == 3
+
+
+def test_word_modes_need_aligned_addresses():
+    # 8-byte words (two floats, four halves) and 4-byte words (two halves, four 8-bit values) are read
+    # only from addresses aligned to them; an offset view falls back to element loads
+    assert beam_mode(np.float32, np.float32, 8, 256, 4) == bk.MODE_F32X2
+    assert beam_mode(np.float32, np.float16, 8, 260, 0) == bk.MODE_GENERIC
+    assert beam_mode(np.float16, np.float16, 8, 4, 0) == bk.MODE_GENERIC
+    assert beam_mode(np.float16, np.float32, 6, 4, 0) == bk.MODE_HALF2
+    assert beam_mode(np.float16, np.float32, 6, 2, 0) == bk.MODE_GENERIC
+    assert beam_mode(np.uint8, np.uint8, 8, 4, 8) == bk.MODE_DP4A_U8
+    assert beam_mode(np.uint8, np.uint8, 8, 0, 2) == bk.MODE_GENERIC  # the queries are read as words too
+    assert beam_mode(np.int8, np.int8, 8, 1, 0) == bk.MODE_GENERIC

@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from .._device import (Device, array_kind, as_numpy, implementation, is_device_array, resolve_device,
-                       return_as)
+from .._device import (Device, array_kind, as_numpy, device_context, implementation, is_device_array,
+                       resolve_device, return_as)
 from .._validate import check_finite, check_k, check_same_dim, check_vectors
 from ..graph import Graph
 from ..graphops import default_entry_points
@@ -185,30 +185,33 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
     xc = np.asarray(xh, np.float32)
     inv = inverse_norms(xc) if params.metric == "cosine" else np.zeros(1, np.float32)
     impl = build_ops(dev)
-    xp = getattr(impl, "xp", np)
-    ids = xp.empty((n, params.graph_degree), np.int32)
-    dist = xp.empty((n, params.graph_degree), np.float32)
-    entries, e_bounds, nn1 = [], [0], []
-    hierarchy = None
-    for s in range(params.n_shards):
-        a, b = int(bounds[s]), int(bounds[s + 1])
-        part = np.ascontiguousarray(xc[a:b])
-        inv_p = inv[a:b] if params.metric == "cosine" else inv
-        timings = {}
-        h = build_hierarchy(impl, part, inv_p, kind, params, verbose=verbose, timings=timings)
-        ids[a:b] = xp.where(h["graph"] >= 0, h["graph"] + a, -1)
-        dist[a:b] = h["dist"]
-        entries.append(h["top"] + a)
-        e_bounds.append(e_bounds[-1] + h["top"].shape[0])
-        nn1.append(h["nn1_max"])
-        if params.n_shards == 1:
-            h["timings"] = timings
-            h["graph"], h["dist"] = as_numpy(h["graph"]), as_numpy(h["dist"])
-            hierarchy = h
-    mean_degree = float((ids >= 0).sum(1).mean())
-    graph = _sorted_graph(ids, dist, params.metric, xp)
-    if dev.is_cuda:
-        impl.release()
+    try:
+        with device_context(dev):  # the build's arrays and kernels on the index's GPU
+            xp = getattr(impl, "xp", np)
+            ids = xp.empty((n, params.graph_degree), np.int32)
+            dist = xp.empty((n, params.graph_degree), np.float32)
+            entries, e_bounds, nn1 = [], [0], []
+            hierarchy = None
+            for s in range(params.n_shards):
+                a, b = int(bounds[s]), int(bounds[s + 1])
+                part = np.ascontiguousarray(xc[a:b])
+                inv_p = inv[a:b] if params.metric == "cosine" else inv
+                timings = {}
+                h = build_hierarchy(impl, part, inv_p, kind, params, verbose=verbose, timings=timings)
+                ids[a:b] = xp.where(h["graph"] >= 0, h["graph"] + a, -1)
+                dist[a:b] = h["dist"]
+                entries.append(h["top"] + a)
+                e_bounds.append(e_bounds[-1] + h["top"].shape[0])
+                nn1.append(h["nn1_max"])
+                if params.n_shards == 1:
+                    h["timings"] = timings
+                    h["graph"], h["dist"] = as_numpy(h["graph"]), as_numpy(h["dist"])
+                    hierarchy = h
+            mean_degree = float((ids >= 0).sum(1).mean())
+            graph = _sorted_graph(ids, dist, params.metric, xp)
+    finally:
+        if dev.is_cuda:
+            impl.release()  # the link placement's scratch, also when the build fails
     graph.info.update(method="ggnn", graph_degree=params.graph_degree, n_shards=params.n_shards,
                       refinements=params.refinements, device="cuda" if dev.is_cuda else "cpu",
                       mean_degree=mean_degree, build_seconds=time.perf_counter() - t0)

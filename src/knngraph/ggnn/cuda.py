@@ -13,6 +13,8 @@ column of distances on the host.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .._device import sm_count
@@ -53,13 +55,20 @@ def search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, tau, nn1, m
 # build: every array is on the device (CuPy; NumPy with ``xp=np`` in the simulator) for the whole build
 # (``_build.build_hierarchy`` allocates them once); only launch sizes and a round flag cross to the host.
 
-#: temporary arrays of the link placement, kept between waves and grown only when a wave needs more
+#: temporary arrays of the link placement, kept between waves and grown only when a wave needs more; keyed
+#: by (thread, GPU, name), so builds in several threads or on several GPUs never share them
 _SCRATCH: dict = {}
 
 
+def _scratch_owner(xp):
+    return threading.get_ident(), (-1 if xp is np else xp.cuda.Device().id)
+
+
 def release_build_data() -> None:
-    """Drop the temporary arrays kept on the device for a build."""
-    _SCRATCH.clear()
+    """Drop the temporary arrays this thread's builds kept on the device."""
+    me = threading.get_ident()
+    for key in [key for key in _SCRATCH if key[0] == me]:
+        del _SCRATCH[key]
 
 
 def sync(xp=None) -> None:
@@ -72,11 +81,12 @@ def sync(xp=None) -> None:
 
 def _scratch(name, shape, dtype, xp):
     """A temporary array of at least ``shape`` (its leading part), allocated on first use / growth."""
-    have = _SCRATCH.get(name)
+    key = (*_scratch_owner(xp), name)
+    have = _SCRATCH.get(key)
     if have is None or have.dtype != np.dtype(dtype) or any(a < b for a, b in zip(have.shape, shape)) \
             or have.ndim != len(shape) or not isinstance(have, xp.ndarray):
         have = xp.empty(shape, dtype)
-        _SCRATCH[name] = have
+        _SCRATCH[key] = have
     return have[tuple(slice(0, b) for b in shape)]
 
 

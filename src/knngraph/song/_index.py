@@ -316,8 +316,9 @@ def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *
         on_device = is_device_array(queries)
         if not on_device:
             check_finite(queries, "queries")
-        q = queries if type(queries) is cp.ndarray else cp.asarray(queries)
-        mode = beam_mode(xb.dtype, q.dtype, q.shape[1])
+        # device queries on this GPU are used in place; others (host, another GPU) copied here
+        q = queries if type(queries) is cp.ndarray and queries.data.device_id == dev.index else cp.asarray(queries)
+        mode = beam_mode(xb.dtype, q.dtype, q.shape[1], xb.data.ptr, q.data.ptr)
         if mode not in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) and q.dtype not in (np.float32, np.float16):
             q = q.astype(cp.float32)  # the kernel stages float32 or float16 queries as float32
         nq = q.shape[0]

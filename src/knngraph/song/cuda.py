@@ -114,11 +114,20 @@ def search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queu
 # the fast searcher (``_beam_kernels``)
 
 
-def beam_mode(base_dtype, query_dtype, dim: int) -> int:
+def beam_mode(base_dtype, query_dtype, dim: int, base_address: int = 0, query_address: int = 0) -> int:
     """dp4a modes for 8-bit vectors searched with queries of the same dtype (dim % 4 == 0); 8-byte words
     of float16 (four halves, or 4-byte words of two for dim % 4 == 2) and float32 vectors (two floats, dim
-    even); else generic (element loads)."""
-    b, q = np.dtype(base_dtype), np.dtype(query_dtype)
+    even); else generic (element loads). A word mode needs the vectors' (and, for dp4a, the queries')
+    device address aligned to its word: an offset view (``buf[1:].reshape(n, d)``) falls back to the
+    generic mode rather than fault on a misaligned load."""
+    mode = _word_mode(np.dtype(base_dtype), np.dtype(query_dtype), dim)
+    word = {bk.MODE_HALF4: 8, bk.MODE_F32X2: 8, bk.MODE_HALF2: 4, bk.MODE_DP4A_U8: 4, bk.MODE_DP4A_I8: 4}.get(mode, 1)
+    if base_address % word or (_dp4a(mode) and query_address % 4):
+        return bk.MODE_GENERIC
+    return mode
+
+
+def _word_mode(b, q, dim: int) -> int:
     if dim % 4 == 0 and b == q == np.uint8:
         return bk.MODE_DP4A_U8
     if dim % 4 == 0 and b == q == np.int8:
