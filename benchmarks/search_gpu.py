@@ -211,7 +211,8 @@ def cagra_child(args, which: str, graph_file: str):
         xb, xq = unit(xb), unit(xq)
     t0 = time.perf_counter()
     if which == "cagra-on-knngraph":
-        cidx = cagra.from_graph(cp.asarray(np.load(graph_file)).astype(cp.uint32), xb, metric=cmetric)
+        ids = np.ascontiguousarray(np.load(graph_file).astype(np.uint32))
+        cidx = cagra.from_graph(ids if args.graph_on_host else cp.asarray(ids), xb, metric=cmetric)
         method = "cagra.from_graph"
     else:
         cidx = cagra.build(cagra.IndexParams(metric=cmetric, graph_degree=32, intermediate_graph_degree=64,
@@ -264,12 +265,16 @@ def run_cagra_children(args, graph_file: Path, log):
     import subprocess
 
     curves, small = {}, {}
-    for which in ("cagra-on-knngraph", "cagra-own-graph"):
+    for which in ("cagra-on-knngraph", "cagra-own-graph", "cagra-on-knngraph-host-graph"):
+        if which == "cagra-on-knngraph-host-graph" and "cagra-on-knngraph" in curves:
+            continue  # the retry below only when the device graph failed
         cmd = [sys.executable, __file__, "--dataset", args.dataset, "--dtype", args.dtype, "--metric", args.metric,
                "--minilm-dir",
                args.minilm_dir, "--out",
                args.out, "--repeats", str(args.repeats), "--calls", str(args.calls), "--batches", args.batches,
-               "--cagra-child", which, "--graph-file", str(graph_file)]
+               "--cagra-child", which.replace("-host-graph", ""), "--graph-file", str(graph_file)]
+        if which.endswith("-host-graph"):
+            cmd.append("--graph-on-host")  # cuVS 26.10 failed on float32 with the graph on the device
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.cagra_timeout)
         except subprocess.TimeoutExpired:
@@ -282,9 +287,10 @@ def run_cagra_children(args, graph_file: Path, log):
                       stderr_tail="\n".join(p.stderr.splitlines()[-25:])[-3000:])
             continue
         got = json.loads(lines[-1][len("CURVES "):])
-        curves[which] = [tuple(p) for p in got["batch10k"]]
+        name = which.replace("-host-graph", "")
+        curves[name] = [tuple(p) for p in got["batch10k"]]
         for b, pts in got["small"]:
-            small[(which, b)] = [tuple(p) for p in pts]
+            small[(name, b)] = [tuple(p) for p in pts]
     return curves, small
 
 
@@ -306,6 +312,7 @@ def main():
     ap.add_argument("--cagra-timeout", type=float, default=400)
     ap.add_argument("--cagra-child", help=argparse.SUPPRESS)
     ap.add_argument("--graph-file", help=argparse.SUPPRESS)
+    ap.add_argument("--graph-on-host", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.cagra_child:
         return cagra_child(args, args.cagra_child, args.graph_file)
