@@ -38,7 +38,7 @@ import numpy as np
 from numba import cuda, float32, int32, int64
 
 from ..primitives.compile import cuda_version, host_and_device
-from ..primitives.constants import INF
+from .cpu import rewrite_row
 
 __all__ = ["KEY_NONE", "active_kernel", "round_kernel", "write_links_kernel", "count_links_kernel",
            "sym_write_kernel", "place_fate", "lower_bound", "blocks_for"]
@@ -109,6 +109,7 @@ def place_fate(graph, knn, ksym, sym, cnt, lo, z0, zz, i, req_i, req_n, assign, 
 
 _lower_bound = cuda_version(lower_bound)
 _place_fate = cuda_version(place_fate)
+_rewrite_row = cuda_version(rewrite_row)
 
 
 @cuda.jit
@@ -199,31 +200,10 @@ def sym_write_kernel(width: int):
         c = cnt[z]
         if c == 0:
             return
-        deg = graph.shape[1]
         for t in range(width):
             old_i[t] = graph[z, knn + t]
             old_d[t] = gdist[z, knn + t]
-        w = knn
-        for t in range(c):
-            graph[z, w] = sym[z, t]
-            gdist[z, w] = sym_d[z, t]
-            w += 1
-        for t in range(width):
-            if w >= deg:
-                break
-            v = old_i[t]
-            dup = False
-            for u in range(c):
-                if sym[z, u] == v:
-                    dup = True
-            if not dup:
-                graph[z, w] = v
-                gdist[z, w] = old_d[t]
-                w += 1
-        while w < deg:
-            graph[z, w] = -1
-            gdist[z, w] = INF
-            w += 1
+        _rewrite_row(graph, gdist, z, knn, c, sym, sym_d, old_i, old_d, width)
 
     return kernel
 

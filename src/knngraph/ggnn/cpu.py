@@ -23,6 +23,7 @@ from numba import prange
 
 from ..primitives.distances import DIST_IP, cpu_distance
 from ..primitives.compile import host_and_device
+from ..primitives.constants import INF
 from ..primitives.lists import less
 
 __all__ = ["search", "brute_segments", "merge_queries", "sym_requests", "sym_place", "sym_write",
@@ -463,26 +464,33 @@ def sym_write(graph, gdist, lo, n_rows, knn, sym, sym_d, cnt):
         c = cnt[z]
         if c == 0:
             continue
-        old_i = graph[z, knn:].copy()
-        old_d = gdist[z, knn:].copy()
-        w = knn
-        for t in range(c):
-            graph[z, w] = sym[z, t]
-            gdist[z, w] = sym_d[z, t]
+        rewrite_row(graph, gdist, z, knn, c, sym, sym_d, graph[z, knn:].copy(), gdist[z, knn:].copy(), deg - knn)
+
+
+@host_and_device
+def rewrite_row(graph, gdist, z, knn, c, sym, sym_d, old_i, old_d, n_old):
+    """Row z as [nearest neighbours | its c inverse links | the first n_old of its old entries from knn on
+    (``old_i/old_d``, copied before the call) not among the links], degree kept, (-1, inf) padded; the
+    CPU's and the GPU's :func:`sym_write` (``_link_kernels.sym_write_kernel``)."""
+    deg = graph.shape[1]
+    w = knn
+    for t in range(c):
+        graph[z, w] = sym[z, t]
+        gdist[z, w] = sym_d[z, t]
+        w += 1
+    for t in range(n_old):
+        if w >= deg:
+            break
+        v = old_i[t]
+        dup = False
+        for u in range(c):
+            if sym[z, u] == v:
+                dup = True
+        if not dup:
+            graph[z, w] = v
+            gdist[z, w] = old_d[t]
             w += 1
-        for t in range(old_i.shape[0]):
-            if w >= deg:
-                break
-            v = old_i[t]
-            dup = False
-            for u in range(c):
-                if sym[z, u] == v:
-                    dup = True
-            if not dup:
-                graph[z, w] = v
-                gdist[z, w] = old_d[t]
-                w += 1
-        while w < deg:
-            graph[z, w] = -1
-            gdist[z, w] = np.inf
-            w += 1
+    while w < deg:
+        graph[z, w] = -1
+        gdist[z, w] = INF
+        w += 1
