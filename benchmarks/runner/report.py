@@ -250,7 +250,7 @@ def draw(fig: Figure, rows, path: Path) -> Path:
     """Draw ``fig`` from its measured ``rows`` into ``path`` (PNG)."""
     plt = _plt()
     ok = [r for r in rows if r.get("status") == "ok"]
-    f, ax = plt.subplots(figsize=(7.5, 5))
+    f, ax = plt.subplots(figsize=(10.5, 5))
     if fig.kind == "pareto":
         groups = _series([r for r in ok if r.get("batch_size") is None], "build_params")
         for label, rs, colour, ls, marker in _styled(groups):
@@ -316,7 +316,9 @@ def draw(fig: Figure, rows, path: Path) -> Path:
     where = _where(ok)
     ax.set_title(f"{fig.title}\n{where}", fontsize=9)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    # a fixed place beside the axes: loc="best" searches over every point drawn, which takes seconds (and warns)
+    # on plots of many lines, and can still cover a curve
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     f.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     f.savefig(path, dpi=110)
