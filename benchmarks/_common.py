@@ -46,6 +46,17 @@ def timed(fn, repeats=3, warmup=True):
     return statistics.median(times), first, result
 
 
+def qps_at(points, target):
+    """QPS at recall ``target`` on a sweep of (recall, qps) points: linear between the two queue sizes
+    around it (a coarse sweep's first point past the target would flatter the sparser graphs); None when
+    the sweep never reaches it."""
+    pts = sorted(points)
+    for (r0, q0), (r1, q1) in zip(pts, pts[1:]):
+        if r0 <= target <= r1:
+            return q0 if r1 == r0 else q0 + (q1 - q0) * (target - r0) / (r1 - r0)
+    return max([q for r, q in pts if r >= target], default=None)
+
+
 def environment() -> dict:
     env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "python": platform.python_version(), "numpy": np.__version__, "machine": platform.machine(),
@@ -104,6 +115,10 @@ def device_data_dir() -> Path | None:
     return None
 
 
+#: rows of the whole sift-photos base
+SIFT_ROWS = 770_533
+
+
 def load_sift(n_base: int):
     """(base uint8, queries uint8, gt ids or None) for sift-photos with ``n_base`` rows, from .data or shared."""
     from knngraph import io
@@ -113,6 +128,12 @@ def load_sift(n_base: int):
     dd = device_data_dir()
     shared = shared_datasets_dir()
     have_shared = shared is not None and (shared / "sift-photos" / "base.u8bin").exists()
+    if dd is not None and n_base == SIFT_ROWS and (dd / "sift770k-rest.u8bin").exists() and not have_shared:
+        # the GPU machine: rows past 450k and their ground truth come in a second carry
+        # (scripts/prepare_device_data.py --rest770)
+        base = np.concatenate([io.read(dd / "sift450k-base.u8bin"), io.read(dd / "sift770k-rest.u8bin")])
+        queries = np.ascontiguousarray(io.read(dd / "sift-query.u8bin"))
+        return base, queries, np.asarray(io.read(dd / "sift770k-gt32.ibin"))
     if dd is not None and n_base <= 450_000 and (dd / "sift450k-base.u8bin").exists() and \
             (not have_shared or n_base == 450_000):
         base = np.ascontiguousarray(io.read(dd / "sift450k-base.u8bin", rows=(0, n_base)))
@@ -123,6 +144,28 @@ def load_sift(n_base: int):
 
     s = load_sift_photos(n_base)
     return np.ascontiguousarray(s.base), np.ascontiguousarray(s.queries), np.asarray(s.gt_indices)
+
+
+def clustered(n, d, seed=0, latent=12):
+    """A clustered set (float32, host memory), generated on the GPU chunk by chunk: n/2000 Gaussian
+    clusters (at least 100) whose points vary along a shared random 12-dimensional subspace plus a little
+    isotropic noise, i.e. low intrinsic dimension like real descriptors (isotropic 128-d Gaussian noise
+    would make every neighbour nearly equidistant)."""
+    import cupy as cp
+
+    rs = cp.random.RandomState(seed)
+    n_centers = max(100, n // 2000)
+    centers = rs.standard_normal((n_centers, d), dtype=cp.float32) * 3
+    basis = rs.standard_normal((latent, d), dtype=cp.float32) / np.float32(np.sqrt(latent))
+    out = np.empty((n, d), np.float32)
+    chunk = 1 << 20
+    for s in range(0, n, chunk):
+        e = min(n, s + chunk)
+        lab = rs.randint(0, n_centers, e - s)
+        z = rs.standard_normal((e - s, latent), dtype=cp.float32)
+        noise = rs.standard_normal((e - s, d), dtype=cp.float32) * np.float32(0.05)
+        out[s:e] = (centers[lab] + z @ basis + noise).get()
+    return out
 
 
 def gpu_peak_tracker():

@@ -38,19 +38,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import JsonLines, load_sift, sync, timed  # noqa: E402
+from _common import JsonLines, load_sift, qps_at, sync, timed  # noqa: E402
 from song_gpu import true_dist  # noqa: E402
-
-
-def qps_at(points, target):
-    """QPS at recall ``target`` on a sweep of (recall, qps) points: linear between the two queue sizes
-    around it (a coarse sweep's first point past the target would flatter the sparser graphs); None when
-    the sweep never reaches it."""
-    pts = sorted(points)
-    for (r0, q0), (r1, q1) in zip(pts, pts[1:]):
-        if r0 <= target <= r1:
-            return q0 if r1 == r0 else q0 + (q1 - q0) * (target - r0) / (r1 - r0)
-    return max([q for r, q in pts if r >= target], default=None)
 
 
 def main():

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, gpu_peak_tracker, load_sift, sync  # noqa: E402
+from _common import clustered, environment, gpu_peak_tracker, load_sift, sync  # noqa: E402
 
 AUTHORS = {"gpu": "H200", "points": [{"seconds": 0.54, "recall@10": 0.996, "recall@64": 0.828, "iterations": 6},
                                      {"seconds": 0.69, "recall@10": 0.998, "recall@64": 0.885, "iterations": 10}]}
@@ -214,28 +214,6 @@ def part_sift(args, results):
     print(json.dumps({"exact": out["exact"]}), flush=True)
     results["sift450k"] = out
     del base_d, ex
-
-
-def clustered(n, d, seed=0, latent=12):
-    """A clustered set (float32, host memory), generated on the GPU chunk by chunk: n/2000 Gaussian
-    clusters (at least 100) whose points vary along a shared random 12-dimensional subspace plus a little
-    isotropic noise, i.e. low intrinsic dimension like real descriptors (isotropic 128-d Gaussian noise
-    would make every neighbour nearly equidistant)."""
-    import cupy as cp
-
-    rs = cp.random.RandomState(seed)
-    n_centers = max(100, n // 2000)
-    centers = rs.standard_normal((n_centers, d), dtype=cp.float32) * 3
-    basis = rs.standard_normal((latent, d), dtype=cp.float32) / np.float32(np.sqrt(latent))
-    out = np.empty((n, d), np.float32)
-    chunk = 1 << 20
-    for s in range(0, n, chunk):
-        e = min(n, s + chunk)
-        lab = rs.randint(0, n_centers, e - s)
-        z = rs.standard_normal((e - s, latent), dtype=cp.float32)
-        noise = rs.standard_normal((e - s, d), dtype=cp.float32) * np.float32(0.05)
-        out[s:e] = (centers[lab] + z @ basis + noise).get()
-    return out
 
 
 def part_out_of_core(args, results):

@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import grnnd_gpu  # noqa: E402
+import _common  # noqa: E402
 import search_gpu  # noqa: E402
 
 
@@ -35,6 +35,6 @@ def test_same_distances_in_another_dtype():
 
 def test_qps_at_a_recall_interpolates_between_queue_sizes():
     sweep = [(0.9822, 3.49e6), (0.991, 2.53e6), (0.9948, 1.92e6)]
-    assert grnnd_gpu.qps_at(sweep, 0.99) == pytest.approx(3.49e6 - 0.96e6 * (0.0078 / 0.0088))
-    assert grnnd_gpu.qps_at(sweep, 0.999) is None
-    assert grnnd_gpu.qps_at([(0.995, 1.0e6)], 0.99) == 1.0e6  # the sweep starts past the target
+    assert _common.qps_at(sweep, 0.99) == pytest.approx(3.49e6 - 0.96e6 * (0.0078 / 0.0088))
+    assert _common.qps_at(sweep, 0.999) is None
+    assert _common.qps_at([(0.995, 1.0e6)], 0.99) == 1.0e6  # the sweep starts past the target

@@ -179,6 +179,46 @@ def test_sharded_sift_keeps_recall(sample, tmp_path):
     assert np.array_equal(i, i2) and np.array_equal(d, d2)
 
 
+def test_memory_limit_gives_the_fewest_shards_whose_build_fits():
+    """The GPU build's memory plan (host arithmetic): one shard's build of 20M x 96 takes more than the
+    float32 vectors; a quarter of their size is met by the fewest shards whose largest shard fits; more
+    shards than needed are kept; a limit too small for shards of two vectors is refused by name."""
+    import dataclasses
+
+    from knngraph.ggnn import shard_build_bytes
+    from knngraph.ggnn._index import shards_for_memory
+
+    p = ggnn.IndexParams()
+    n, d = 20_000_000, 96
+    whole = shard_build_bytes(n, d, p)
+    assert 4 * n * d + 16 * n * p.graph_degree < whole < 5 * 4 * n * d  # vectors, rows, merge results
+    assert 1.9 < whole / shard_build_bytes(n // 2, d, p) < 2.1  # linear in the shard's rows
+    assert shards_for_memory(n, d, p, whole) == 1
+    budget = 4 * n * d // 4
+    m = shards_for_memory(n, d, p, budget)
+    assert shard_build_bytes(-(-n // m), d, p) <= budget < shard_build_bytes(-(-n // (m - 1)), d, p)
+    assert 8 < m < 32  # each shard's build takes about 4x its vectors
+    assert shards_for_memory(n, d, dataclasses.replace(p, n_shards=m + 3), budget) == m + 3
+    with pytest.raises(ValueError, match="memory_limit=1000 bytes is too small for a GGNN build of 96-dimensional"):
+        shards_for_memory(n, d, p, 1000)
+
+
+def test_rows_sorted_in_chunks_give_the_same_graph(small, monkeypatch):
+    """The build assembles the graph in host memory from chunks of rows sorted one after another (what
+    bounds the device's sort memory): chunks of a few rows give the graph of one chunk."""
+    from knngraph.ggnn import _index
+
+    p = ggnn.IndexParams(graph_degree=16, n_shards=2, refinements=0)
+    whole = ggnn.build(p, small, device="cpu", verbose=False)
+    monkeypatch.setattr(_index, "SORT_CHUNK_BYTES", 7 * 16 * _index.SORT_BYTES_PER_ENTRY)  # 7 rows at a time
+    assert _index._sort_chunk_rows(16) == 7
+    chunked = ggnn.build(p, small, device="cpu", verbose=False)
+    np.testing.assert_array_equal(chunked.graph.indices, whole.graph.indices)
+    np.testing.assert_array_equal(chunked.graph.distances, whole.graph.distances)
+    d = whole.graph.distances
+    assert (np.diff(np.where(np.isfinite(d), d, np.float32(3e38)), axis=1) >= 0).all()  # rows sorted
+
+
 # -------------------------------------------------------------------------- other graphs and searchers
 
 

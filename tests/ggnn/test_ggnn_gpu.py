@@ -91,6 +91,53 @@ def test_sharded_search_swaps_shards_through_host_memory(sift_index):
     np.testing.assert_array_equal(cp.asnumpy(resident.indices), cpu.indices)
 
 
+def _pool_peak(fn):
+    """(result, bytes the CuPy pool grew by during fn): the pool keeps every block until freed, so its
+    growth from an emptied pool bounds what fn held at once."""
+    import cupy as cp
+
+    pool = cp.get_default_memory_pool()
+    cp.cuda.Device().synchronize()
+    pool.free_all_blocks()
+    start = pool.total_bytes()
+    out = fn()
+    cp.cuda.Device().synchronize()
+    return out, pool.total_bytes() - start
+
+
+def test_build_stays_within_its_estimate_and_memory_limit_adds_shards(sift_index):
+    """The device memory of a build is within shard_build_bytes (what memory_limit is planned with) and
+    not far below it; a memory_limit a third of that builds in more shards, within the limit, the graph
+    of the same number of shards asked for, and searches as well from host memory."""
+    import dataclasses
+
+    import cupy as cp
+
+    base, queries, gt, _ = sift_index
+    x = base[:200_000]
+    p = ggnn.IndexParams(refinements=1)
+    estimate = ggnn.shard_build_bytes(x.shape[0], x.shape[1], p)
+    one, peak = _pool_peak(lambda: ggnn.build(p, x, device="cuda", verbose=False))
+    assert one.n_shards == 1 and 0.5 * estimate <= peak <= estimate, (peak, estimate)
+    limit = estimate // 3
+    cut, peak_cut = _pool_peak(lambda: ggnn.build(p, x, device="cuda", memory_limit=limit, verbose=False))
+    m = cut.n_shards
+    assert m >= 3 and cut.params.n_shards == m and cut.graph.info["n_shards_requested"] == 1
+    assert peak_cut <= limit, (peak_cut, limit)
+    asked = ggnn.build(dataclasses.replace(p, n_shards=m), x, device="cuda", verbose=False)
+    np.testing.assert_array_equal(cut.graph.indices, asked.graph.indices)
+    import knngraph
+
+    truth = np.asarray(knngraph.knn(x, queries[:2000], 10, device="cuda").indices)
+    sp = ggnn.SearchParams(tau=0.5)
+    r_one = recall_at(cp.asnumpy(ggnn.search(one, queries[:2000], 10, sp, device="cuda").indices), truth, 10)
+    r_cut = recall_at(cp.asnumpy(ggnn.search(cut, queries[:2000], 10, sp, device="cuda",
+                                             memory_limit=limit).indices), truth, 10)
+    # floors below the 450k test's 0.942 at tau 0.5: one refinement here; more, smaller shards are each
+    # searched in full
+    assert r_one >= 0.9 and r_cut >= 0.9, (r_one, r_cut)
+
+
 def test_knn_graph_of_device_input_is_on_the_device(sift_index):
     """``knn_graph(method="ggnn")`` of a CuPy array returns CuPy arrays (the contract), the graph of the
     same build from host input."""

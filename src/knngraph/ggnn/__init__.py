@@ -60,15 +60,17 @@ slices; a search runs on every shard and merges the per-shard top-k. On a GPU, s
 **GPU build**: the build's arrays stay on the device from start to end. The merges and the linking's path
 searches run as CUDA kernels (one block per point, the search's cache); the links are placed with the
 CPU's sequential result by parallel fixed-point rounds (``_link_kernels``) and written into the rows by
-a kernel; the final rows are sorted on the device. The top-layer selection (a sort) and the
+a kernel; the final rows are sorted on the device, in chunks, and assembled in host memory, so the device
+holds one shard's build at a time and a build larger than ``memory_limit`` runs in more shards
+(:func:`shard_build_bytes`). The top-layer selection (a sort) and the
 nearest-neighbour statistics run on the host, on one column of distances each.
 
 **Not implemented**: the background overlap of shard copies with searches; shards on several GPUs
 run one after another; the paper's parallel sorted insert (lane 0 inserts into the cache's lists).
 """
 
-from ._index import Index, build, extend, from_graph, load, save, search
+from ._index import Index, build, extend, from_graph, load, save, search, shard_build_bytes
 from ._params import MAX_CACHE_SIZE, IndexParams, SearchParams
 
 __all__ = ["IndexParams", "SearchParams", "Index", "build", "from_graph", "search", "extend", "save", "load",
-           "MAX_CACHE_SIZE"]
+           "shard_build_bytes", "MAX_CACHE_SIZE"]

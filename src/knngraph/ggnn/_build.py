@@ -22,7 +22,8 @@ from ..primitives.distances import DIST_IP
 from ._hierarchy import bottom_segment, plan, select_layer
 from .cpu import SYM_CANDIDATES
 
-__all__ = ["build_hierarchy", "plain", "BUILD_MAX_POPS", "SYM_WAVES", "BUILD_QUEUE", "BUILD_VISITED"]
+__all__ = ["build_hierarchy", "build_device_bytes", "plain", "BUILD_MAX_POPS", "SYM_WAVES", "BUILD_QUEUE",
+           "BUILD_VISITED"]
 
 #: cap on the vertices one merge query expands per layer
 BUILD_MAX_POPS = 100
@@ -97,8 +98,7 @@ def build_hierarchy(impl, base, inv, kind, params, *, verbose=False, timings=Non
     out_i = xp.empty((n, k), np.int32)
     out_d = xp.empty((n, k), np.float32)
     C = SYM_CANDIDATES
-    wave_rows = max(_wave(pl.sizes[lm], w + 1) - _wave(pl.sizes[lm], w) for lm in range(L)
-                    for w in range(_waves(pl.sizes[lm])))
+    wave_rows = _wave_rows(pl)
     req_i = xp.empty((wave_rows, max(knn, 1), C), np.int32)
     req_d = xp.empty((wave_rows, max(knn, 1), C), np.float32)
     req_n = xp.zeros((wave_rows, max(knn, 1)), np.int32)
@@ -182,6 +182,37 @@ def build_hierarchy(impl, base, inv, kind, params, *, verbose=False, timings=Non
     return {"graph": out, "dist": dist, "top": trans_h[off[L - 1]:off[L]].copy(), "nn1_mean": nn1_mean,
             "nn1_max": nn1_max, "inverse": _host(inverse[:, :ksym]), "plan": pl, "rows_graph": _host(graph),
             "trans": trans_h, "sel": _host(sel)}
+
+
+def _wave_rows(pl) -> int:
+    """Rows of the largest wave of the symmetric linking over every layer of plan ``pl``."""
+    return max(_wave(pl.sizes[lm], w + 1) - _wave(pl.sizes[lm], w) for lm in range(pl.layers)
+               for w in range(_waves(pl.sizes[lm])))
+
+
+def build_device_bytes(n: int, dim: int, params, *, cosine: bool = False) -> int:
+    """Device bytes :func:`build_hierarchy` allocates at its peak for n vectors of ``dim`` dimensions (the
+    build reads float32), counted from its arrays: the state that lives through the build (vectors, rows
+    and distances of every layer, inverse links, translations, the merge results, the link requests of
+    the largest wave), the link placement's scratch (with CuPy's sort of its keys), and the temporaries
+    of the last step (the bottom layer in dataset ids). An upper bound: GPU tests compare it with the
+    CuPy pool's peak."""
+    pl = plan(int(n), params.segment_size, params.layers)
+    rows = pl.rows
+    k = params.graph_degree
+    ksym = params.k_sym
+    knn = k - ksym
+    ks1, kn1 = max(ksym, 1), max(knn, 1)
+    wave = _wave_rows(pl)
+    state = (4 * n * dim + (4 * n if cosine else 4) + 4 * n  # vectors, inverse norms, permutation
+             + rows * (4 + 4 + 4)  # trans, sel, cnt
+             + rows * k * 8 + rows * ks1 * 8  # rows and distances, inverse links and their distances
+             + n * k * 8  # merge results
+             + wave * kn1 * (SYM_CANDIDATES * 8 + 4))  # link requests
+    scratch = (rows * 16  # segment ids of a merge (arange, int64 searchsorted), top segments
+               + wave * kn1 * (4 + 8 + 8 + 4 + 4 + 16))  # link placement: flags, keys x 2, assignments x 2, sort
+    final = n * k * 8 + n * ks1 * 4 + n * k * 16  # bottom layer in dataset ids, inverse links, temporaries
+    return int(state + max(scratch, final))
 
 
 def _waves(m):

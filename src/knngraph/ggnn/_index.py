@@ -13,19 +13,20 @@ import time
 
 import numpy as np
 
-from .._device import (Device, array_kind, as_numpy, device_context, implementation, is_device_array,
-                       resolve_device, return_as)
+from .._device import (Device, array_kind, as_numpy, default_memory_limit, device_context, implementation,
+                       is_device_array, parse_memory, resolve_device, return_as)
 from .._validate import check_finite, check_k, check_same_dim, check_vectors
 from ..graph import Graph
 from ..graphops import default_entry_points
 from ..index import Index as IndexBase
 from ..index import KNNResult, assembling, load_index, runtime_docs, save_index
 from ..primitives.distances import distance_kind, inverse_norms, report_distances
-from ._build import build_hierarchy
+from ._build import build_device_bytes, build_hierarchy
 from ._params import MIN_VISITED, IndexParams, SearchParams
 from ._shards import search_shards, shard_bounds
 
-__all__ = ["Index", "build", "from_graph", "search", "extend", "save", "load"]
+__all__ = ["Index", "build", "from_graph", "search", "extend", "save", "load", "shard_build_bytes",
+           "shards_for_memory"]
 
 
 @dataclasses.dataclass(eq=False)
@@ -93,20 +94,73 @@ def _sort_rows_by_key(ids, dist, xp):
     return ids, dist
 
 
-def _sorted_graph(ids, dist, metric, xp=np) -> Graph:
-    """Rows sorted by (distance, id), -1 / inf last, reported distances (host arrays); with ``xp`` CuPy
-    the rows are sorted on the device (:func:`_sort_rows_by_key`), the distances reported on the host."""
-    if xp is np:
-        key_i = np.where(ids >= 0, ids, np.iinfo(np.int32).max)
-        key_d = np.where(ids >= 0, dist, np.inf)
-        order = np.lexsort((key_i, key_d), axis=1)
-        ids = np.take_along_axis(ids, order, 1)
-        dist = np.take_along_axis(key_d, order, 1)
-    else:
-        ids, dist = _sort_rows_by_key(ids, dist, xp)
+def _sort_rows(ids, dist, xp=np):
+    """(ids, internal distances) with every row sorted by (distance, id), -1 / inf last, as host arrays;
+    with ``xp`` CuPy the rows are sorted on the device (:func:`_sort_rows_by_key`)."""
+    if xp is not np:
+        return _sort_rows_by_key(ids, dist, xp)
+    key_i = np.where(ids >= 0, ids, np.iinfo(np.int32).max)
+    key_d = np.where(ids >= 0, dist, np.inf)
+    order = np.lexsort((key_i, key_d), axis=1)
+    return np.take_along_axis(ids, order, 1), np.take_along_axis(key_d, order, 1)
+
+
+def _graph_of_sorted(ids, dist, metric) -> Graph:
+    """The Graph of host rows already sorted (internal distances in, reported distances out)."""
     rep = report_distances(dist, metric, np)
     rep[ids < 0] = np.inf
     return Graph(np.ascontiguousarray(ids, np.int32), np.ascontiguousarray(rep, np.float32), metric)
+
+
+def _sorted_graph(ids, dist, metric, xp=np) -> Graph:
+    """Rows sorted by (distance, id), -1 / inf last, reported distances (host arrays); with ``xp`` CuPy
+    the rows are sorted on the device, the distances reported on the host."""
+    return _graph_of_sorted(*_sort_rows(ids, dist, xp), metric)
+
+
+#: device bytes per graph entry of the row sort (:func:`_sort_rows_by_key`: its 64-bit keys, CuPy's sort of
+#: them, the unpacked ids and distances), and the most a build spends on it at once (rows sorted in chunks)
+SORT_BYTES_PER_ENTRY = 96
+SORT_CHUNK_BYTES = 256 << 20
+
+
+def _sort_chunk_rows(k: int) -> int:
+    return max(1, SORT_CHUNK_BYTES // (max(k, 1) * SORT_BYTES_PER_ENTRY))
+
+
+def shard_build_bytes(n_rows: int, dim: int, params: IndexParams) -> int:
+    """Device bytes of the GPU build of one shard of ``n_rows`` vectors: its hierarchy
+    (:func:`knngraph.ggnn._build.build_device_bytes`) and the sort of its rows (in chunks)."""
+    k = params.graph_degree
+    return (build_device_bytes(n_rows, dim, params, cosine=params.metric == "cosine")
+            + min(n_rows, _sort_chunk_rows(k)) * k * SORT_BYTES_PER_ENTRY)
+
+
+def shards_for_memory(n: int, dim: int, params: IndexParams, budget: int) -> int:
+    """The fewest shards, at least ``params.n_shards``, whose largest one builds within ``budget`` bytes of
+    device memory (the shards are built one after another, the graph assembled in host memory).
+    ValueError naming ``memory_limit`` when even shards of two vectors do not fit."""
+    def fits(m):
+        return shard_build_bytes(-(-n // m), dim, params) <= budget
+
+    m = params.n_shards
+    if fits(m):
+        return m
+    most = max(n // 2, m)
+    if not fits(most):
+        raise ValueError(f"memory_limit={budget} bytes is too small for a GGNN build of {dim}-dimensional vectors: "
+                         f"even shards of {-(-n // most)} vectors need {shard_build_bytes(-(-n // most), dim, params)} "
+                         f"bytes of device memory")
+    lo, hi = m, m  # fits(hi) after the doubling; the search keeps that invariant
+    while not fits(hi):
+        lo, hi = hi, min(most, 2 * hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 # --------------------------------------------------------------------------------------------------
@@ -147,6 +201,11 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
         placing of the inverse links in the CPU's row order, the final row sort), so a GPU build gives
         the CPU build's graph (exactly on integer data, where distances are exact).
     {memory_limit}
+        On a GPU the shards are built one after another and the graph is assembled in host memory, so
+        the device holds one shard's build at a time (:func:`shard_build_bytes`); when a shard of
+        ``params.n_shards`` would not fit, the build uses the fewest shards that do
+        (``index.params.n_shards``, ``graph.info['n_shards']``; ``graph.info['n_shards_requested']``
+        is what was asked). The CPU build does not cut its work.
     {verbose}
     devices : list of str, optional
         Accepted for sharded builds over several devices; shards are built one after another.
@@ -180,26 +239,39 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
         raise ValueError(f"n_shards={params.n_shards} is too many for {n} vectors: every shard needs at least 2 "
                          f"vectors (n_shards <= {n // 2})")
     kind = distance_kind(params.metric)
+    requested_shards = params.n_shards
+    if dev.is_cuda:  # work cut to fit: as many shards as one shard's build needs to fit the device memory
+        budget = parse_memory(memory_limit) if memory_limit is not None else default_memory_limit(dev)
+        shards = shards_for_memory(n, x.shape[1], params, budget)
+        if shards != params.n_shards:
+            params = dataclasses.replace(params, n_shards=shards)
     bounds = shard_bounds(n, params.n_shards)
     # the CPU build reads float32 (one compiled specialisation of each build kernel instead of four)
     xc = np.asarray(xh, np.float32)
     inv = inverse_norms(xc) if params.metric == "cosine" else np.zeros(1, np.float32)
     impl = build_ops(dev)
+    k = params.graph_degree
+    chunk = _sort_chunk_rows(k)
+    # the graph is assembled in host memory, shard by shard and chunk by chunk of rows sorted on the
+    # device: what the device holds at once is one shard's build (see shard_build_bytes)
+    ids = np.empty((n, k), np.int32)
+    dist = np.empty((n, k), np.float32)
+    entries, e_bounds, nn1 = [], [0], []
+    hierarchy = None
     try:
         with device_context(dev):  # the build's arrays and kernels on the index's GPU
             xp = getattr(impl, "xp", np)
-            ids = xp.empty((n, params.graph_degree), np.int32)
-            dist = xp.empty((n, params.graph_degree), np.float32)
-            entries, e_bounds, nn1 = [], [0], []
-            hierarchy = None
             for s in range(params.n_shards):
                 a, b = int(bounds[s]), int(bounds[s + 1])
                 part = np.ascontiguousarray(xc[a:b])
                 inv_p = inv[a:b] if params.metric == "cosine" else inv
                 timings = {}
                 h = build_hierarchy(impl, part, inv_p, kind, params, verbose=verbose, timings=timings)
-                ids[a:b] = xp.where(h["graph"] >= 0, h["graph"] + a, -1)
-                dist[a:b] = h["dist"]
+                for r0 in range(0, b - a, chunk):
+                    r1 = min(b - a, r0 + chunk)
+                    gi = h["graph"][r0:r1]
+                    ids[a + r0:a + r1], dist[a + r0:a + r1] = _sort_rows(xp.where(gi >= 0, gi + a, -1),
+                                                                         h["dist"][r0:r1], xp)
                 entries.append(h["top"] + a)
                 e_bounds.append(e_bounds[-1] + h["top"].shape[0])
                 nn1.append(h["nn1_max"])
@@ -207,12 +279,14 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
                     h["timings"] = timings
                     h["graph"], h["dist"] = as_numpy(h["graph"]), as_numpy(h["dist"])
                     hierarchy = h
-            mean_degree = float((ids >= 0).sum(1).mean())
-            graph = _sorted_graph(ids, dist, params.metric, xp)
+                del h  # the next shard's build reuses its device memory
     finally:
         if dev.is_cuda:
             impl.release()  # the link placement's scratch, also when the build fails
+    mean_degree = float((ids >= 0).sum(1).mean())
+    graph = _graph_of_sorted(ids, dist, params.metric)
     graph.info.update(method="ggnn", graph_degree=params.graph_degree, n_shards=params.n_shards,
+                      n_shards_requested=requested_shards,
                       refinements=params.refinements, device="cuda" if dev.is_cuda else "cpu",
                       mean_degree=mean_degree, build_seconds=time.perf_counter() - t0)
     return Index(x, params, graph, np.concatenate(entries).astype(np.int32), np.asarray(e_bounds, np.int64),

@@ -38,7 +38,8 @@ class IndexParams(Params):
         r, refinement passes after the hierarchy is built (section 5.3).
     n_shards : int, default=1
         Split the dataset into this many contiguous shards, each with its own hierarchy (section 5.5);
-        a search queries every shard and merges the per-shard top-k.
+        a search queries every shard and merges the per-shard top-k. A GPU build uses more shards when
+        one would not fit its ``memory_limit`` (see :func:`knngraph.ggnn.build`).
     seed : int, default=0
         Seeds the random bottom-layer partition and the weighted reservoir sampling.
     """
