@@ -46,6 +46,11 @@ GPU_BENCHMARKS=(
   "compare_builders:python3 scripts/compare_builders.py"
   "grnnd:python3 benchmarks/grnnd_gpu.py --out $OUT ${BENCH_ARGS:-}"
   "ggnn:python3 benchmarks/ggnn_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  # GGNN sharded: sift-photos 770k (carry .dataz770 in a second call, see prepare_device_data.py --rest770) and
+  # a 20M x 96 set within a quarter of its size; BENCH_ARGS="--parts synthetic-cut" etc. splits it over calls
+  "ggnn_sharded:python3 benchmarks/ggnn_sharded_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  # seconds per step of the GRNND rounds (propose / group / merge / reverse / final prune)
+  "profile_grnnd:python3 benchmarks/profile_grnnd_rounds.py --out $OUT ${BENCH_ARGS:-}"
   # Dask on one GPU: needs the wheels listed in benchmarks/distributed_gpu.py in .whl/ (or on PYTHONPATH)
   "distributed:python3 benchmarks/distributed_gpu.py --out $OUT --part search ${BENCH_ARGS:-}"
   # the benchmark runner's whole GPU suite, within the lent machine's 10 minutes: sift-photos 450k and the
