@@ -19,6 +19,10 @@ size recall@10, QPS (median of --repeats timed calls after a warm-up) and distan
 row per route gives the smallest swept queue reaching recall@10 0.99 and its distances per query and QPS,
 and the ratio of those distances to the best graph's. One JSON object per line to --out.
 
+``--ggnn 24:2:0.5,40:2:0.5``: also GGNN graphs (graph_degree : refinements : tau_build), searched the same
+way, for issue 13's question of which GGNN build can reach recall@10 0.99 with the fast searcher and at
+what cost against the best graph (``--skip-grnnd --skip-best`` for those alone).
+
 ``--ablation-alphas 1.1,1.2``: also GRNND with the relaxed test deciding the *redirects* as well (an entry
 not occluded by f * d(i, j) < max(d(v, i), d(v, j)) is neither dropped nor offered to the closer member),
 the literal reading of "relax Eq. (2)", which the library does not do: it starves the propagation. Built
@@ -38,7 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import JsonLines, load_sift, timed  # noqa: E402
 
-QUEUES = [16, 24, 32, 48, 64, 96, 128, 192, 256]
+QUEUES = [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
 
 
 def _relaxed_redirects_impl():
@@ -135,11 +139,12 @@ def main():
                     help="alphas of the ablation with relaxed redirects (module docs); R = first of --degrees")
     ap.add_argument("--skip-grnnd", action="store_true", help="no library GRNND builds (with --ablation-alphas)")
     ap.add_argument("--skip-best", action="store_true", help="do not build the exact 96 + optimize_graph graph")
+    ap.add_argument("--ggnn", default="", help="GGNN builds, graph_degree:refinements:tau_build, comma-separated")
     args = ap.parse_args()
     import numba
 
     import knngraph
-    from knngraph import grnnd, song
+    from knngraph import ggnn, grnnd, song
     from knngraph.evaluate import recall_at_k
 
     numba.set_num_threads(args.threads)
@@ -210,6 +215,17 @@ def main():
         log.write(part="build", route=route, seconds=sec, threads=args.threads, n=n)
         s = sweep(route, g, sec, {"method": "grnnd-relaxed-redirects", "graph_degree": degrees[0],
                                   "prune_alpha": alpha})
+        log.write(part="summary", **s, threads=args.threads, n=n, nq=nq, target=args.target)
+        del g
+    for spec in [v for v in args.ggnn.split(",") if v]:
+        k, refinements, tau_b = spec.split(":")
+        p = ggnn.IndexParams(graph_degree=int(k), refinements=int(refinements), tau_build=float(tau_b))
+        g, sec = timed_build(lambda: ggnn.build(p, base, device="cpu", verbose=False).graph,
+                             lambda: ggnn.build(p, small, device="cpu", verbose=False))
+        route = f"GGNN k={k} r={refinements} tau_b={tau_b}"
+        log.write(part="build", route=route, seconds=sec, threads=args.threads, n=n)
+        s = sweep(route, g, sec, {"method": "ggnn", "graph_degree": int(k), "refinements": int(refinements),
+                                  "tau_build": float(tau_b)})
         log.write(part="summary", **s, threads=args.threads, n=n, nq=nq, target=args.target)
         del g
     rounds = [tuple(int(t) for t in v.split("x")) for v in args.rounds.split(",") if v]
