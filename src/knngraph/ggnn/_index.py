@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 
 import numpy as np
 
@@ -203,9 +204,11 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
     {memory_limit}
         On a GPU the shards are built one after another and the graph is assembled in host memory, so
         the device holds one shard's build at a time (:func:`shard_build_bytes`); when a shard of
-        ``params.n_shards`` would not fit, the build uses the fewest shards that do
-        (``index.params.n_shards``, ``graph.info['n_shards']``; ``graph.info['n_shards_requested']``
-        is what was asked). The CPU build does not cut its work.
+        ``params.n_shards`` would not fit, the build uses the fewest shards that do, with a
+        ``UserWarning`` (``index.params.n_shards``, ``graph.info['n_shards']``;
+        ``graph.info['n_shards_requested']`` is what was asked): shards are separate graphs, so for one
+        k-NN graph of data larger than the device prefer NN-Descent's out-of-core build. The CPU build
+        does not cut its work.
     {verbose}
     devices : list of str, optional
         Accepted for sharded builds over several devices; shards are built one after another.
@@ -244,6 +247,10 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
         budget = parse_memory(memory_limit) if memory_limit is not None else default_memory_limit(dev)
         shards = shards_for_memory(n, x.shape[1], params, budget)
         if shards != params.n_shards:
+            warnings.warn(f"GGNN build: {params.n_shards} shard(s) of {x.shape[1]}-dimensional vectors do not fit "
+                          f"{budget} bytes of device memory (memory_limit); building {shards} shards instead "
+                          "(separate graphs, each searched: graph rows link only within their shard)",
+                          UserWarning, stacklevel=2)
             params = dataclasses.replace(params, n_shards=shards)
     bounds = shard_bounds(n, params.n_shards)
     # the CPU build reads float32 (one compiled specialisation of each build kernel instead of four)
