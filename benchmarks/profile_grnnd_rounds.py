@@ -1,7 +1,7 @@
 """Where a GRNND build on the GPU spends its time: every step of the rounds timed on its own (issue 14).
 
     python benchmarks/profile_grnnd_rounds.py --out out/ [--n 450000] [--alphas 1.0,1.05] [--rounds 3x6,3x4]
-        [--degree 32]
+        [--degree 32] [--device cuda|cpu]
 
 sift-photos (the first --n rows, uint8) built by the library's own driver (``grnnd._index.run_rounds``
 and ``_finish``) with the GPU implementation wrapped so that each call of a step (``random_rows``,
@@ -51,13 +51,13 @@ class StepTimer:
         return timed_step
 
 
-def profile(base, params):
-    """(seconds per step, calls per step, stats, graph) of one build of ``params`` over ``base``."""
+def profile(base, params, device="cuda"):
+    """(seconds per step, calls per step, stats, mean out-degree) of one build of ``params`` over ``base``."""
     from knngraph._device import Device, implementation
     from knngraph.grnnd import _index as gi
     from knngraph.primitives.distances import distance_kind
 
-    dev = Device("cuda")
+    dev = Device(device)
     kind = distance_kind(params.metric)
     steps = StepTimer(implementation("knngraph.grnnd", dev))
     finish = StepTimer(implementation("knngraph.graphops", dev))
@@ -80,6 +80,7 @@ def main():
     ap.add_argument("--alphas", default="1.0,1.05")
     ap.add_argument("--rounds", default="3x6")
     ap.add_argument("--degree", type=int, default=32)
+    ap.add_argument("--device", default="cuda", help="cpu: the same split of the numba path (2 cores here)")
     args = ap.parse_args()
     from knngraph import grnnd
 
@@ -90,16 +91,16 @@ def main():
         for alpha in (float(a) for a in args.alphas.split(",")):
             params = grnnd.IndexParams(graph_degree=args.degree, prune_alpha=alpha, outer_iterations=t1,
                                        inner_iterations=t2)
-            profile(base[:20_000], params)  # compile every kernel first
-            grnnd.build(params, base, device="cuda", verbose=False)
+            profile(base[:20_000], params, args.device)  # compile every kernel first
+            grnnd.build(params, base, device=args.device, verbose=False)
             sync()
             t0 = time.perf_counter()
-            grnnd.build(params, base, device="cuda", verbose=False)
+            grnnd.build(params, base, device=args.device, verbose=False)
             sync()
             whole = time.perf_counter() - t0
-            seconds, calls, stats, degree = profile(base, params)
+            seconds, calls, stats, degree = profile(base, params, args.device)
             total = sum(seconds.values())
-            log.write(part="steps", n=args.n, graph_degree=args.degree, prune_alpha=alpha, rounds=rounds,
+            log.write(part="steps", device=args.device, n=args.n, graph_degree=args.degree, prune_alpha=alpha, rounds=rounds,
                       whole_build_s=whole, steps_total_s=total, seconds=seconds,
                       share={k: v / total for k, v in seconds.items()}, calls=calls, mean_degree=degree,
                       redirects=stats.get("redirects"), reverse_edges=stats.get("reverse_edges"))
