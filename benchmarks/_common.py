@@ -115,6 +115,18 @@ def device_data_dir() -> Path | None:
     return None
 
 
+def load_minilm(d: Path):
+    """(base float16, queries, top-10 ids, top-10 cosine distances) of minilm-words from folder ``d`` (the GPU
+    machine: a carried .minilm copied to /root/minilm)."""
+    from knngraph import io
+
+    base = np.load(d / "base.npy")
+    queries = np.load(d / "query.npy")
+    gt = np.asarray(io.read(d / "gt100-cosine.ibin"))[:, :10]
+    gt_d = np.asarray(io.read(d / "gt100-cosine.fbin"))[:, :10]
+    return base, queries, gt, gt_d
+
+
 #: rows of the whole sift-photos base
 SIFT_ROWS = 770_533
 

@@ -1,6 +1,7 @@
 """GGNN on the GPU: build time split and the recall@10 / QPS curve on sift-photos 450k (issue 13).
 
     python benchmarks/ggnn_gpu.py --out out/ [--quick] [--n 450000] [--shards 1]
+        [--dataset minilm --minilm-dir /root/minilm]
 
 Builds a GGNN index (k=24 and k=40, s=32, L=4, tau_b=0.5, r=2) and reports the time of each build phase
 (select / merge / symmetric linking / refinement, the paper's Fig. 6), then sweeps the query slack tau
@@ -8,6 +9,8 @@ Builds a GGNN index (k=24 and k=40, s=32, L=4, tau_b=0.5, r=2) and reports the t
 ``ggnn_gpu.png`` (recall@10 against queries per second), with the library's default GPU searcher
 (``song.from_graph`` on the GGNN graph, queue sizes swept) on the same plot. Every search is the median of --repeats calls after a warm-up call. Targets
 (issue 13, H200): build <= 1.8 s at k=24; >= 1.5M QPS at recall@10 0.95; recall@10 0.99 at >= 1M QPS.
+``--dataset minilm``: minilm-words (float16, cosine; 5k queries with the exact cosine top-10) from
+``--minilm-dir`` instead, the same curve (the issue asks for it too); results named ``NAME_minilm``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import JsonLines, load_sift, timed  # noqa: E402
+from _common import JsonLines, load_minilm, load_sift, timed  # noqa: E402
 
 TAUS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.2]
 
@@ -33,6 +36,8 @@ def main(device="cuda", n_default=450_000, name="ggnn_gpu"):
     ap.add_argument("--n", type=int, default=n_default)
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--device", default=device)
+    ap.add_argument("--dataset", choices=["sift", "minilm"], default="sift")
+    ap.add_argument("--minilm-dir", default="/root/minilm")
     args = ap.parse_args()
     on_gpu = args.device.startswith("cuda")
     if on_gpu:
@@ -42,8 +47,14 @@ def main(device="cuda", n_default=450_000, name="ggnn_gpu"):
     from knngraph.evaluate import recall_at_k
 
     out = Path(args.out)
+    metric = "sqeuclidean"
+    if args.dataset == "minilm":
+        name = f"{name}_minilm"
+        base, queries, gt, _ = load_minilm(Path(args.minilm_dir))
+        metric, args.n = "cosine", base.shape[0]
+    else:
+        base, queries, gt = load_sift(args.n)
     log = JsonLines(out / f"{name}.jsonl")
-    base, queries, gt = load_sift(args.n)
     if gt is None:
         import knngraph
 
@@ -85,7 +96,7 @@ def main(device="cuda", n_default=450_000, name="ggnn_gpu"):
             curves[name].append((r, nq / sec))
 
     for degree in ((24,) if args.quick else (24, 40)):
-        params = ggnn.IndexParams(graph_degree=degree, n_shards=args.shards)
+        params = ggnn.IndexParams(graph_degree=degree, n_shards=args.shards, metric=metric)
         ggnn.build(params, base[:5000], device=args.device, verbose=False)  # compile the kernels first
         t0 = time.perf_counter()
         index = ggnn.build(params, base, device=args.device, verbose=False)
@@ -97,10 +108,11 @@ def main(device="cuda", n_default=450_000, name="ggnn_gpu"):
         if on_gpu:
             sweep_fast(f"fast searcher on GGNN k={degree}", index.graph)
 
-    plot(out / f"{name}.png", curves, args.n, "GPU" if on_gpu else "CPU")
+    plot(out / f"{name}.png", curves, args.n, "GPU" if on_gpu else "CPU",
+         "minilm-words (cosine, float16)" if args.dataset == "minilm" else "sift-photos")
 
 
-def plot(path, curves, n, where="GPU"):
+def plot(path, curves, n, where="GPU", dataset="sift-photos"):
     try:
         import matplotlib
 
@@ -116,7 +128,7 @@ def plot(path, curves, n, where="GPU"):
     ax.set_yscale("log")
     ax.set_xlabel("recall@10")
     ax.set_ylabel("queries per second")
-    ax.set_title(f"{where}, sift-photos {n // 1000}k, k=10 (GGNN, tau sweep)")
+    ax.set_title(f"{where}, {dataset} {n // 1000}k, k=10 (GGNN, tau sweep)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -42,23 +42,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import JsonLines, load_sift, sync  # noqa: E402
+from _common import JsonLines, load_minilm, load_sift, sync  # noqa: E402
 
 BEAM_QUEUES = [16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256]
 SONG_QUEUES = [16, 24, 32, 48, 64, 96, 128, 192, 256]
 CAGRA_ITOPK = [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
 BATCHES = [1, 10, 100, 1000]
 SMALL_QUEUES = [16, 20, 24, 32, 40, 48, 64, 96, 128]
-
-
-def load_minilm(d: Path):
-    from knngraph import io
-
-    base = np.load(d / "base.npy")
-    queries = np.load(d / "query.npy")
-    gt = np.asarray(io.read(d / "gt100-cosine.ibin"))[:, :10]
-    gt_d = np.asarray(io.read(d / "gt100-cosine.fbin"))[:, :10]
-    return base, queries, gt, gt_d
 
 
 def copy_bandwidth():
