@@ -46,6 +46,7 @@ GPU_BENCHMARKS=(
   "compare_builders:python3 scripts/compare_builders.py"
   "grnnd:python3 benchmarks/grnnd_gpu.py --out $OUT ${BENCH_ARGS:-}"
   "ggnn:python3 benchmarks/ggnn_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  "ggnn_minilm:python3 benchmarks/ggnn_gpu.py --dataset minilm --out $OUT ${BENCH_ARGS:-}"
   # GGNN sharded: sift-photos 770k (carry .dataz770 in a second call, see prepare_device_data.py --rest770) and
   # a 20M x 96 set within a quarter of its size; BENCH_ARGS="--parts synthetic-cut" etc. splits it over calls
   "ggnn_sharded:python3 benchmarks/ggnn_sharded_gpu.py --out $OUT ${BENCH_ARGS:-}"
