@@ -22,8 +22,8 @@ from ..primitives.distances import DIST_IP
 from ._hierarchy import bottom_segment, plan, select_layer
 from .cpu import SYM_CANDIDATES
 
-__all__ = ["build_hierarchy", "build_device_bytes", "plain", "BUILD_MAX_POPS", "SYM_WAVES", "BUILD_QUEUE",
-           "BUILD_VISITED"]
+__all__ = ["build_hierarchy", "build_device_bytes", "kept_scratch_bytes", "plain", "BUILD_MAX_POPS", "SYM_WAVES",
+           "BUILD_QUEUE", "BUILD_VISITED"]
 
 #: cap on the vertices one merge query expands per layer
 BUILD_MAX_POPS = 100
@@ -190,29 +190,36 @@ def _wave_rows(pl) -> int:
                for w in range(_waves(pl.sizes[lm])))
 
 
+def kept_scratch_bytes(n: int, params) -> int:
+    """Device bytes of the scratch :mod:`.cuda` keeps from the first use until the build releases it
+    (``release_build_data``): a merge's segment ids, and the link placement's flags, keys (two) and
+    assignments (two) for the largest wave."""
+    pl = plan(int(n), params.segment_size, params.layers)
+    return int(4 * n + _wave_rows(pl) * max(params.graph_degree - params.k_sym, 1) * (4 + 8 + 8 + 4 + 4))
+
+
 def build_device_bytes(n: int, dim: int, params, *, cosine: bool = False) -> int:
     """Device bytes :func:`build_hierarchy` allocates at its peak for n vectors of ``dim`` dimensions (the
     build reads float32), counted from its arrays: the state that lives through the build (vectors, rows
     and distances of every layer, inverse links, translations, the merge results, the link requests of
-    the largest wave), the link placement's scratch (with CuPy's sort of its keys), and the temporaries
-    of the last step (the bottom layer in dataset ids). An upper bound: GPU tests compare it with the
-    CuPy pool's peak."""
+    the largest wave), the scratch kept between steps (:func:`kept_scratch_bytes`), and the larger of a
+    step's temporaries (a merge's segment search, CuPy's sort of the link keys) and those of the last
+    step (the bottom layer in dataset ids). An upper bound: GPU tests compare it with the CuPy pool's
+    peak."""
     pl = plan(int(n), params.segment_size, params.layers)
     rows = pl.rows
     k = params.graph_degree
     ksym = params.k_sym
-    knn = k - ksym
-    ks1, kn1 = max(ksym, 1), max(knn, 1)
+    ks1, kn1 = max(ksym, 1), max(k - ksym, 1)
     wave = _wave_rows(pl)
     state = (4 * n * dim + (4 * n if cosine else 4) + 4 * n  # vectors, inverse norms, permutation
              + rows * (4 + 4 + 4)  # trans, sel, cnt
              + rows * k * 8 + rows * ks1 * 8  # rows and distances, inverse links and their distances
              + n * k * 8  # merge results
              + wave * kn1 * (SYM_CANDIDATES * 8 + 4))  # link requests
-    scratch = (rows * 16  # segment ids of a merge (arange, int64 searchsorted), top segments
-               + wave * kn1 * (4 + 8 + 8 + 4 + 4 + 16))  # link placement: flags, keys x 2, assignments x 2, sort
-    final = n * k * 8 + n * ks1 * 4 + n * k * 16  # bottom layer in dataset ids, inverse links, temporaries
-    return int(state + max(scratch, final))
+    steps = rows * 24 + wave * kn1 * 16  # arange, int64 searchsorted and its - 1, top segments; the key sort
+    final = n * k * 8 + n * ks1 * 4 + n * k * 12  # bottom layer in dataset ids, inverse links, temporaries
+    return int(state + kept_scratch_bytes(n, params) + max(steps, final))
 
 
 def _waves(m):

@@ -22,7 +22,7 @@ from ..graphops import default_entry_points
 from ..index import Index as IndexBase
 from ..index import KNNResult, assembling, load_index, runtime_docs, save_index
 from ..primitives.distances import distance_kind, inverse_norms, report_distances
-from ._build import build_device_bytes, build_hierarchy
+from ._build import build_device_bytes, build_hierarchy, kept_scratch_bytes
 from ._params import MIN_VISITED, IndexParams, SearchParams
 from ._shards import search_shards, shard_bounds
 
@@ -130,17 +130,23 @@ def _sort_chunk_rows(k: int) -> int:
 
 
 def shard_build_bytes(n_rows: int, dim: int, params: IndexParams) -> int:
-    """Device bytes of the GPU build of one shard of ``n_rows`` vectors: its hierarchy
-    (:func:`knngraph.ggnn._build.build_device_bytes`) and the sort of its rows (in chunks)."""
+    """Device bytes of the GPU build of one shard of ``n_rows`` vectors: the larger of its hierarchy's
+    peak (:func:`knngraph.ggnn._build.build_device_bytes`) and what the sort of its rows holds afterwards
+    (the bottom rows and distances, the scratch kept until the build ends, one chunk of the sort), plus
+    10% and 32 MiB for the rounding and fragmentation of CuPy's memory pool."""
     k = params.graph_degree
-    return (build_device_bytes(n_rows, dim, params, cosine=params.metric == "cosine")
-            + min(n_rows, _sort_chunk_rows(k)) * k * SORT_BYTES_PER_ENTRY)
+    after = (n_rows * k * 8 + kept_scratch_bytes(n_rows, params)
+             + min(n_rows, _sort_chunk_rows(k)) * k * SORT_BYTES_PER_ENTRY)
+    peak = max(build_device_bytes(n_rows, dim, params, cosine=params.metric == "cosine"), after)
+    return int(1.1 * peak) + (32 << 20)
 
 
-def shards_for_memory(n: int, dim: int, params: IndexParams, budget: int) -> int:
+def shards_for_memory(n: int, dim: int, params: IndexParams, budget: int, limit: str | None = None) -> int:
     """The fewest shards, at least ``params.n_shards``, whose largest one builds within ``budget`` bytes of
-    device memory (the shards are built one after another, the graph assembled in host memory).
-    ValueError naming ``memory_limit`` when even shards of two vectors do not fit."""
+    device memory (the shards are built one after another, the graph assembled in host memory; the
+    estimate steps down where a layer gets more linking waves, so a count above the fewest may come back
+    in rare cases, never one that does not fit). ValueError naming ``memory_limit`` (``limit``: how the
+    budget was given) when even shards of two vectors do not fit."""
     def fits(m):
         return shard_build_bytes(-(-n // m), dim, params) <= budget
 
@@ -149,7 +155,8 @@ def shards_for_memory(n: int, dim: int, params: IndexParams, budget: int) -> int
         return m
     most = max(n // 2, m)
     if not fits(most):
-        raise ValueError(f"memory_limit={budget} bytes is too small for a GGNN build of {dim}-dimensional vectors: "
+        given = limit or f"memory_limit={budget} bytes"
+        raise ValueError(f"{given} is too small for a GGNN build of {dim}-dimensional vectors: "
                          f"even shards of {-(-n // most)} vectors need {shard_build_bytes(-(-n // most), dim, params)} "
                          f"bytes of device memory")
     lo, hi = m, m  # fits(hi) after the doubling; the search keeps that invariant
@@ -245,7 +252,8 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
     requested_shards = params.n_shards
     if dev.is_cuda:  # work cut to fit: as many shards as one shard's build needs to fit the device memory
         budget = parse_memory(memory_limit) if memory_limit is not None else default_memory_limit(dev)
-        shards = shards_for_memory(n, x.shape[1], params, budget)
+        shards = shards_for_memory(n, x.shape[1], params, budget, None if memory_limit is not None else
+                                   f"the free device memory ({budget} bytes; memory_limit=None)")
         if shards != params.n_shards:
             warnings.warn(f"GGNN build: {params.n_shards} shard(s) of {x.shape[1]}-dimensional vectors do not fit "
                           f"{budget} bytes of device memory (memory_limit); building {shards} shards instead "
@@ -286,7 +294,7 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
                     h["timings"] = timings
                     h["graph"], h["dist"] = as_numpy(h["graph"]), as_numpy(h["dist"])
                     hierarchy = h
-                del h  # the next shard's build reuses its device memory
+                del h, gi  # the next shard's build reuses their device memory
     finally:
         if dev.is_cuda:
             impl.release()  # the link placement's scratch, also when the build fails
