@@ -254,33 +254,36 @@ def run_cagra_children(args, graph_file: Path, log):
     import json
     import subprocess
 
-    curves, small = {}, {}
-    for which in ("cagra-on-knngraph", "cagra-own-graph", "cagra-on-knngraph-host-graph"):
-        if which == "cagra-on-knngraph-host-graph" and "cagra-on-knngraph" in curves:
-            continue  # the retry below only when the device graph failed
+    def child(which, graph_on_host=False):
+        """The child's curves, or None (its failure logged)."""
         cmd = [sys.executable, __file__, "--dataset", args.dataset, "--dtype", args.dtype, "--metric", args.metric,
-               "--minilm-dir",
-               args.minilm_dir, "--out",
-               args.out, "--repeats", str(args.repeats), "--calls", str(args.calls), "--batches", args.batches,
-               "--cagra-child", which.replace("-host-graph", ""), "--graph-file", str(graph_file)]
-        if which.endswith("-host-graph"):
-            cmd.append("--graph-on-host")  # cuVS 26.10 failed on float32 with the graph on the device
+               "--minilm-dir", args.minilm_dir, "--out", args.out, "--repeats", str(args.repeats),
+               "--calls", str(args.calls), "--batches", args.batches, "--cagra-child", which,
+               "--graph-file", str(graph_file)] + (["--graph-on-host"] if graph_on_host else [])
+        method = which + ("-host-graph" if graph_on_host else "")
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.cagra_timeout)
         except subprocess.TimeoutExpired:
-            log.write(part="cuvs", method=which, failed=f"timed out after {args.cagra_timeout} s")
-            continue
+            log.write(part="cuvs", method=method, failed=f"timed out after {args.cagra_timeout} s")
+            return None
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("CURVES ")]
         if p.returncode != 0 or not lines:
-            log.write(part="cuvs", method=which, failed=f"exit status {p.returncode}",
+            log.write(part="cuvs", method=method, failed=f"exit status {p.returncode}",
                       stderr_head="\n".join(p.stderr.splitlines()[:25])[:3000],
                       stderr_tail="\n".join(p.stderr.splitlines()[-25:])[-3000:])
+            return None
+        return json.loads(lines[-1][len("CURVES "):])
+
+    curves, small = {}, {}
+    for which in ("cagra-on-knngraph", "cagra-own-graph"):
+        got = child(which)
+        if got is None and which == "cagra-on-knngraph":
+            got = child(which, graph_on_host=True)  # cuVS 26.10 failed on float32 with the graph on the device
+        if got is None:
             continue
-        got = json.loads(lines[-1][len("CURVES "):])
-        name = which.replace("-host-graph", "")
-        curves[name] = [tuple(p) for p in got["batch10k"]]
+        curves[which] = [tuple(p) for p in got["batch10k"]]
         for b, pts in got["small"]:
-            small[(name, b)] = [tuple(p) for p in pts]
+            small[(which, b)] = [tuple(p) for p in pts]
     return curves, small
 
 

@@ -80,7 +80,7 @@ def _nn1_max(ids, dist_internal, kind) -> float:
 
 def _sort_rows_by_key(ids, dist, xp):
     """(ids, internal distances) of every row sorted by (distance, id), -1 / inf last, as host arrays,
-    sorting on ``xp``'s device: one 64-bit key per entry, the distance's bits mapped to an unsigned
+    sorting with ``xp`` (CuPy: on the device; the CPU build passes NumPy): one 64-bit key per entry, the distance's bits mapped to an unsigned
     order-preserving integer above the id (ties by id, as the host's lexsort; -0.0 taken as 0.0)."""
     key_d = xp.where(ids >= 0, dist, np.float32(np.inf)).astype(np.float32) + np.float32(0.0)  # -0 -> +0
     u = key_d.view(np.uint32).astype(np.uint64)
@@ -95,28 +95,11 @@ def _sort_rows_by_key(ids, dist, xp):
     return ids, dist
 
 
-def _sort_rows(ids, dist, xp=np):
-    """(ids, internal distances) with every row sorted by (distance, id), -1 / inf last, as host arrays;
-    with ``xp`` CuPy the rows are sorted on the device (:func:`_sort_rows_by_key`)."""
-    if xp is not np:
-        return _sort_rows_by_key(ids, dist, xp)
-    key_i = np.where(ids >= 0, ids, np.iinfo(np.int32).max)
-    key_d = np.where(ids >= 0, dist, np.inf)
-    order = np.lexsort((key_i, key_d), axis=1)
-    return np.take_along_axis(ids, order, 1), np.take_along_axis(key_d, order, 1)
-
-
 def _graph_of_sorted(ids, dist, metric) -> Graph:
     """The Graph of host rows already sorted (internal distances in, reported distances out)."""
     rep = report_distances(dist, metric, np)
     rep[ids < 0] = np.inf
     return Graph(np.ascontiguousarray(ids, np.int32), np.ascontiguousarray(rep, np.float32), metric)
-
-
-def _sorted_graph(ids, dist, metric, xp=np) -> Graph:
-    """Rows sorted by (distance, id), -1 / inf last, reported distances (host arrays); with ``xp`` CuPy
-    the rows are sorted on the device, the distances reported on the host."""
-    return _graph_of_sorted(*_sort_rows(ids, dist, xp), metric)
 
 
 #: device bytes per graph entry of the row sort (:func:`_sort_rows_by_key`: its 64-bit keys, CuPy's sort of
@@ -285,8 +268,8 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
                 for r0 in range(0, b - a, chunk):
                     r1 = min(b - a, r0 + chunk)
                     gi = h["graph"][r0:r1]
-                    ids[a + r0:a + r1], dist[a + r0:a + r1] = _sort_rows(xp.where(gi >= 0, gi + a, -1),
-                                                                         h["dist"][r0:r1], xp)
+                    ids[a + r0:a + r1], dist[a + r0:a + r1] = _sort_rows_by_key(
+                        xp.where(gi >= 0, gi + a, -1), h["dist"][r0:r1], xp)
                 entries.append(h["top"] + a)
                 e_bounds.append(e_bounds[-1] + h["top"].shape[0])
                 nn1.append(h["nn1_max"])

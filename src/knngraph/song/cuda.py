@@ -114,6 +114,10 @@ def search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queu
 # the fast searcher (``_beam_kernels``)
 
 
+#: bytes of the word each mode reads the vectors in (the alignment it needs)
+_WORD_BYTES = {bk.MODE_HALF4: 8, bk.MODE_F32X2: 8, bk.MODE_HALF2: 4, bk.MODE_DP4A_U8: 4, bk.MODE_DP4A_I8: 4}
+
+
 def beam_mode(base_dtype, query_dtype, dim: int, base_address: int = 0, query_address: int = 0) -> int:
     """dp4a modes for 8-bit vectors searched with queries of the same dtype (dim % 4 == 0); 8-byte words
     of float16 (four halves, or 4-byte words of two for dim % 4 == 2) and float32 vectors (two floats, dim
@@ -121,8 +125,7 @@ def beam_mode(base_dtype, query_dtype, dim: int, base_address: int = 0, query_ad
     device address aligned to its word: an offset view (``buf[1:].reshape(n, d)``) falls back to the
     generic mode rather than fault on a misaligned load."""
     mode = _word_mode(np.dtype(base_dtype), np.dtype(query_dtype), dim)
-    word = {bk.MODE_HALF4: 8, bk.MODE_F32X2: 8, bk.MODE_HALF2: 4, bk.MODE_DP4A_U8: 4, bk.MODE_DP4A_I8: 4}.get(mode, 1)
-    if base_address % word or (_dp4a(mode) and query_address % 4):
+    if base_address % _WORD_BYTES.get(mode, 1) or (_dp4a(mode) and query_address % 4):
         return bk.MODE_GENERIC
     return mode
 
