@@ -180,26 +180,30 @@ def clustered(n, d, seed=0, latent=12):
     return out
 
 
+_PEAK_IN_USE = []  # the one CuPy memory hook every tracker reads (entered once, on the main thread)
+
+
 def gpu_peak_tracker():
-    """A CuPy memory-pool hook recording peak bytes in use (None without CuPy)."""
+    """Peak device bytes in use through CuPy since ``reset()`` (``peak_bytes() - base``), counted by a
+    memory hook on this thread (:class:`knngraph._device.PeakInUse`); None without CuPy."""
     try:
-        import cupy
+        import cupy  # noqa: F401
     except Exception:
         return None
+    from knngraph._device import PeakInUse
+
+    if not _PEAK_IN_USE:
+        _PEAK_IN_USE.append(PeakInUse().__enter__())
+    tracker = _PEAK_IN_USE[0]
 
     class Peak:
-        """CuPy's pool keeps every block it allocated until freed, so after ``reset()`` its total size
-        is the peak of what the run allocated through CuPy (numba kernels allocate nothing)."""
-
-        def __init__(self):
-            self.pool = cupy.get_default_memory_pool()
+        base = 0
 
         def reset(self):
             sync()
-            self.pool.free_all_blocks()
-            self.base = self.pool.total_bytes()
+            tracker.reset()
 
         def peak_bytes(self):
-            return self.pool.total_bytes()
+            return tracker.peak
 
     return Peak()

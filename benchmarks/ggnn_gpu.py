@@ -7,7 +7,8 @@ Builds a GGNN index (k=24 and k=40, s=32, L=4, tau_b=0.5, r=2) and reports the t
 (select / merge / symmetric linking / refinement, the paper's Fig. 6), then sweeps the query slack tau
 (10k queries, k=10, one batch; search caches of 256 and 512 ids) and writes ``ggnn_gpu.jsonl`` and
 ``ggnn_gpu.png`` (recall@10 against queries per second), with the library's default GPU searcher
-(``song.from_graph`` on the GGNN graph, queue sizes swept) on the same plot. Every search is the median of --repeats calls after a warm-up call. Targets
+(``song.from_graph`` on the GGNN graph, queue sizes swept) and, when cuVS loads, CAGRA (its own graph and
+the GGNN k=24 graph) on the same plot. Every search is the median of --repeats calls after a warm-up call. Targets
 (issue 13, H200): build <= 1.8 s at k=24; >= 1.5M QPS at recall@10 0.95; recall@10 0.99 at >= 1M QPS.
 ``--dataset minilm``: minilm-words (float16, cosine; 5k queries with the exact cosine top-10) from
 ``--minilm-dir`` instead, the same curve (the issue asks for it too); results named ``NAME_minilm``.
@@ -95,6 +96,7 @@ def main(device="cuda", n_default=450_000, name="ggnn_gpu"):
             log.write(part=name, queue_size=qs, qps=nq / sec, seconds=sec, first_call_s=first, **{"recall@10": r})
             curves[name].append((r, nq / sec))
 
+    graphs = {}
     for degree in ((24,) if args.quick else (24, 40)):
         params = ggnn.IndexParams(graph_degree=degree, n_shards=args.shards, metric=metric)
         ggnn.build(params, base[:5000], device=args.device, verbose=False)  # compile the kernels first
@@ -107,9 +109,57 @@ def main(device="cuda", n_default=450_000, name="ggnn_gpu"):
             sweep(f"GGNN k={degree}, cache {cache}", index, cache)
         if on_gpu:
             sweep_fast(f"fast searcher on GGNN k={degree}", index.graph)
+        graphs[degree] = index.graph
+    if on_gpu:  # last: a fault inside cuVS would end the process
+        cagra_curves(log, curves, base, queries, gt, metric, graphs[24], args.repeats)
 
     plot(out / f"{name}.png", curves, args.n, "GPU" if on_gpu else "CPU",
          "minilm-words (cosine, float16)" if args.dataset == "minilm" else "sift-photos")
+
+
+def cagra_curves(log, curves, base, queries, gt, metric, ggnn_graph, repeats):
+    """cuVS CAGRA's searcher (itopk swept) on its own graph (nn_descent build, degree 32) and on the GGNN
+    k=24 graph (``cagra.from_graph``, the table from host memory); cosine as inner product of normalised
+    vectors. Skipped, with a logged reason, when cuVS does not load."""
+    import cupy as cp
+
+    from knngraph.evaluate import recall_at_k
+
+    try:
+        from runner.methods import _uint32_graph, cuvs_modules
+
+        cagra = cuvs_modules()[0]
+    except Exception as exc:
+        log.write(part="cagra", error=f"cuvs not available ({type(exc).__name__}: {exc})")
+        return
+    xb, xq = cp.asarray(base), cp.asarray(queries)
+    cmetric = "inner_product" if metric == "cosine" else "sqeuclidean"
+    if metric == "cosine":
+        def unit(a):
+            f = a.astype(cp.float32)
+            return (f / cp.maximum(cp.linalg.norm(f, axis=1, keepdims=True), 1e-30)).astype(a.dtype)
+        xb, xq = unit(xb), unit(xq)
+    for name in ("CAGRA on its own graph (nn_descent)", "CAGRA searcher on GGNN k=24"):
+        try:
+            t0 = time.perf_counter()
+            if name.startswith("CAGRA on its own"):
+                ci = cagra.build(cagra.IndexParams(metric=cmetric, graph_degree=32, intermediate_graph_degree=64,
+                                                   build_algo="nn_descent"), xb)
+            else:
+                table, _ = _uint32_graph(ggnn_graph.indices)
+                ci = cagra.from_graph(cp.asnumpy(table), xb, metric=cmetric)
+            cp.cuda.Device().synchronize()
+            log.write(part="cagra_graph", graph=name, build_s=time.perf_counter() - t0)
+            curves[name] = []
+            for itopk in (16, 32, 64, 96, 128, 192, 256):
+                sp = cagra.SearchParams(itopk_size=itopk)
+                sec, _, found = timed(lambda: cagra.search(sp, ci, xq, 10), repeats)
+                r = recall_at_k(cp.asnumpy(cp.asarray(found[1])).astype(np.int64), gt, 10)
+                log.write(part=name, itopk_size=itopk, qps=len(queries) / sec, seconds=sec, **{"recall@10": r})
+                curves[name].append((r, len(queries) / sec))
+            del ci
+        except Exception as exc:
+            log.write(part="cagra", graph=name, error=f"{type(exc).__name__}: {exc}")
 
 
 def plot(path, curves, n, where="GPU", dataset="sift-photos"):

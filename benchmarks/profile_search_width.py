@@ -1,7 +1,7 @@
 """How the fast GPU searcher's time per batch depends on the batch size and the search width (warps per
 query), to set the automatic width for large batches.
 
-    python benchmarks/profile_search_width.py [--dataset sift|minilm] [--minilm-dir DIR]
+    python benchmarks/profile_search_width.py [--dataset sift|minilm] [--minilm-dir DIR] [--dtype float32]
 
 Prints one JSON line per (queue size, width, batch): milliseconds per call, queries per second and the
 recall@10 of the batch (batches larger than the query set repeat it). With one warp per query, a batch
@@ -26,6 +26,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", choices=["sift", "minilm"], default="sift")
     ap.add_argument("--minilm-dir", default="/root/minilm")
+    ap.add_argument("--dtype", default="", choices=["", "float32", "float16", "int8"],
+                    help="the vectors in another dtype (as search_gpu.py --dtype)")
+    ap.add_argument("--metric", default="", choices=["", "inner_product"])
     ap.add_argument("--queues", default="16,24,64")
     ap.add_argument("--widths", default="1,2,4")
     ap.add_argument("--batches", default="1000,2500,5000,10000,20000")
@@ -66,7 +69,7 @@ def main():
         secs = per_call(lambda: song.search(index, xq, 10, sp, device="cuda", verbose=False, out=o), args.repeats)
         m = min(b, nq)
         r = score(o[1][:m].get(), o[0][:m].get(), gt[:m], gt_d[:m])
-        print(json.dumps({"dataset": args.dataset, "queue_size": qs, "width": width, "registers": regs,
+        print(json.dumps({"dataset": args.dataset, "dtype": str(base.dtype), "queue_size": qs, "width": width, "registers": regs,
                           "warp_cap": cap, "per_lane": pl, "batch": b,
                           "ms": secs * 1e3, "qps": b / secs, "recall": r}), flush=True)
     for name, fn in _cuda_launch.compiled_functions():

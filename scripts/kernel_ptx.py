@@ -71,7 +71,7 @@ def _beam_cases():
                                                 ("f16", np.float16, np.float32, 384),
                                                 ("f16x2", np.float16, np.float32, 66),
                                                 ("f16odd", np.float16, np.float32, 33),
-                                                ("f32", np.float32, np.float32, 96),
+                                                ("f32", np.float32, np.float32, 96), ("f32x2", np.float32, np.float32, 98),
                                                 ("u8fq", np.uint8, np.float32, 128)):
         mode = beam_mode(base_dtype, query_dtype, dim)
         base_t = arr({bk.MODE_DP4A_U8: u32, bk.MODE_DP4A_I8: u32, bk.MODE_HALF4: u64, bk.MODE_F32X2: u64, bk.MODE_HALF2: u32}.get(

@@ -150,12 +150,13 @@ class GpuPeak:
     """Peak GPU memory (bytes) allocated since :meth:`reset`, through CuPy's memory pool and PyTorch's
     caching allocator (the two frameworks the measured code allocates with; numba kernels allocate nothing).
 
-    CuPy's pool keeps every block until it is freed, so after ``free_all_blocks()`` at reset its size at the
-    end is the peak of what was held at once; PyTorch reports its own peak. Returns None without a GPU.
+    CuPy's bytes in use are counted by a memory hook on the measuring thread
+    (:class:`knngraph._device.PeakInUse`; the pool's size reads under the peak where blocks are reused);
+    PyTorch reports its own peak. Returns None without a GPU.
     """
 
     def __init__(self):
-        self._cupy_base = 0
+        self._cupy_peak = None
         self.available = False
         try:
             import cupy
@@ -169,9 +170,11 @@ class GpuPeak:
 
         sync()
         if "cupy" in sys.modules and self.available:
-            pool = sys.modules["cupy"].get_default_memory_pool()
-            pool.free_all_blocks()
-            self._cupy_base = pool.total_bytes()
+            if self._cupy_peak is None:
+                from knngraph._device import PeakInUse
+
+                self._cupy_peak = PeakInUse().__enter__()
+            self._cupy_peak.reset()
         if "torch" in sys.modules:
             torch = sys.modules["torch"]
             if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -184,8 +187,8 @@ class GpuPeak:
         if not self.available:
             return None
         total = 0
-        if "cupy" in sys.modules:
-            total += sys.modules["cupy"].get_default_memory_pool().total_bytes() - self._cupy_base
+        if self._cupy_peak is not None:
+            total += self._cupy_peak.peak
         if "torch" in sys.modules:
             torch = sys.modules["torch"]
             if torch.cuda.is_available() and torch.cuda.is_initialized():

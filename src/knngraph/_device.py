@@ -324,6 +324,50 @@ def default_memory_limit(device: Device) -> int:
         return 2 << 30
 
 
+class PeakInUse:
+    """Peak device bytes in use through CuPy's memory pool (allocated and not yet freed) while entered,
+    above what was in use on entering or at the last :meth:`reset`. A CuPy memory hook on this thread
+    counts every allocation and free, so the peak is exact for what this thread allocates through CuPy
+    (knngraph's kernels allocate nothing). The pool's size is no such measure: it grows only when no
+    cached block fits, so reuse and fragmentation make it read off or under the real peak.
+
+        with PeakInUse() as peak:
+            build(...)
+        peak.peak  # bytes
+    """
+
+    def __init__(self):
+        self.peak = self._now = 0
+        self._hook = None
+
+    def reset(self) -> None:
+        self.peak = self._now = 0
+
+    def __enter__(self):
+        from cupy.cuda import memory_hook
+
+        tracker = self
+
+        class _Hook(memory_hook.MemoryHook):
+            name = f"knngraph_peak_in_use_{id(self)}"  # CuPy keeps one hook per name and thread
+
+            def malloc_postprocess(self, device_id, size, mem_size, mem_ptr, pmem_id):
+                tracker._now += mem_size
+                tracker.peak = max(tracker.peak, tracker._now)
+
+            def free_postprocess(self, device_id, mem_size, mem_ptr, pmem_id):
+                tracker._now -= mem_size
+
+        self.reset()
+        self._hook = _Hook()
+        self._hook.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._hook.__exit__(*exc)
+        self._hook = None
+
+
 @contextlib.contextmanager
 def quiet_launches():
     """Silence numba-cuda's low-occupancy warning for launches inside the block.

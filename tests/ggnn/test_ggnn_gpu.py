@@ -92,17 +92,12 @@ def test_sharded_search_swaps_shards_through_host_memory(sift_index):
 
 
 def _pool_peak(fn):
-    """(result, bytes the CuPy pool grew by during fn): the pool keeps every block until freed, so its
-    growth from an emptied pool bounds what fn held at once."""
-    import cupy as cp
+    """(result, peak device bytes fn held at once through CuPy, above what was in use before)."""
+    from knngraph._device import PeakInUse
 
-    pool = cp.get_default_memory_pool()
-    cp.cuda.Device().synchronize()
-    pool.free_all_blocks()
-    start = pool.total_bytes()
-    out = fn()
-    cp.cuda.Device().synchronize()
-    return out, pool.total_bytes() - start
+    with PeakInUse() as peak:
+        out = fn()
+    return out, peak.peak
 
 
 def test_build_stays_within_its_estimate_and_memory_limit_adds_shards(sift_index):

@@ -97,7 +97,10 @@ def _run(graph_ids, x, q, metric, entries, k, queue_size, max_warps=2, width=1):
     (np.uint8, np.uint8, 8, "cosine", 6, bk.MODE_DP4A_U8),
     (np.uint8, np.float32, 12, "sqeuclidean", 6, bk.MODE_GENERIC),  # float queries: element loads
     (np.float32, np.float32, 7, "cosine", 6, bk.MODE_GENERIC),  # odd dimension: element loads
-    (np.float32, np.float32, 8, "sqeuclidean", 6, bk.MODE_F32X2),
+    (np.float32, np.float32, 14, "sqeuclidean", 6, bk.MODE_F32X2),
+    (np.float32, np.float32, 8, "sqeuclidean", 6, bk.MODE_F32X4),
+    (np.float32, np.float16, 12, "cosine", 40, bk.MODE_F32X4),  # rows longer than one chunk
+    (np.float32, np.float32, 16, "inner_product", 6, bk.MODE_F32X4),
     (np.float32, np.float16, 10, "cosine", 6, bk.MODE_F32X2),
     (np.float32, np.float32, 6, "inner_product", 40, bk.MODE_F32X2),
     (np.float16, np.float32, 9, "euclidean", 40, bk.MODE_GENERIC),  # rows longer than one chunk
@@ -214,9 +217,12 @@ def test_automatic_search_width_by_batch_size():
 
 
 def test_word_modes_need_aligned_addresses():
-    # 8-byte words (two floats, four halves) and 4-byte words (two halves, four 8-bit values) are read
-    # only from addresses aligned to them; an offset view falls back to element loads
-    assert beam_mode(np.float32, np.float32, 8, 256, 4) == bk.MODE_F32X2
+    # 16-byte loads (four floats), 8-byte words (two floats, four halves) and 4-byte words (two halves,
+    # four 8-bit values) are read only from addresses aligned to them; an offset view falls back to
+    # narrower loads or element loads
+    assert beam_mode(np.float32, np.float32, 8, 256, 4) == bk.MODE_F32X4
+    assert beam_mode(np.float32, np.float32, 8, 264, 4) == bk.MODE_F32X2  # 8- but not 16-byte aligned
+    assert beam_mode(np.float32, np.float32, 6, 264, 4) == bk.MODE_F32X2
     assert beam_mode(np.float32, np.float16, 8, 260, 0) == bk.MODE_GENERIC
     assert beam_mode(np.float16, np.float16, 8, 4, 0) == bk.MODE_GENERIC
     assert beam_mode(np.float16, np.float32, 6, 4, 0) == bk.MODE_HALF2

@@ -61,6 +61,7 @@ MODE_DP4A_I8 = 2   # int8 likewise
 MODE_HALF2 = 3     # float16 vectors, dim % 2 == 0: uint32 words of two halves, float32 arithmetic
 MODE_HALF4 = 4     # float16 vectors, dim % 4 == 0: uint64 words of four halves
 MODE_F32X2 = 5     # float32 vectors, dim % 2 == 0: uint64 words of two floats (8-byte loads)
+MODE_F32X4 = 6     # float32 vectors, dim % 4 == 0: four floats per 16-byte vector load
 
 #: shared memory one block may use (static allocations stay under the 48 KiB default limit)
 SHARED_BUDGET = 48 * 1024
@@ -173,7 +174,44 @@ def _float_ptx(high):
     return single
 
 
+def _load_f32x4_python(rows, v, t):
+    t4 = 4 * int(t)
+    return rows[v, t4], rows[v, t4 + 1], rows[v, t4 + 2], rows[v, t4 + 3]
+
+
+def _load_f32x4_ptx():
+    """Floats 4t .. 4t + 3 of row v of a float32 matrix with contiguous rows, in one 16-byte vector load
+    (rows aligned to 16 bytes: ``beam_mode`` checks the address, dim % 4 == 0 the row length). v and t are
+    unsigned: no negative-index wraparound."""
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def load_f32x4(typingctx, rows, v, t):
+        ret = types.UniTuple(types.float32, 4)
+        sig = ret(rows, v, t)
+
+        def codegen(context, builder, signature, args):
+            i64 = ir.IntType(64)
+            ary = context.make_array(signature.args[0])(context, builder, args[0])
+            vi = context.cast(builder, args[1], signature.args[1], types.uint64)
+            ti = context.cast(builder, args[2], signature.args[2], types.uint64)
+            row_bytes = builder.extract_value(ary.strides, 0)
+            off = builder.add(builder.mul(vi, row_bytes), builder.shl(ti, ir.Constant(i64, 4)))
+            byte_ptr = builder.bitcast(ary.data, ir.IntType(8).as_pointer())
+            vec_ptr = builder.bitcast(builder.gep(byte_ptr, [off]), ir.VectorType(ir.FloatType(), 4).as_pointer())
+            vec = builder.load(vec_ptr, align=16)
+            return context.make_tuple(builder, signature.return_type,
+                                      [builder.extract_element(vec, ir.Constant(ir.IntType(32), i)) for i in range(4)])
+
+        return sig, codegen
+
+    return load_f32x4
+
+
 if config.ENABLE_CUDASIM:
+    load_f32x4 = _load_f32x4_python
     float_lo = _float_python(False)
     float_hi = _float_python(True)
     dp4a_u8 = _dp4a_python(False)
@@ -181,6 +219,7 @@ if config.ENABLE_CUDASIM:
     half_lo = _half_python(False)
     half_hi = _half_python(True)
 else:  # pragma: no cover - needs numba's CUDA target
+    load_f32x4 = _load_f32x4_ptx()
     float_lo = _float_ptx(False)
     float_hi = _float_ptx(True)
     dp4a_u8 = _dp4a_ptx(False)
@@ -443,9 +482,22 @@ def _sorted_chunk_for(mode: int, kind: int, row_units: int):
     signed = mode == MODE_DP4A_I8
 
     @device_function
+    def load_unit(rows, v, t):
+        """Row unit ``t`` of vertex ``v``: one load (four floats as a 16-byte vector load)."""
+        if mode == MODE_F32X4:
+            return load_f32x4(rows, v, t)
+        return rows[v, t]
+
+    @device_function
     def unit_terms(y, qv, qw, w, t, acc):
-        """Row unit ``t`` of a candidate (``y``: an element, a word of two or four halves, or four 8-bit
-        values) against the staged query, added to ``acc``."""
+        """Row unit ``t`` of a candidate (``y``: an element, a word of two or four halves, four 8-bit
+        values, or a tuple of four floats) against the staged query, added to ``acc``."""
+        if mode == MODE_F32X4:
+            t4 = uint32(4) * t
+            acc = _element_terms(kind, y[0], qv[w, t4], acc)
+            acc = _element_terms(kind, y[1], qv[w, t4 + uint32(1)], acc)
+            acc = _element_terms(kind, y[2], qv[w, t4 + uint32(2)], acc)
+            return _element_terms(kind, y[3], qv[w, t4 + uint32(3)], acc)
         if mode == MODE_DP4A_U8 or mode == MODE_DP4A_I8:
             return _dp4a(signed, y, qw[w, t], acc)
         if mode == MODE_HALF4:
@@ -471,16 +523,16 @@ def _sorted_chunk_for(mode: int, kind: int, row_units: int):
             u = t + uint32(tsize)
             has_u = u < row_units and i + 1 < per_lane
             if t < row_units:
-                y1 = rows[v1, t]
-                y2 = rows[v2, t]
-                y3 = rows[v3, t]
-                y4 = rows[v4, t]
+                y1 = load_unit(rows, v1, t)
+                y2 = load_unit(rows, v2, t)
+                y3 = load_unit(rows, v3, t)
+                y4 = load_unit(rows, v4, t)
                 z1 = z2 = z3 = z4 = y1
                 if has_u:
-                    z1 = rows[v1, u]
-                    z2 = rows[v2, u]
-                    z3 = rows[v3, u]
-                    z4 = rows[v4, u]
+                    z1 = load_unit(rows, v1, u)
+                    z2 = load_unit(rows, v2, u)
+                    z3 = load_unit(rows, v3, u)
+                    z4 = load_unit(rows, v4, u)
                 a1 = unit_terms(y1, qv, qw, w, t, a1)
                 a2 = unit_terms(y2, qv, qw, w, t, a2)
                 a3 = unit_terms(y3, qv, qw, w, t, a3)
@@ -630,8 +682,10 @@ def _write_no_neighbours(k, j, out_k, out_i, out_nd, out_ne, lane):
 
 def row_units(mode: int, qwords: int) -> int:
     """Loads per vector row of a distance mode whose staged query is ``qwords`` words long: 4-byte words
-    (dp4a, two halves), 8-byte words (four halves) or elements."""
-    return {MODE_HALF4: qwords // 4, MODE_HALF2: qwords // 2, MODE_F32X2: qwords // 2}.get(mode, qwords)
+    (dp4a, two halves), 8-byte words (four halves, two floats), 16-byte vectors (four floats) or
+    elements."""
+    return {MODE_HALF4: qwords // 4, MODE_F32X4: qwords // 4, MODE_HALF2: qwords // 2,
+            MODE_F32X2: qwords // 2}.get(mode, qwords)
 
 
 def shared_bytes_per_warp(qcap: int, hsize: int, qwords: int) -> int:

@@ -115,16 +115,19 @@ def search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queu
 
 
 #: bytes of the word each mode reads the vectors in (the alignment it needs)
-_WORD_BYTES = {bk.MODE_HALF4: 8, bk.MODE_F32X2: 8, bk.MODE_HALF2: 4, bk.MODE_DP4A_U8: 4, bk.MODE_DP4A_I8: 4}
+_WORD_BYTES = {bk.MODE_F32X4: 16, bk.MODE_HALF4: 8, bk.MODE_F32X2: 8, bk.MODE_HALF2: 4, bk.MODE_DP4A_U8: 4,
+               bk.MODE_DP4A_I8: 4}
 
 
 def beam_mode(base_dtype, query_dtype, dim: int, base_address: int = 0, query_address: int = 0) -> int:
     """dp4a modes for 8-bit vectors searched with queries of the same dtype (dim % 4 == 0); 8-byte words
-    of float16 (four halves, or 4-byte words of two for dim % 4 == 2) and float32 vectors (two floats, dim
-    even); else generic (element loads). A word mode needs the vectors' (and, for dp4a, the queries')
+    of float16 (four halves, or 4-byte words of two for dim % 4 == 2); float32 vectors as 16-byte loads of
+    four floats (dim % 4 == 0) or 8-byte words of two (dim % 4 == 2); else generic (element loads). A word mode needs the vectors' (and, for dp4a, the queries')
     device address aligned to its word: an offset view (``buf[1:].reshape(n, d)``) falls back to the
     generic mode rather than fault on a misaligned load."""
     mode = _word_mode(np.dtype(base_dtype), np.dtype(query_dtype), dim)
+    if mode == bk.MODE_F32X4 and base_address % 16:
+        mode = bk.MODE_F32X2  # an 8-byte aligned view: two floats per load
     if base_address % _WORD_BYTES.get(mode, 1) or (_dp4a(mode) and query_address % 4):
         return bk.MODE_GENERIC
     return mode
@@ -139,14 +142,17 @@ def _word_mode(b, q, dim: int) -> int:
         return bk.MODE_HALF4
     if dim % 2 == 0 and b == np.float16:
         return bk.MODE_HALF2
+    if dim % 4 == 0 and b == np.float32:
+        return bk.MODE_F32X4
     if dim % 2 == 0 and b == np.float32:
         return bk.MODE_F32X2
     return bk.MODE_GENERIC
 
 
 def _words(base, mode: int, xp):
-    """The vectors as the kernel reads them: elements, uint32 or (four halves, two floats) uint64 words."""
-    if mode == bk.MODE_GENERIC:
+    """The vectors as the kernel reads them: elements (also four floats per vector load), uint32 or (four
+    halves, two floats) uint64 words."""
+    if mode in (bk.MODE_GENERIC, bk.MODE_F32X4):
         return base
     return base.view(xp.uint64 if mode in (bk.MODE_HALF4, bk.MODE_F32X2) else xp.uint32)
 
@@ -179,6 +185,13 @@ def search_width(nq: int, sm_count: int, requested: int = 0) -> int:
     return width
 
 
+#: loads per lane and vector row that set the team size (lanes per distance) of a distance mode (4 if not
+#: listed). Four floats per load: 2, i.e. teams of 16 lanes for 128 floats, measured on an H100 (sift-photos
+#: 450k as float32, 10k queries, queues 32 / 64 / 96): 5.43 / 2.98 / 2.03M queries/s against 4.77 / 2.46 /
+#: 1.76M with teams of 8 and 3.71 / 2.05 / 1.41M with teams of 4 (``profile_search_width.py --per-lane``)
+TEAM_LOADS_PER_LANE = {bk.MODE_GENERIC: 8, bk.MODE_HALF4: 6, bk.MODE_F32X2: 6, bk.MODE_F32X4: 2}
+
+
 def beam_config(queue_size: int, dim: int, mode: int, kind: int, max_warps: int = 4, width: int = 1):
     """(kernel, warps per block) of the fast searcher for a queue size, dimension, distance mode and kind
     (``DIST_*``) and search width (warps per query; > 1: the block-per-query kernel)."""
@@ -187,7 +200,7 @@ def beam_config(queue_size: int, dim: int, mode: int, kind: int, max_warps: int 
     qwords = dim // 4 if _dp4a(mode) else dim  # the staged query: uint32 words or float32 values
     # loads per vector row: 4-byte words (dp4a, half2) or elements
     row_units = bk.row_units(mode, qwords)
-    tsize = bk.team_size(row_units, {bk.MODE_GENERIC: 8, bk.MODE_HALF4: 6, bk.MODE_F32X2: 6}.get(mode, 4))
+    tsize = bk.team_size(row_units, TEAM_LOADS_PER_LANE.get(mode, 4))
     per_lane = -(-row_units // tsize)
     if width > 1:
         per = bk.shared_bytes_per_block(qcap, hsize, qwords, width)

@@ -1,0 +1,93 @@
+"""Device memory of a GGNN GPU build, measured against the estimate memory_limit plans with.
+
+    python benchmarks/profile_ggnn_memory.py [--sizes 200000,450000] [--out DIR]
+
+A CuPy memory hook follows the bytes in use (allocated from the pool and not yet freed) through a build
+of sift-photos rows, and records their peak over the whole build, inside the hierarchy
+(``_build.build_hierarchy``) and inside the row sort (``_index._sort_rows_by_key``), next to the
+estimate's parts (``ggnn.shard_build_bytes``, ``_build.build_device_bytes``). One JSON line per size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import environment, load_sift  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="200000,450000")
+    ap.add_argument("--refinements", type=int, default=1)
+    ap.add_argument("--out", default="out")
+    args = ap.parse_args()
+
+    import cupy as cp
+    from cupy.cuda import memory_hook
+
+    from knngraph import ggnn
+    from knngraph.ggnn import _build, _index
+
+    class InUse(memory_hook.MemoryHook):
+        name = "InUse"
+
+        def __init__(self):
+            self.now = self.peak = self.phase_peak = 0
+
+        def malloc_postprocess(self, device_id, size, mem_size, mem_ptr, pmem_id):
+            self.now += mem_size
+            self.peak = max(self.peak, self.now)
+            self.phase_peak = max(self.phase_peak, self.now)
+
+        def free_postprocess(self, device_id, mem_size, mem_ptr, pmem_id):
+            self.now -= mem_size
+
+    hook = InUse()
+    phases = {}
+
+    def measured(name, fn):
+        def run(*a, **kw):
+            start = hook.phase_peak = hook.now
+            try:
+                return fn(*a, **kw)
+            finally:
+                cp.cuda.Device().synchronize()
+                got = phases.setdefault(name, {"peak_in_use": 0, "in_use_at_start": 0})
+                if hook.phase_peak > got["peak_in_use"]:
+                    got.update(peak_in_use=hook.phase_peak, in_use_at_start=start)
+        return run
+
+    _index.build_hierarchy = measured("hierarchy", _build.build_hierarchy)
+    _index._sort_rows_by_key = measured("row_sort", _index._sort_rows_by_key)
+    base, _, _ = load_sift(450_000)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    params = ggnn.IndexParams(refinements=args.refinements)
+    ggnn.build(params, base[:2000], device="cuda", verbose=False)  # compile outside the measurement
+    for n in map(int, args.sizes.split(",")):
+        x = base[:n]
+        phases.clear()
+        cp.get_default_memory_pool().free_all_blocks()
+        with hook:
+            hook.now = hook.peak = hook.phase_peak = 0
+            ggnn.build(params, x, device="cuda", verbose=False)
+            whole = hook.peak
+        k = params.graph_degree
+        row = {"n": n, "dim": x.shape[1], "graph_degree": k, "refinements": args.refinements,
+               "peak_in_use": whole, "phases": phases.copy(),
+               "estimate": ggnn.shard_build_bytes(n, x.shape[1], params),
+               "estimate_hierarchy": _build.build_device_bytes(n, x.shape[1], params),
+               "estimate_kept_scratch": _build.kept_scratch_bytes(n, params),
+               "estimate_sort_chunk": min(n, _index._sort_chunk_rows(k)) * k * _index.SORT_BYTES_PER_ENTRY,
+               "float32_vectors": 4 * n * x.shape[1], "env": environment()}
+        print(json.dumps(row), flush=True)
+        with open(out / "profile_ggnn_memory.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
