@@ -52,7 +52,22 @@ def kernels():
     from knngraph.primitives import _rescore_kernel as rf
     from knngraph.song import _kernels as gk
 
-    return _cases(sk, rf, nk, gk, prune=go.prune_kernel, merge_lists=go.merge_lists_kernel) + _beam_cases()
+    return (_cases(sk, rf, nk, gk, prune=go.prune_kernel, merge_lists=go.merge_lists_kernel) + _beam_cases()
+            + _grnnd_cases())
+
+
+def _grnnd_cases():
+    """GRNND's propose kernel (float32 and uint8 vectors, pools of 64) and merge kernel."""
+    from knngraph.grnnd import _kernels as rk
+
+    out = []
+    for label, xt in (("f32", f32), ("u8", u8)):
+        out.append((f"grnnd_propose_{label}_c64", rk.propose_kernel(64).py_func,
+                    (arr(xt), arr(f32, 1), i64, i64, i64, f32, arr(i32), arr(f32), arr(i32, 1), arr(i32), arr(i32),
+                     arr(f32), arr(i32, 1))))
+    out.append(("grnnd_merge_c64", rk.merge_kernel(64).py_func,
+                (arr(i32, 1), arr(f32, 1), arr(i64, 1), i64, arr(i32), arr(f32), arr(i32, 1))))
+    return out
 
 
 def _beam_cases():

@@ -36,6 +36,18 @@ def test_rounds_match_the_cpu_path():
     assert (cn <= 8).all() and (cn > 0).all()
 
 
+def test_rounds_with_large_pools_match_the_cpu_path():
+    """Pools of 20-40 entries: hundreds of terms per vertex, so the propose kernel's queue of live terms
+    fills, is tested 32 at a time, carries its rest over and is flushed at the end; same pools and counts
+    as the CPU path's sequential loop."""
+    x = _data(n=72, seed=1)
+    p = IndexParams(graph_degree=24, initial_degree=20, outer_iterations=2, inner_iterations=1, seed=5)
+    (gc, gd, gn), gs = _pools(gcuda, x, p, s=20)
+    (cc, cd, cn), cs = _pools(cpu, x, p, s=20)
+    assert np.array_equal(gn, cn) and np.array_equal(gc, cc) and np.array_equal(gd, cd)
+    assert gs == cs and sum(cs["redirects"]) > 0 and cn.max() > 16
+
+
 @pytest.mark.parametrize("alpha", [1.2, 1.5])
 def test_rounds_match_the_cpu_path_with_prune_alpha(alpha):
     """The relaxed test f * d(i, j) < max(d(v, i), d(v, j)) (f = alpha^2 on squared L2) for dropping,

@@ -2,10 +2,11 @@
 proposal slots, are those of :mod:`knngraph.grnnd.cpu`; here:
 
 * :func:`propose_kernel`: one warp per vertex (section 3.3). The pool (codes, distances, alive flags)
-  sits in shared memory. The warp takes the random pair order 32 terms at a time: each lane computes one
-  pair's distance (the pool's vectors are read by many pairs, so they stay in L1) and its Eq. (2) test;
-  the batch's terms go to shared memory and lane 0 applies the redirects in term order, a pair whose
-  member was redirected by an earlier term of the batch being skipped. That is the sequential order of the
+  sits in shared memory. The warp scans the random pair order 32 terms at a time and queues, in term
+  order, the terms that need a distance (i < j, both alive, one new: about a third of them); 32 queued
+  terms at a time, each lane computes one pair's distance (the pool's vectors are read by many pairs, so
+  they stay in L1) and its Eq. (2) test; the batch's terms go to shared memory and lane 0 applies the
+  redirects in term order, a pair whose member was redirected by an earlier term being skipped. That is the sequential order of the
   CPU path, so both paths make the same decisions on the same distances. (The paper computes one pair at
   a time with a warp-wide distance, Alg. 5; 32 independent pairs keep more loads in flight.)
 * :func:`merge_kernel`: one warp per target vertex. Proposals arrive sorted by target; the warp keeps the
@@ -144,11 +145,67 @@ def scatter_kernel(pt, pc, pd, fill, sc, sd):
             sd[pos] = pd[e]
 
 
+@device_function
+def _test_and_apply(x, inv, kind, f, v, r, b, qb, tb, nb, lane, sc, sd, al, qi, qj, ti, tj, td, pt, pc, pd):
+    """The first ``nb`` (<= 32) queued terms: lane u computes term u's distance and Eq. (2) test, then lane
+    0 applies the redirects in queue (= term) order, skipping a pair whose member was redirected by an
+    earlier term. Returns the redirects lane 0 made (0 on the other lanes)."""
+    ok = False
+    i = 0
+    j = 0
+    dij = float32(0.0)
+    if lane < nb:
+        i = qi[qb + lane]
+        j = qj[qb + lane]
+        dij = pair_distance(kind, x, inv, sc[b + i] >> 1, sc[b + j] >> 1)
+        ok = dij < max(sd[b + i], sd[b + j])  # Eq. (2)
+    # through shared memory: every lane's term stays where it was computed
+    ti[tb + lane] = i if ok else -1
+    tj[tb + lane] = j
+    td[tb + lane] = dij
+    any_ok = cuda.ballot_sync(FULL_MASK, ok)  # also the warp's barrier for the stores above
+    red = 0
+    if lane == 0 and any_ok != 0:
+        for u in range(WARP):
+            li = ti[tb + u]
+            if li < 0:
+                continue
+            lj = tj[tb + u]
+            if al[b + li] == 0 or al[b + lj] == 0:
+                continue  # a member was redirected by an earlier term
+            di = sd[b + li]
+            dj = sd[b + lj]
+            ci = sc[b + li]
+            cj = sc[b + lj]
+            if di < dj or (di == dj and ci < cj):
+                close = li
+                far = lj
+            else:
+                close = lj
+                far = li
+            # dropped only when the relaxed test holds too (f * dij in float32, as the CPU path); else
+            # kept and offered to the closer one from column R + slot, once
+            if f * td[tb + u] < max(di, dj):
+                al[b + far] = 0
+                pt[v, far] = sc[b + close] >> 1
+                pc[v, far] = sc[b + far] | 1
+                pd[v, far] = td[tb + u]
+                red += 1
+            elif pt[v, r + far] < 0:
+                pt[v, r + far] = sc[b + close] >> 1
+                pc[v, r + far] = sc[b + far] | 1
+                pd[v, r + far] = td[tb + u]
+                red += 1
+    cuda.syncwarp(FULL_MASK)
+    return red
+
+
 @functools.lru_cache(maxsize=None)
 def propose_kernel(cap: int):
     """Step 1 of a round (Alg. 4), one warp per vertex, pools of up to ``cap`` entries (a power of two)."""
     slots = WPB * cap
     terms = WPB * WARP
+    queue = WPB * 2 * WARP
 
     @cuda.jit
     def kernel(x, inv, kind, seed, rnd, factor, pool_c, pool_d, cnt, pt, pc, pd, redirects):
@@ -158,6 +215,8 @@ def propose_kernel(cap: int):
         ti = cuda.shared.array(terms, dtype=int32)  # a batch's terms: slot i (-1: no redirect), j,
         tj = cuda.shared.array(terms, dtype=int32)  # and d(i, j)
         td = cuda.shared.array(terms, dtype=float32)
+        qi = cuda.shared.array(queue, dtype=int32)  # the queue of live terms (slots i < j), term order
+        qj = cuda.shared.array(queue, dtype=int32)
         w = cuda.threadIdx.x // WARP
         lane = cuda.threadIdx.x % WARP
         v = cuda.blockIdx.x * WPB + w
@@ -165,6 +224,7 @@ def propose_kernel(cap: int):
             return  # whole warps leave together
         b = w * cap
         tb = w * WARP
+        qb = w * 2 * WARP
         m = cnt[v]
         r = pool_c.shape[1]
         for s in range(lane, cap, WARP):
@@ -180,58 +240,44 @@ def propose_kernel(cap: int):
         if m > 1:
             start, step = _pair_order(seed, rnd, v, m)
             mm = m * m
+            qn = 0  # terms queued (the same on every lane)
             for t0 in range(0, mm, WARP):
+                # a term needs a distance when i < j, both members are alive and one of them is new
+                # (old-old pairs were tested last round): about a third of the m^2 terms. Those are
+                # queued in term order and tested 32 at a time, so no lane idles on a dead term; a member
+                # alive when queued but redirected before its turn is skipped when applied
                 t = t0 + lane
-                ok = False
+                live = False
                 i = 0
                 j = 0
-                dij = float32(0.0)
                 if t < mm:
                     i, j = _pair_of(start, step, t, m)
                     if i < j and al[b + i] != 0 and al[b + j] != 0:
-                        ci = sc[b + i]
-                        cj = sc[b + j]
-                        if (ci & 1) != 0 or (cj & 1) != 0:  # old-old pairs were tested last round
-                            dij = pair_distance(kind, x, inv, ci >> 1, cj >> 1)
-                            ok = dij < max(sd[b + i], sd[b + j])  # Eq. (2)
-                # the batch's redirects, applied by lane 0 in term order as the sequential loop would
-                # (through shared memory: every lane's term stays where it was computed)
-                ti[tb + lane] = i if ok else -1
-                tj[tb + lane] = j
-                td[tb + lane] = dij
-                any_ok = cuda.ballot_sync(FULL_MASK, ok)  # also the warp's barrier for the stores above
-                if lane == 0 and any_ok != 0:
-                    for u in range(WARP):
-                        li = ti[tb + u]
-                        if li < 0:
-                            continue
-                        lj = tj[tb + u]
-                        if al[b + li] == 0 or al[b + lj] == 0:
-                            continue  # a member was redirected by an earlier term of the batch
-                        di = sd[b + li]
-                        dj = sd[b + lj]
-                        ci = sc[b + li]
-                        cj = sc[b + lj]
-                        if di < dj or (di == dj and ci < cj):
-                            close = li
-                            far = lj
-                        else:
-                            close = lj
-                            far = li
-                        # dropped only when the relaxed test holds too (f * dij in float32, as the
-                        # CPU path); else kept and offered to the closer one from column R + slot, once
-                        if f * td[tb + u] < max(di, dj):
-                            al[b + far] = 0
-                            pt[v, far] = sc[b + close] >> 1
-                            pc[v, far] = sc[b + far] | 1
-                            pd[v, far] = td[tb + u]
-                            red += 1
-                        elif pt[v, r + far] < 0:
-                            pt[v, r + far] = sc[b + close] >> 1
-                            pc[v, r + far] = sc[b + far] | 1
-                            pd[v, r + far] = td[tb + u]
-                            red += 1
+                        live = (sc[b + i] & 1) != 0 or (sc[b + j] & 1) != 0
+                vote = cuda.ballot_sync(FULL_MASK, live)
+                if live:
+                    pos = qn + cuda.popc(vote & cuda.lanemask_lt())
+                    qi[qb + pos] = i
+                    qj[qb + pos] = j
+                qn += cuda.popc(vote)
                 cuda.syncwarp(FULL_MASK)
+                if qn >= WARP:
+                    red += _test_and_apply(x, inv, kind, f, v, r, b, qb, tb, WARP, lane, sc, sd, al, qi, qj, ti, tj,
+                                           td, pt, pc, pd)
+                    qn -= WARP
+                    ri = 0
+                    rj = 0
+                    if lane < qn:  # the rest (< 32) to the queue's front
+                        ri = qi[qb + WARP + lane]
+                        rj = qj[qb + WARP + lane]
+                    cuda.syncwarp(FULL_MASK)
+                    if lane < qn:
+                        qi[qb + lane] = ri
+                        qj[qb + lane] = rj
+                    cuda.syncwarp(FULL_MASK)
+            if qn > 0:
+                red += _test_and_apply(x, inv, kind, f, v, r, b, qb, tb, qn, lane, sc, sd, al, qi, qj, ti, tj, td,
+                                       pt, pc, pd)
         for s in range(lane, r, WARP):
             if s < m:
                 if al[b + s] != 0:
