@@ -6,9 +6,10 @@ proposal slots, are those of :mod:`knngraph.grnnd.cpu`; here:
   order, the terms that need a distance (i < j, both alive, one new: about a third of them); 32 queued
   terms at a time, each lane computes one pair's distance (the pool's vectors are read by many pairs, so
   they stay in L1) and its Eq. (2) test; the batch's terms go to shared memory and lane 0 applies the
-  redirects in term order, a pair whose member was redirected by an earlier term being skipped. That is the sequential order of the
-  CPU path, so both paths make the same decisions on the same distances. (The paper computes one pair at
-  a time with a warp-wide distance, Alg. 5; 32 independent pairs keep more loads in flight.)
+  redirects in term order, a pair whose member was redirected by an earlier term being skipped. That is
+  the sequential order of the CPU path, so both paths make the same decisions on the same distances.
+  (The paper computes one pair at a time with a warp-wide distance, Alg. 5; 32 independent pairs keep
+  more loads in flight.)
 * :func:`merge_kernel`: one warp per target vertex. Proposals arrive sorted by target; the warp keeps the
   current pool and the next chunk of proposals side by side in shared memory, sorts them with the warp
   bitonic sort and keeps the first copy of each id (ballot + popc compaction), at most R: the

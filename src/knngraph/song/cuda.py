@@ -120,11 +120,11 @@ _WORD_BYTES = {bk.MODE_F32X4: 16, bk.MODE_HALF4: 8, bk.MODE_F32X2: 8, bk.MODE_HA
 
 
 def beam_mode(base_dtype, query_dtype, dim: int, base_address: int = 0, query_address: int = 0) -> int:
-    """dp4a modes for 8-bit vectors searched with queries of the same dtype (dim % 4 == 0); 8-byte words
-    of float16 (four halves, or 4-byte words of two for dim % 4 == 2); float32 vectors as 16-byte loads of
-    four floats (dim % 4 == 0) or 8-byte words of two (dim % 4 == 2); else generic (element loads). A word mode needs the vectors' (and, for dp4a, the queries')
-    device address aligned to its word: an offset view (``buf[1:].reshape(n, d)``) falls back to the
-    generic mode rather than fault on a misaligned load."""
+    """dp4a modes for 8-bit vectors searched with queries of the same dtype (dim % 4 == 0); 8-byte words of float16
+    (four halves, or 4-byte words of two for dim % 4 == 2); float32 vectors as 16-byte loads of four floats (dim % 4
+    == 0) or 8-byte words of two (dim % 4 == 2); else generic (element loads). A word mode needs the vectors' (and,
+    for dp4a, the queries') device address aligned to its word: an offset view (``buf[1:].reshape(n, d)``) falls
+    back to the generic mode rather than fault on a misaligned load."""
     mode = _word_mode(np.dtype(base_dtype), np.dtype(query_dtype), dim)
     if mode == bk.MODE_F32X4 and base_address % 16:
         mode = bk.MODE_F32X2  # an 8-byte aligned view: two floats per load
