@@ -180,6 +180,21 @@ def clustered(n, d, seed=0, latent=12):
     return out
 
 
+def cagra_vectors(base, queries, metric: str):
+    """(base, queries, CAGRA metric) on the GPU for cuVS CAGRA: cosine as the inner product of unit
+    vectors (CAGRA's ids are then scored, not its distances); L2 and inner product as they are."""
+    import cupy as cp
+
+    xb, xq = cp.asarray(base), cp.asarray(queries)
+    if metric != "cosine":
+        return xb, xq, metric
+
+    def unit(a):
+        f = a.astype(cp.float32)
+        return (f / cp.maximum(cp.linalg.norm(f, axis=1, keepdims=True), 1e-30)).astype(a.dtype)
+    return unit(xb), unit(xq), "inner_product"
+
+
 _PEAK_IN_USE = []  # the one CuPy memory hook every tracker reads (entered once, on the main thread)
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import JsonLines, load_minilm, load_sift, timed  # noqa: E402
+from _common import JsonLines, cagra_vectors, load_minilm, load_sift, timed  # noqa: E402
 
 TAUS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.2]
 
@@ -132,13 +132,7 @@ def cagra_curves(log, curves, base, queries, gt, metric, ggnn_graph, repeats):
     except Exception as exc:
         log.write(part="cagra", error=f"cuvs not available ({type(exc).__name__}: {exc})")
         return
-    xb, xq = cp.asarray(base), cp.asarray(queries)
-    cmetric = "inner_product" if metric == "cosine" else "sqeuclidean"
-    if metric == "cosine":
-        def unit(a):
-            f = a.astype(cp.float32)
-            return (f / cp.maximum(cp.linalg.norm(f, axis=1, keepdims=True), 1e-30)).astype(a.dtype)
-        xb, xq = unit(xb), unit(xq)
+    xb, xq, cmetric = cagra_vectors(base, queries, metric)
     for name in ("CAGRA on its own graph (nn_descent)", "CAGRA searcher on GGNN k=24"):
         try:
             t0 = time.perf_counter()

@@ -2,8 +2,9 @@
 
     python benchmarks/profile_ggnn_memory.py [--sizes 200000,450000] [--out DIR]
 
-A CuPy memory hook follows the bytes in use (allocated from the pool and not yet freed) through a build
-of sift-photos rows, and records their peak over the whole build, inside the hierarchy
+CuPy memory hooks (:class:`knngraph._device.PeakInUse`) follow the bytes in use (allocated from the pool
+and not yet freed) through a build of sift-photos rows and record their peak over the whole build, inside
+the hierarchy
 (``_build.build_hierarchy``) and inside the row sort (``_index._sort_rows_by_key``), next to the
 estimate's parts (``ggnn.shard_build_bytes``, ``_build.build_device_bytes``). One JSON line per size.
 """
@@ -27,38 +28,25 @@ def main():
     args = ap.parse_args()
 
     import cupy as cp
-    from cupy.cuda import memory_hook
 
     from knngraph import ggnn
+    from knngraph._device import PeakInUse
     from knngraph.ggnn import _build, _index
 
-    class InUse(memory_hook.MemoryHook):
-        name = "InUse"
-
-        def __init__(self):
-            self.now = self.peak = self.phase_peak = 0
-
-        def malloc_postprocess(self, device_id, size, mem_size, mem_ptr, pmem_id):
-            self.now += mem_size
-            self.peak = max(self.peak, self.now)
-            self.phase_peak = max(self.phase_peak, self.now)
-
-        def free_postprocess(self, device_id, mem_size, mem_ptr, pmem_id):
-            self.now -= mem_size
-
-    hook = InUse()
+    whole = PeakInUse()
     phases = {}
 
     def measured(name, fn):
         def run(*a, **kw):
-            start = hook.phase_peak = hook.now
-            try:
-                return fn(*a, **kw)
-            finally:
-                cp.cuda.Device().synchronize()
-                got = phases.setdefault(name, {"peak_in_use": 0, "in_use_at_start": 0})
-                if hook.phase_peak > got["peak_in_use"]:
-                    got.update(peak_in_use=hook.phase_peak, in_use_at_start=start)
+            start = whole.in_use
+            with PeakInUse() as phase:  # a second hook: its peak is above what was in use at the start
+                try:
+                    return fn(*a, **kw)
+                finally:
+                    cp.cuda.Device().synchronize()
+                    got = phases.setdefault(name, {"peak_in_use": 0, "in_use_at_start": 0})
+                    if start + phase.peak > got["peak_in_use"]:
+                        got.update(peak_in_use=start + phase.peak, in_use_at_start=start)
         return run
 
     _index.build_hierarchy = measured("hierarchy", _build.build_hierarchy)
@@ -72,13 +60,11 @@ def main():
         x = base[:n]
         phases.clear()
         cp.get_default_memory_pool().free_all_blocks()
-        with hook:
-            hook.now = hook.peak = hook.phase_peak = 0
+        with whole:
             ggnn.build(params, x, device="cuda", verbose=False)
-            whole = hook.peak
         k = params.graph_degree
         row = {"n": n, "dim": x.shape[1], "graph_degree": k, "refinements": args.refinements,
-               "peak_in_use": whole, "phases": phases.copy(),
+               "peak_in_use": whole.peak, "phases": phases.copy(),
                "estimate": ggnn.shard_build_bytes(n, x.shape[1], params),
                "estimate_hierarchy": _build.build_device_bytes(n, x.shape[1], params),
                "estimate_kept_scratch": _build.kept_scratch_bytes(n, params),

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import JsonLines, load_minilm, load_sift, sync  # noqa: E402
+from _common import JsonLines, cagra_vectors, load_minilm, load_sift, sync  # noqa: E402
 
 BEAM_QUEUES = [16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256]
 SONG_QUEUES = [16, 24, 32, 48, 64, 96, 128, 192, 256]
@@ -191,14 +191,7 @@ def cagra_child(args, which: str, graph_file: str):
     log = JsonLines(Path(args.out) / f"search_gpu_{result_name(args)}.jsonl")
     base, queries, gt, gt_d, metric, _ = load(args)
     nq = len(queries)
-    xb, xq = cp.asarray(base), cp.asarray(queries)
-    # cosine: CAGRA searches normalised vectors by inner product; its ids are scored, not its distances
-    cmetric = {"sqeuclidean": "sqeuclidean", "cosine": "inner_product", "inner_product": "inner_product"}[metric]
-    if metric == "cosine":
-        def unit(a):
-            f = a.astype(cp.float32)
-            return (f / cp.maximum(cp.linalg.norm(f, axis=1, keepdims=True), 1e-30)).astype(a.dtype)
-        xb, xq = unit(xb), unit(xq)
+    xb, xq, cmetric = cagra_vectors(base, queries, metric)
     t0 = time.perf_counter()
     if which == "cagra-on-knngraph":
         ids = np.ascontiguousarray(np.load(graph_file).astype(np.uint32))

@@ -340,6 +340,11 @@ class PeakInUse:
         self.peak = self._now = 0
         self._hook = None
 
+    @property
+    def in_use(self) -> int:
+        """Bytes in use now, above what was in use on entering or at the last :meth:`reset`."""
+        return self._now
+
     def reset(self) -> None:
         self.peak = self._now = 0
 

@@ -80,8 +80,9 @@ def _nn1_max(ids, dist_internal, kind) -> float:
 
 def _sort_rows_by_key(ids, dist, xp):
     """(ids, internal distances) of every row sorted by (distance, id), -1 / inf last, as host arrays,
-    sorting with ``xp`` (CuPy: on the device; the CPU build passes NumPy): one 64-bit key per entry, the distance's bits mapped to an unsigned
-    order-preserving integer above the id (ties by id, as the host's lexsort; -0.0 taken as 0.0)."""
+    sorting with ``xp`` (CuPy: on the device; the CPU build passes NumPy): one 64-bit key per entry, the
+    distance's bits mapped to an unsigned order-preserving integer above the id (ties by id, as the
+    host's lexsort; -0.0 taken as 0.0)."""
     key_d = xp.where(ids >= 0, dist, np.float32(np.inf)).astype(np.float32) + np.float32(0.0)  # -0 -> +0
     u = key_d.view(np.uint32).astype(np.uint64)
     u = xp.where(u >= np.uint64(1 << 31), np.uint64(0xFFFFFFFF) - u, u | np.uint64(1 << 31))

@@ -47,7 +47,7 @@ THREADS = WARP
 #: register cap of the search, merge and symmetric-linking kernels (0: none, numba's default). Uncapped
 #: (PTX for sm_90, ptxas 13, uint8 vectors) the search kernel takes 168 registers per thread (12 one-warp
 #: blocks per SM; 124 before the warp-parallel cache), merge 140, sym 121. The fast searcher of song/
-#: gained from a cap of 64 despite spills (song/_index.py, BEAM_MAX_REGISTERS); not measured here
+#: gained from a cap of 64 despite spills (song/cuda.py, MAX_REGISTERS); not measured here
 MAX_REGISTERS = int(os.environ.get("KNNGRAPH_GGNN_MAX_REGISTERS", "0"))
 
 

@@ -10,7 +10,6 @@ them).
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 
 import numpy as np
@@ -288,16 +287,6 @@ def _uses_beam(dev: Device, index: Index, sp: SearchParams, filtered: bool) -> b
     return not blockers
 
 
-#: register cap of the fast kernel (``SearchParams.max_registers`` = 0): uncapped it takes 150-200 registers
-#: per thread, so only 8-12 warps fit on an SM. The cap spills 300-500 bytes per thread but doubles the
-#: resident warps, which pays: minilm-words (H100, 5000 queries, queue 24) took 2.34 ms capped at 64,
-#: 2.43 at 96, 2.88 at 128 and 3.40 uncapped (``benchmarks/profile_search_width.py --registers``)
-BEAM_MAX_REGISTERS = int(os.environ.get("KNNGRAPH_BEAM_MAX_REGISTERS", "64"))
-#: the cap for float32 rows read four floats per load (``MODE_F32X4``), whose 16-byte loads hold twice
-#: the registers: sift-photos 450k as float32 (H100, 10k queries, recall@10 0.969 / 0.989 / 0.994 at
-#: queues 32 / 64 / 96) ran at 5.43 / 2.98 / 2.03M queries/s capped at 64 and 5.24 / 3.08 / 2.22M at 80
-#: (96: 5.21 / 3.04 / 2.16M), with 16-lane teams (``profile_search_width.py --dtype float32``)
-BEAM_MAX_REGISTERS_F32X4 = int(os.environ.get("KNNGRAPH_BEAM_MAX_REGISTERS_F32X4", "80"))
 
 
 def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *, stats=None, out=None):
@@ -312,7 +301,7 @@ def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *
 
     from .._cuda_launch import raw_launch_enabled
     from . import _beam_kernels as bk
-    from .cuda import BeamPlan, beam_mode, search_beam_device, search_width
+    from .cuda import BeamPlan, beam_max_registers, beam_mode, search_beam_device, search_width
 
     t0 = time.perf_counter()
     g_ids, xb, inv_b, entries, _ = index._arrays(dev)
@@ -328,7 +317,7 @@ def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *
             q = q.astype(cp.float32)  # the kernel stages float32 or float16 queries as float32
         nq = q.shape[0]
         d, i = out if out is not None else (cp.empty((nq, k), cp.float32), cp.empty((nq, k), cp.int32))
-        regs = sp.max_registers or (BEAM_MAX_REGISTERS_F32X4 if mode == bk.MODE_F32X4 else BEAM_MAX_REGISTERS)
+        regs = sp.max_registers or beam_max_registers(mode)
         width = search_width(nq, sm_count(dev.index), sp.search_width)
         if raw_launch_enabled():
             key = (dev, "beam", sp.queue_size, k, mode, q.dtype.char, q.shape[1], regs, width)

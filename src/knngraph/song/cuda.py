@@ -7,6 +7,7 @@ Everything here is validated already (see ``_index.py``).
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -190,6 +191,21 @@ def search_width(nq: int, sm_count: int, requested: int = 0) -> int:
 #: 450k as float32, 10k queries, queues 32 / 64 / 96): 5.43 / 2.98 / 2.03M queries/s against 4.77 / 2.46 /
 #: 1.76M with teams of 8 and 3.71 / 2.05 / 1.41M with teams of 4 (``profile_search_width.py --per-lane``)
 TEAM_LOADS_PER_LANE = {bk.MODE_GENERIC: 8, bk.MODE_HALF4: 6, bk.MODE_F32X2: 6, bk.MODE_F32X4: 2}
+
+#: register cap per thread of the fast kernel by distance mode (64 if not listed; ``SearchParams.max_registers``
+#: overrides it, and so does the environment variable KNNGRAPH_BEAM_MAX_REGISTERS for every mode). Uncapped
+#: the kernel takes 150-200 registers, so only 8-12 warps fit on an SM; a cap of 64 spills 300-500 bytes
+#: per thread but doubles the resident warps, which pays: minilm-words (H100, 5000 queries, queue 24) took
+#: 2.34 ms capped at 64, 2.43 at 96, 2.88 at 128 and 3.40 uncapped. Four floats per load hold twice the
+#: registers: sift-photos 450k as float32 (H100, 10k queries, recall@10 0.969 / 0.989 / 0.994 at queues
+#: 32 / 64 / 96, teams of 16) ran at 5.43 / 2.98 / 2.03M queries/s capped at 64, 5.24 / 3.08 / 2.22M at 80
+#: and 5.21 / 3.04 / 2.16M at 96 (``benchmarks/profile_search_width.py --registers``)
+MAX_REGISTERS = {bk.MODE_F32X4: 80}
+
+
+def beam_max_registers(mode: int) -> int:
+    """The register cap of the fast kernel of distance ``mode`` (:data:`MAX_REGISTERS`)."""
+    return int(os.environ.get("KNNGRAPH_BEAM_MAX_REGISTERS") or MAX_REGISTERS.get(mode, 64))
 
 
 def beam_config(queue_size: int, dim: int, mode: int, kind: int, max_warps: int = 4, width: int = 1):
