@@ -101,7 +101,7 @@ if [ "$what" = tests-parallel ]; then
   for i in "${!pids[@]}"; do
     wait "${pids[$i]}" || status=1
     { echo "-- ${GPU_TEST_GROUPS[$i]}"
-      grep -E "^(FAILED|ERROR)|passed|failed|error" "$OUT/gpu_tests_group$i.log" | tail -8; } >> "$OUT/gpu_tests.log"
+      grep -E "^(FAILED|ERROR)|passed|failed|skipped|error" "$OUT/gpu_tests_group$i.log" | tail -8; } >> "$OUT/gpu_tests.log"
   done
   cat "$OUT/gpu_tests.log"
   for i in "${!pids[@]}"; do cat "$OUT/gpu_tests_group$i.log" >> "$OUT/gpu_tests_full.log"; rm -f "$OUT/gpu_tests_group$i.log"; done

@@ -1,7 +1,8 @@
 """A small end-to-end GPU workload for compute-sanitizer (memcheck, racecheck): every kernel family of the
 library on tiny inputs, every vector dtype, L2 and cosine.
 
-    compute-sanitizer --tool memcheck python3 scripts/gpu_sanitize.py [--parts core,builders]
+    compute-sanitizer --tool memcheck python3 scripts/gpu_sanitize.py [--parts core,builders] [--quick]
+        [--lineinfo]
     python3 scripts/sanitizer_summary.py LOG...      # fails on any kernel error or hazard
 
 ``core``: exact k-NN (both selection strategies, graph and search), NN-Descent (random lists, merge,
@@ -9,7 +10,8 @@ extend), graph preparation, SONG search (generic, packed 8-bit and hashed), the 
 distance mode, warp and block per query), the list merge. ``builders``: GGNN (build: brute force,
 merges, symmetric linking with the device link placement, refinement; search) and GRNND (the paper's
 pruning and the relaxed one), float32 and uint8, L2 and cosine. Sizes are small: the sanitizer runs
-kernels tens of times slower.
+kernels tens of times slower. ``--quick``: float32 and L2 only. ``--lineinfo``: kernels compiled with
+line information, so a report names the source line of each access instead of an offset.
 """
 
 from __future__ import annotations
@@ -32,13 +34,13 @@ def data(dtype, n, d, seed):
     return rng.standard_normal((n, d)).astype(dtype)
 
 
-def builders(t0):
+def builders(t0, quick=False):
     import cupy as cp
 
     from knngraph import ggnn, grnnd
 
-    for dtype in ("float32", "uint8"):
-        for metric in ("sqeuclidean", "cosine"):
+    for dtype in ("float32",) if quick else ("float32", "uint8"):
+        for metric in ("sqeuclidean",) if quick else ("sqeuclidean", "cosine"):
             x = cp.asarray(data(dtype, 1200, 64, 6))
             gg = ggnn.build(ggnn.IndexParams(graph_degree=16, metric=metric, refinements=1), x, device="cuda",
                             verbose=False)
@@ -59,24 +61,42 @@ def main():
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="core,builders")
-    parts = ap.parse_args().parts.split(",")
+    ap.add_argument("--quick", action="store_true", help="float32 and L2 only")
+    ap.add_argument("--lineinfo", action="store_true", help="compile the kernels with line information")
+    args = ap.parse_args()
+    parts = args.parts.split(",")
+    if args.lineinfo:
+        _with_lineinfo()
     t0 = time.perf_counter()
     if "builders" in parts:
-        builders(t0)
+        builders(t0, args.quick)
     if "core" in parts:
-        core(t0)
+        core(t0, args.quick)
     cp.cuda.runtime.deviceSynchronize()
     print(f"sanitizer workload done in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
-def core(t0):
+def _with_lineinfo():
+    """Every later ``numba.cuda.jit`` compiles with ``lineinfo=True`` (before knngraph's kernels exist)."""
+    from numba import cuda
+
+    jit = cuda.jit
+
+    def jit_with_lineinfo(*args, **kwargs):
+        kwargs.setdefault("lineinfo", True)
+        return jit(*args, **kwargs)
+
+    cuda.jit = jit_with_lineinfo
+
+
+def core(t0, quick=False):
     import cupy as cp
 
     import knngraph
     from knngraph import nndescent, song
 
-    for dtype in ("float32", "float16", "uint8", "int8"):
-        for metric in ("sqeuclidean", "cosine"):
+    for dtype in ("float32",) if quick else ("float32", "float16", "uint8", "int8"):
+        for metric in ("sqeuclidean",) if quick else ("sqeuclidean", "cosine"):
             x = cp.asarray(data(dtype, 1500, 64, 1))
             q = cp.asarray(data(dtype, 40, 64, 2))
             for select in ("warp_filter", "quickselect"):

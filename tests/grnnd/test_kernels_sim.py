@@ -9,6 +9,8 @@ import pytest
 from knngraph.grnnd import IndexParams, cpu
 from knngraph.grnnd import cuda as gcuda
 from knngraph.grnnd._index import run_rounds
+from knngraph.grnnd._kernels import LAYOUT_ELEMENTS, LAYOUT_WORDS_I8, LAYOUT_WORDS_U8
+from knngraph.primitives.distances import DIST_IP, DIST_L2SQ
 
 pytestmark = pytest.mark.sim
 
@@ -46,6 +48,29 @@ def test_rounds_with_large_pools_match_the_cpu_path():
     (cc, cd, cn), cs = _pools(cpu, x, p, s=20)
     assert np.array_equal(gn, cn) and np.array_equal(gc, cc) and np.array_equal(gd, cd)
     assert gs == cs and sum(cs["redirects"]) > 0 and cn.max() > 16
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("kind", [DIST_L2SQ, DIST_IP])
+def test_rounds_on_full_range_bytes_match_the_cpu_path(dtype, kind):
+    """8-bit rows with d % 8 == 0 are read by the kernels as 64-bit words with dp4a (signed for int8):
+    with bytes over their whole range, by L2 and inner product, the same pools as the CPU path's loop
+    over elements. Rows too long for exact float32 sums, of another width or dtype, or not 8-byte aligned
+    are read element by element."""
+    lo, hi = (0, 256) if dtype == "uint8" else (-128, 128)
+    x = np.random.default_rng(7).integers(lo, hi, size=(48, 16)).astype(dtype)
+    assert gcuda.row_layout(x)[1] == (LAYOUT_WORDS_U8 if dtype == "uint8" else LAYOUT_WORDS_I8)
+    assert gcuda.row_layout(np.zeros((4, 264), dtype))[1] == LAYOUT_ELEMENTS
+    assert gcuda.row_layout(np.zeros((4, 12), dtype))[1] == LAYOUT_ELEMENTS
+    assert gcuda.row_layout(np.zeros(4 * 16 + 1, dtype)[1:].reshape(4, 16))[1] == LAYOUT_ELEMENTS
+    assert gcuda.row_layout(x[:, :8])[1] == LAYOUT_ELEMENTS
+    assert gcuda.row_layout(x.astype(np.float32))[1] == LAYOUT_ELEMENTS
+    inv = np.zeros(1, np.float32)
+    p = IndexParams(graph_degree=8, initial_degree=6, outer_iterations=2, inner_iterations=2, seed=3)
+    gc, gd, gn = run_rounds(gcuda, np, x, inv, kind, p, x.shape[0], s=6)
+    cc, cd, cn = run_rounds(cpu, np, x, inv, kind, p, x.shape[0], s=6)
+    assert np.array_equal(gn, cn) and np.array_equal(gc, cc) and np.array_equal(gd, cd)
+    assert (cn > 0).all()
 
 
 @pytest.mark.parametrize("alpha", [1.2, 1.5])

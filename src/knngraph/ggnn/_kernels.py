@@ -385,6 +385,9 @@ def _push_kept(myd, m, lane, kind, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, hk
                 if ev_p >= 0:
                     _hash_add(hk, hc, ev_p, -1, bits, st)
             _sync()
+    # every lane read st[0:2] above; when no proposal was pushed no barrier came since (compute-sanitizer
+    # racecheck reported the write below against those reads)
+    _sync()
     if lane == 0:
         st[0] = nb
         st[1] = pn

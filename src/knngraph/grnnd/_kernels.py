@@ -28,17 +28,18 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda, float32, int32
+from numba import cuda, float32, int32, int64, uint32, uint64
 
 from ..primitives.compile import cuda_version, device_function
 from ..primitives.constants import FULL_MASK, ID_NONE, WARP
 from ..primitives.distances import DIST_L2SQ
+from ..primitives.intrinsics import dp4a_i8, dp4a_u8
 from ..primitives.random import progression
 from ..primitives.warp import finish_device, warp_bitonic_sort
 from ._common import pair_of, pair_order, reverse_count
 
 __all__ = ["propose_kernel", "merge_kernel", "row_proposals_kernel", "random_rows_kernel", "reverse_kernel",
-           "count_kernel", "scatter_kernel", "WPB"]
+           "count_kernel", "scatter_kernel", "WPB", "LAYOUT_ELEMENTS", "LAYOUT_WORDS_U8", "LAYOUT_WORDS_I8"]
 
 INF = float32(np.inf)
 #: warps per block of the warp-per-vertex kernels
@@ -49,12 +50,51 @@ _reverse_count = cuda_version(reverse_count)
 _progression = cuda_version(progression)
 
 
+#: how :func:`pair_distance` reads rows: element by element, or (8-bit rows, d % 8 == 0) as 64-bit words
+#: of eight bytes, each half multiplied with ``dp4a``, unsigned or signed
+LAYOUT_ELEMENTS = 0
+LAYOUT_WORDS_U8 = 1
+LAYOUT_WORDS_I8 = 2
+_LOW32 = uint64(0xFFFFFFFF)
+
+
 @device_function
-def pair_distance(kind, x, inv, a, b):
+def _dp4a_pair(layout, l2, wa, wb, aa, bb, ab):
+    """One 32-bit word of each row into the sums a.a, b.b (L2 only) and a.b."""
+    if layout == LAYOUT_WORDS_U8:
+        ab = dp4a_u8(wa, wb, ab)
+        if l2:
+            aa = dp4a_u8(wa, wa, aa)
+            bb = dp4a_u8(wb, wb, bb)
+    else:
+        ab = dp4a_i8(wa, wb, ab)
+        if l2:
+            aa = dp4a_i8(wa, wa, aa)
+            bb = dp4a_i8(wb, wb, bb)
+    return aa, bb, ab
+
+
+@device_function
+def pair_distance(kind, x, xw, layout, inv, a, b):
     """d(x[a], x[b]) by one thread, in the canonical order a < b (every copy of a pair's distance is the
-    same float, which the duplicate rule relies on)."""
+    same float, which the duplicate rule relies on). With ``layout`` = LAYOUT_WORDS_*, ``xw`` is x seen as
+    64-bit words: an eighth of the loads, one ``dp4a`` per half word and product (L2 as |a|^2 + |b|^2 -
+    2 a.b). The integer sums are exact, and so are the CPU path's float32 sums of the same integer terms
+    while they stay below 2^24 (the caller takes words only when d * 255^2 < 2^24): the same distances."""
     if a > b:
         a, b = b, a
+    if layout != LAYOUT_ELEMENTS:
+        ab = int32(0)
+        aa = int32(0)
+        bb = int32(0)
+        l2 = kind == DIST_L2SQ
+        for t in range(xw.shape[1]):
+            wa = xw[a, t]
+            wb = xw[b, t]
+            aa, bb, ab = _dp4a_pair(layout, l2, uint32(wa & _LOW32), uint32(wb & _LOW32), aa, bb, ab)
+            aa, bb, ab = _dp4a_pair(layout, l2, uint32(wa >> uint64(32)), uint32(wb >> uint64(32)), aa, bb, ab)
+        acc = float32(aa + bb - 2 * ab) if l2 else float32(ab)
+        return finish_device(kind, acc, inv, a, inv, b)
     acc = float32(0.0)
     if kind == DIST_L2SQ:
         for t in range(x.shape[1]):
@@ -80,7 +120,7 @@ def random_rows_kernel(n, s, seed, lo, out):
 
 
 @cuda.jit
-def row_proposals_kernel(x, inv, kind, rows, lo, pt, pc, pd):
+def row_proposals_kernel(x, xw, layout, inv, kind, rows, lo, pt, pc, pd):
     """Proposal (lo + r, rows[r, t], new) with its distance, one thread per entry."""
     e = cuda.grid(1)
     w = rows.shape[1]
@@ -95,7 +135,7 @@ def row_proposals_kernel(x, inv, kind, rows, lo, pt, pc, pd):
         return
     pt[r, t] = v
     pc[r, t] = 2 * c + 1
-    pd[r, t] = pair_distance(kind, x, inv, v, c)
+    pd[r, t] = pair_distance(kind, x, xw, layout, inv, v, c)
 
 
 @cuda.jit
@@ -147,7 +187,7 @@ def scatter_kernel(pt, pc, pd, fill, sc, sd):
 
 
 @device_function
-def _test_and_apply(x, inv, kind, f, v, r, b, qb, tb, nb, lane, sc, sd, al, qi, qj, ti, tj, td, pt, pc, pd):
+def _test_and_apply(x, xw, layout, inv, kind, f, v, r, b, qb, tb, nb, lane, sc, sd, al, qi, qj, ti, tj, td, pt, pc, pd):
     """The first ``nb`` (<= 32) queued terms: lane u computes term u's distance and Eq. (2) test, then lane
     0 applies the redirects in queue (= term) order, skipping a pair whose member was redirected by an
     earlier term. Returns the redirects lane 0 made (0 on the other lanes)."""
@@ -158,19 +198,24 @@ def _test_and_apply(x, inv, kind, f, v, r, b, qb, tb, nb, lane, sc, sd, al, qi, 
     if lane < nb:
         i = qi[qb + lane]
         j = qj[qb + lane]
-        dij = pair_distance(kind, x, inv, sc[b + i] >> 1, sc[b + j] >> 1)
+        dij = pair_distance(kind, x, xw, layout, inv, sc[b + i] >> 1, sc[b + j] >> 1)
         ok = dij < max(sd[b + i], sd[b + j])  # Eq. (2)
     # through shared memory: every lane's term stays where it was computed
     ti[tb + lane] = i if ok else -1
     tj[tb + lane] = j
     td[tb + lane] = dij
-    any_ok = cuda.ballot_sync(FULL_MASK, ok)  # also the warp's barrier for the stores above
+    # a vote implies no memory ordering (CUDA guide, warp vote functions): the barrier orders the stores
+    # above before lane 0 reads them
+    cuda.syncwarp(FULL_MASK)
+    any_ok = cuda.ballot_sync(FULL_MASK, ok)
     red = 0
-    if lane == 0 and any_ok != 0:
-        for u in range(WARP):
+    if lane == 0:
+        pending = int64(any_ok) & 0xFFFFFFFF
+        while pending != 0:  # the terms that passed, in lane (= term) order: lowest set bit first
+            low = pending & -pending
+            pending ^= low
+            u = cuda.popc(low - 1)
             li = ti[tb + u]
-            if li < 0:
-                continue
             lj = tj[tb + u]
             if al[b + li] == 0 or al[b + lj] == 0:
                 continue  # a member was redirected by an earlier term
@@ -209,7 +254,7 @@ def propose_kernel(cap: int):
     queue = WPB * 2 * WARP
 
     @cuda.jit
-    def kernel(x, inv, kind, seed, rnd, factor, pool_c, pool_d, cnt, pt, pc, pd, redirects):
+    def kernel(x, xw, layout, inv, kind, seed, rnd, factor, pool_c, pool_d, cnt, pt, pc, pd, redirects):
         sc = cuda.shared.array(slots, dtype=int32)
         sd = cuda.shared.array(slots, dtype=float32)
         al = cuda.shared.array(slots, dtype=int32)
@@ -263,7 +308,7 @@ def propose_kernel(cap: int):
                 qn += cuda.popc(vote)
                 cuda.syncwarp(FULL_MASK)
                 if qn >= WARP:
-                    red += _test_and_apply(x, inv, kind, f, v, r, b, qb, tb, WARP, lane, sc, sd, al, qi, qj, ti, tj,
+                    red += _test_and_apply(x, xw, layout, inv, kind, f, v, r, b, qb, tb, WARP, lane, sc, sd, al, qi, qj, ti, tj,
                                            td, pt, pc, pd)
                     qn -= WARP
                     ri = 0
@@ -277,7 +322,7 @@ def propose_kernel(cap: int):
                         qj[qb + lane] = rj
                     cuda.syncwarp(FULL_MASK)
             if qn > 0:
-                red += _test_and_apply(x, inv, kind, f, v, r, b, qb, tb, qn, lane, sc, sd, al, qi, qj, ti, tj, td,
+                red += _test_and_apply(x, xw, layout, inv, kind, f, v, r, b, qb, tb, qn, lane, sc, sd, al, qi, qj, ti, tj, td,
                                        pt, pc, pd)
         for s in range(lane, r, WARP):
             if s < m:

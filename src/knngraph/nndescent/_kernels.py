@@ -52,12 +52,12 @@ import functools
 import math
 
 import numpy as np
-from numba import config as numba_config
 from numba import cuda, float32, int16, int32, int64, uint8, uint32, uint64
 
 from ..primitives.compile import device_function
 from ..primitives.constants import FULL_MASK, ID_NONE, WARP
 from ..primitives.distances import DIST_L2SQ
+from ..primitives.intrinsics import dp4a_i8, dp4a_u8
 from ..primitives.lists import less
 from ..primitives.random import progression
 from ..primitives.warp import finish_device, warp_bitonic_sort, warp_min, warp_partials4, warp_sum
@@ -105,55 +105,6 @@ def unpack(key):
     a = cuda.local.array(1, uint32)
     a[0] = uint32(u)
     return a.view(np.float32)[0], v
-
-
-def _dp4a_intrinsic(signed: bool):
-    """``dp4a``: four byte products of two 32-bit words added to an int32 (PTX ``dp4a``), one instruction
-    where the float path spends eight (four subtractions or none, four multiply-adds, and the loads)."""
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
-
-    inst = "dp4a.s32.s32" if signed else "dp4a.u32.u32"
-
-    @intrinsic
-    def dp4a(typingctx, a, b, c):
-        sig = types.int32(types.int32, types.int32, types.int32)
-
-        def codegen(context, builder, signature, args):
-            i32 = ir.IntType(32)
-            asm = ir.InlineAsm(ir.FunctionType(i32, [i32, i32, i32]), inst + " $0, $1, $2, $3;", "=r,r,r,r")
-            return builder.call(asm, args)
-
-        return sig, codegen
-
-    return dp4a
-
-
-def _dp4a_python(signed: bool):
-    """The simulator's ``dp4a`` (it cannot run PTX): the four byte products one by one."""
-
-    @device_function
-    def dp4a(a, b, c):
-        acc = int32(c)
-        for i in range(4):
-            u = (int32(a) >> (8 * i)) & 255
-            v = (int32(b) >> (8 * i)) & 255
-            if signed:
-                u = u - 256 if u >= 128 else u
-                v = v - 256 if v >= 128 else v
-            acc += int32(u * v)
-        return acc
-
-    return dp4a
-
-
-if numba_config.ENABLE_CUDASIM:
-    dp4a_u8 = _dp4a_python(False)
-    dp4a_i8 = _dp4a_python(True)
-else:
-    dp4a_u8 = _dp4a_intrinsic(False)
-    dp4a_i8 = _dp4a_intrinsic(True)
 
 
 @device_function

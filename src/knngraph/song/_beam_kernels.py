@@ -47,6 +47,7 @@ from numba import config, cuda, float32, int32, uint32, uint64
 from ..primitives.compile import device_function
 from ..primitives.constants import FULL_MASK, WARP
 from ..primitives.distances import DIST_COS, DIST_IP, DIST_L2SQ
+from ..primitives.intrinsics import dp4a_i8, dp4a_u8
 from ..primitives.warp import finish_query_device, less_device
 
 INF = float32(np.inf)
@@ -69,47 +70,8 @@ _HMUL = 2654435761
 
 
 # --------------------------------------------------------------------------------------------------
-# dp4a: four 8-bit products summed into an int32 in one instruction (PTX ``dp4a``); plain Python in
-# the simulator
-
-
-def _dp4a_python(signed):
-    def dp4a(a, b, c):
-        a = int(a) & 0xFFFFFFFF
-        b = int(b) & 0xFFFFFFFF
-        acc = int(c)
-        for s in range(4):
-            x = (a >> (8 * s)) & 255
-            y = (b >> (8 * s)) & 255
-            if signed:
-                x = x - 256 if x >= 128 else x
-                y = y - 256 if y >= 128 else y
-            acc += x * y
-        return int32(acc)
-
-    return dp4a
-
-
-def _dp4a_ptx(signed):
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
-
-    op = "s32.s32" if signed else "u32.u32"
-
-    @intrinsic
-    def dp4a(typingctx, a, b, c):
-        sig = types.int32(a, b, c)
-
-        def codegen(context, builder, signature, args):
-            i32 = ir.IntType(32)
-            vals = [context.cast(builder, v, t, types.int32) for v, t in zip(args, signature.args)]
-            asm = ir.InlineAsm(ir.FunctionType(i32, [i32, i32, i32]), f"dp4a.{op} $0, $1, $2, $3;", "=r,r,r,r")
-            return builder.call(asm, vals)
-
-        return sig, codegen
-
-    return dp4a
+# words of packed halves or floats, 16-byte float loads (PTX); plain Python in the simulator. dp4a is
+# primitives.intrinsics'
 
 
 def _half_python(high):
@@ -214,16 +176,12 @@ if config.ENABLE_CUDASIM:
     load_f32x4 = _load_f32x4_python
     float_lo = _float_python(False)
     float_hi = _float_python(True)
-    dp4a_u8 = _dp4a_python(False)
-    dp4a_i8 = _dp4a_python(True)
     half_lo = _half_python(False)
     half_hi = _half_python(True)
 else:  # pragma: no cover - needs numba's CUDA target
     load_f32x4 = _load_f32x4_ptx()
     float_lo = _float_ptx(False)
     float_hi = _float_ptx(True)
-    dp4a_u8 = _dp4a_ptx(False)
-    dp4a_i8 = _dp4a_ptx(True)
     half_lo = _half_ptx(False)
     half_hi = _half_ptx(True)
 
