@@ -3,9 +3,12 @@ sift-photos 450k (10k queries, k=10), next to the library's other routes to a se
 
     python benchmarks/grnnd_gpu.py --out out/ [--quick] [--budget-s 420]
     python benchmarks/grnnd_gpu.py --out out/ --alphas 1.0,1.1,1.2 [--alpha-degrees 32,48]
-        [--alpha-rounds 3x6,3x4] [--alphas-only]
+        [--alpha-rounds 3x6,3x4] [--alphas-only | --skip-variants]
+    python benchmarks/grnnd_gpu.py --out out/ --dataset minilm [--minilm-dir /root/minilm] ...
 
-Writes ``grnnd_gpu.jsonl`` and ``grnnd_gpu.png`` (recall@10 against QPS, build time per graph) to --out.
+Writes ``grnnd_gpu.jsonl`` and ``grnnd_gpu.png`` (recall@10 against QPS, build time per graph) to --out;
+with ``--dataset minilm`` (minilm-words, float16, cosine, 5k queries with the exact cosine top-10) every
+graph is built and searched by cosine and the files are ``grnnd_gpu_minilm.*``.
 Graphs, each built on the GPU (a warm-up build first: JIT; then the median of --repeats builds):
 1. GRNND with the defaults (R=32, S=20, T1=3, T2=6, rho=0.6), searched as built (``from_graph``);
    with ``--optimized`` also GRNND (defaults, 2x4 and 3x4 rounds) + ``optimize_graph`` to degree 32;
@@ -16,9 +19,11 @@ Graphs, each built on the GPU (a warm-up build first: JIT; then the median of --
    R=48 (the paper's sweeps, sections 4.3-4.4), as the budget allows;
 3. NN-Descent k=96 + ``optimize_graph`` to degree 32;
 4. the exact 96-NN graph + ``optimize_graph`` (``song.build``'s defaults);
-5. when cuVS loads (``benchmarks/runner/methods.py``'s loader): the GRNND graph searched by CAGRA's
-   searcher (``cagra.from_graph``; -1 slots repeat the row's first neighbour), and CAGRA's own builds
-   (ivf_pq, nn_descent; graph_degree 32 from 64): build time, its graph searched with SONG.
+4b. GGNN (``ggnn.build``, k=24, the issue 13 defaults), its bottom layer searched as any graph;
+5. when cuVS loads (``benchmarks/runner/methods.py``'s loader): the GRNND graphs (the defaults and every
+   --alphas build) searched by CAGRA's searcher (``cagra.from_graph``; -1 slots repeat the row's first
+   neighbour), and CAGRA's own builds (ivf_pq, nn_descent; graph_degree 32 from 64): build time, its
+   graph searched with SONG. Cosine goes to CAGRA as the inner product of unit vectors.
 Each graph is searched by ``song.search`` (the library's default GPU searcher, ``algo='auto'``; the
 GRNND graph also with the SONG kernel, ``algo='song'``) over queue sizes; a ``summary`` line gives per
 graph the build time and the fastest measured QPS at recall@10 >= 0.95 and >= 0.99, and states the
@@ -38,13 +43,15 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import JsonLines, load_sift, qps_at, sync, timed  # noqa: E402
+from _common import JsonLines, cagra_vectors, load_minilm, load_sift, qps_at, sync, timed  # noqa: E402
 from song_gpu import true_dist  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="out")
+    ap.add_argument("--dataset", choices=["sift", "minilm"], default="sift")
+    ap.add_argument("--minilm-dir", default="/root/minilm")
     ap.add_argument("--quick", action="store_true", help="fewer variants and queue sizes")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--n", type=int, default=450_000)
@@ -57,6 +64,9 @@ def main():
                     help="comma-separated prune_alpha values: GRNND built with each (and --alpha-degrees), swept")
     ap.add_argument("--alpha-degrees", default="32", help="graph_degree values of the --alphas builds")
     ap.add_argument("--alpha-rounds", default="3x6", help="outer x inner iterations of the --alphas builds")
+    ap.add_argument("--skip-variants", action="store_true",
+                    help="leave out part 2 (the round and rho variants), the SONG-kernel sweep and the phases: the "
+                         "comparison with the other routes only")
     ap.add_argument("--alphas-only", action="store_true",
                     help="with --alphas: only the defaults, the alpha builds and the exact 96 + optimize_graph route")
     args = ap.parse_args()
@@ -72,10 +82,16 @@ def main():
     from knngraph.evaluate import recall_at_k
 
     out = Path(args.out)
-    log = JsonLines(out / "grnnd_gpu.jsonl")
-    base, queries, gt = load_sift(args.n)
-    gt = gt[:, :10]
-    gt_d = true_dist(base, queries, gt)
+    stem = "grnnd_gpu_minilm" if args.dataset == "minilm" else "grnnd_gpu"
+    log = JsonLines(out / f"{stem}.jsonl")
+    if args.dataset == "minilm":
+        base, queries, gt, gt_d = load_minilm(Path(args.minilm_dir))
+        metric, args.n, data_name = "cosine", base.shape[0], "minilm-words (cosine)"
+    else:
+        base, queries, gt = load_sift(args.n)
+        gt = gt[:, :10]
+        gt_d = true_dist(base, queries, gt)
+        metric, data_name = "sqeuclidean", "sift-photos"
     xd = cp.asarray(base)  # resident vectors: build times exclude the upload (reported once below)
     t0 = time.perf_counter()
     cp.asarray(base)
@@ -106,7 +122,7 @@ def main():
                          "qps_at_0.95": qps_at(pts, 0.95), "qps_at_0.99": qps_at(pts, 0.99), **extra}
 
     def build_grnnd(**kw):
-        p = grnnd.IndexParams(**kw)
+        p = grnnd.IndexParams(metric=metric, **kw)
         sec, first, index = timed(lambda: grnnd.build(p, xd, device="cuda", verbose=False), args.repeats)
         g = index.graph
         log.write(part="build", graph="grnnd", params=kw, seconds=sec, first_call_s=first,
@@ -117,9 +133,10 @@ def main():
     # ---- 1. GRNND defaults, and where its time goes
     g, sec = build_grnnd()
     sweep("GRNND (defaults)", g, sec)
-    if not alphas_only:
+    if not alphas_only and not args.skip_variants:
         sweep("GRNND (defaults), SONG kernel (algo='song')", g, sec, search={"algo": "song"})
-        phases(log, xd, grnnd, args.repeats)
+        phases(log, xd, grnnd, args.repeats, metric)
+    grnnd_graphs = {"GRNND (defaults)": g}  # searched by CAGRA too (part 5)
     # ---- 1c. the relaxed RNG test: prune_alpha (and graph_degree)
     for deg, (t1, t2), a in [(d, r, a) for d in alpha_degrees for r in alpha_rounds for a in alphas]:
         if left() < 90:
@@ -131,7 +148,9 @@ def main():
         if (t1, t2) != (3, 6):
             kw.update(outer_iterations=t1, inner_iterations=t2)
         g, sec = build_grnnd(**kw)
-        sweep("GRNND " + ", ".join(f"{k}={v}" for k, v in kw.items()), g, sec, params=kw)
+        name = "GRNND " + ", ".join(f"{k}={v}" for k, v in kw.items())
+        sweep(name, g, sec, params=kw)
+        grnnd_graphs[name] = g
     # ---- 1b. GRNND + optimize_graph (reverse edges and rank-based pruning densify the sparse RNG rows):
     # the defaults and fewer rounds
     for kw in ([{}, dict(outer_iterations=2, inner_iterations=4), dict(inner_iterations=4)]
@@ -139,7 +158,7 @@ def main():
         if left() < 90:
             log.write(part="skipped", what=f"grnnd {kw} + optimize_graph and later (budget)")
             break
-        p = grnnd.IndexParams(**kw)
+        p = grnnd.IndexParams(metric=metric, **kw)
 
         def route():
             raw = grnnd.build(p, xd, device="cuda", verbose=False).graph
@@ -156,7 +175,7 @@ def main():
                 dict(outer_iterations=1, inner_iterations=10), dict(inner_iterations=10), dict(graph_degree=48)]
     if args.quick:
         variants = variants[:3]
-    if args.optimized_only or alphas_only:
+    if args.optimized_only or alphas_only or args.skip_variants:
         variants = []
     for kw in variants:
         if left() < 120:
@@ -164,7 +183,6 @@ def main():
             break
         g, sec = build_grnnd(**kw)
         sweep("GRNND " + ", ".join(f"{k}={v}" for k, v in kw.items()), g, sec, params=kw)
-    del g
     # ---- 3. NN-Descent k=96 + optimize_graph; 4. exact 96-NN + optimize_graph
     for name, method in (("NN-Descent 96 + optimize_graph", "nndescent"), ("exact 96 + optimize_graph", "exact")):
         if left() < 60 or ((args.optimized_only or alphas_only) and method != "exact"):
@@ -172,14 +190,25 @@ def main():
             continue
 
         def route():
-            raw = knngraph.knn_graph(xd, 96, method=method, device="cuda", verbose=False)
+            raw = knngraph.knn_graph(xd, 96, method=method, metric=metric, device="cuda", verbose=False)
             return knngraph.optimize_graph(raw, xd, graph_degree=32, device="cuda", verbose=False)
 
         sec, first, gg = timed(route, max(1, args.repeats - 1))
         log.write(part="build", graph=name, seconds=sec, first_call_s=first)
         sweep(name, gg, sec)
         del gg
-    # ---- 5. cuVS: CAGRA's searcher on the GRNND graph, CAGRA's own builds
+    # ---- 4b. GGNN (k=24, its defaults), the bottom layer searched like the others
+    if left() > 60:
+        from knngraph import ggnn
+
+        gp = ggnn.IndexParams(graph_degree=24, metric=metric)
+        sec, first, gi = timed(lambda: ggnn.build(gp, xd, device="cuda", verbose=False), max(1, args.repeats - 1))
+        log.write(part="build", graph="GGNN k=24", seconds=sec, first_call_s=first)
+        sweep("GGNN k=24", gi.graph, sec)
+        del gi
+    else:
+        log.write(part="skipped", what="GGNN k=24 (budget)")
+    # ---- 5. cuVS: CAGRA's searcher on the GRNND graphs, CAGRA's own builds
     try:
         from runner.methods import _uint32_graph, cuvs_modules
 
@@ -187,38 +216,43 @@ def main():
     except Exception as exc:
         cagra = None
         log.write(part="cagra", error=f"cuvs not available ({type(exc).__name__}: {exc})")
-    if cagra is not None and left() > 60 and not alphas_only:
+    xb, xq, cmetric = cagra_vectors(base, queries, metric) if cagra is not None else (None, None, None)
+    for gname, g in grnnd_graphs.items() if cagra is not None else ():
+        if left() < 60:
+            log.write(part="skipped", what=f"CAGRA search on {gname} and later (budget)")
+            break
         try:
-            g = grnnd.build(grnnd.IndexParams(), xd, device="cuda", verbose=False).graph
             table, holes = _uint32_graph(g.indices)  # -1 slots repeat the row's first neighbour
-            ci = cagra.from_graph(table, xd)
+            ci = cagra.from_graph(table, xb, metric=cmetric)
             pts = []
-            for itopk in (16, 32, 64, 128, 256):
+            for itopk in (16, 32, 64, 96, 128, 256):
                 sp = cagra.SearchParams(itopk_size=itopk)
-                qd = cp.asarray(queries)
 
                 def cq():
-                    _, ids = cagra.search(sp, ci, qd, 10)
+                    _, ids = cagra.search(sp, ci, xq, 10)
                     return cp.asarray(ids).get()
 
                 sec, _, ids = timed(cq, args.repeats)
                 r = recall_at_k(ids.astype(np.int64), gt, 10)
                 pts.append((r, queries.shape[0] / sec))
-                log.write(part="search", graph="GRNND (defaults)", searcher="cagra", itopk_size=itopk,
+                log.write(part="search", graph=gname, searcher="cagra", itopk_size=itopk,
                           **{"recall@10": r}, qps=queries.shape[0] / sec, edges_filled=holes)
-            curves["GRNND (defaults), CAGRA search"] = pts
-            del ci, table, g
+            curves[f"{gname}, CAGRA search"] = pts
+            summary[gname]["cagra_qps_at_0.95"] = qps_at(pts, 0.95)
+            summary[gname]["cagra_qps_at_0.99"] = qps_at(pts, 0.99)
+            del ci, table
         except Exception as exc:
-            log.write(part="cagra", what="from_graph on GRNND", error=f"{type(exc).__name__}: {exc}")
+            log.write(part="cagra", what=f"from_graph on {gname}", error=f"{type(exc).__name__}: {exc}")
+    del g, grnnd_graphs
     if cagra is not None and not alphas_only:
         for algo in ("ivf_pq", "nn_descent"):
             if left() < 60:
                 break
             try:
-                ip = cagra.IndexParams(graph_degree=32, intermediate_graph_degree=64, build_algo=algo)
-                sec, first, ci = timed(lambda: cagra.build(ip, xd), max(1, args.repeats - 1))
+                ip = cagra.IndexParams(metric=cmetric, graph_degree=32, intermediate_graph_degree=64, build_algo=algo)
+                sec, first, ci = timed(lambda: cagra.build(ip, xb), max(1, args.repeats - 1))
                 ids = cp.asarray(ci.graph).astype(cp.int32)
-                cg = knngraph.Graph(ids.get(), np.zeros(ids.shape, np.float32), "sqeuclidean")
+                cg = knngraph.Graph(ids.get(), np.zeros(ids.shape, np.float32), metric)
                 log.write(part="build", graph=f"CAGRA {algo}", seconds=sec, first_call_s=first)
                 sweep(f"CAGRA {algo} (searched by SONG)", cg, sec)
             except Exception as exc:
@@ -227,13 +261,14 @@ def main():
     best99 = max((s["qps_at_0.99"] or 0.0) for s in summary.values())
     ok = {k: s for k, s in summary.items() if s["qps_at_0.99"] and s["qps_at_0.99"] >= 0.9 * best99}
     fastest = min(ok, key=lambda k: ok[k]["build_s"]) if ok else None
-    log.write(part="summary", graphs=summary, best_qps_at_0_99=best99, fastest_build_within_10pct=fastest,
+    log.write(part="summary", dataset=args.dataset, graphs=summary, best_qps_at_0_99=best99,
+              fastest_build_within_10pct=fastest,
               target_met=bool(fastest and fastest.startswith("GRNND") and ok[fastest]["build_s"] <= 0.5))
-    plot(out / "grnnd_gpu.png", curves, {k: v["build_s"] for k, v in summary.items()},
-         f"GPU, sift-photos {args.n // 1000}k, k=10 (SONG unless named)", "queries per second")
+    plot(out / f"{stem}.png", curves, {k: v["build_s"] for k, v in summary.items()},
+         f"GPU, {data_name} {args.n // 1000}k, k=10 (SONG unless named)", "queries per second")
 
 
-def phases(log, xd, grnnd, repeats):
+def phases(log, xd, grnnd, repeats, metric="sqeuclidean"):
     """GRNND's default build split into its phases, each timed alone on the GPU (median of ``repeats``)."""
     import cupy as cp
 
@@ -241,7 +276,7 @@ def phases(log, xd, grnnd, repeats):
     from knngraph.grnnd._index import _finish, _prepare, run_rounds
     from knngraph.primitives.distances import distance_kind
 
-    p = grnnd.IndexParams()
+    p = grnnd.IndexParams(metric=metric)
     n = xd.shape[0]
     impl = implementation("knngraph.grnnd", Device("cuda"))
     gops = implementation("knngraph.graphops", Device("cuda"))
