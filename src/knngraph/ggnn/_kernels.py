@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import os
 
+from numba import config as numba_config
 from numba import cuda, float32, int8, int32, int64, uint32, uint64
 
 from ..primitives.compile import cuda_version, device_function
@@ -46,13 +47,16 @@ THREADS = WARP
 
 #: register cap of the search, merge and symmetric-linking kernels (0: none, numba's default). Uncapped
 #: (PTX for sm_90, ptxas 13, uint8 vectors) the search kernel takes 168 registers per thread (12 one-warp
-#: blocks per SM; 124 before the warp-parallel cache), merge 140, sym 121. The fast searcher of song/
-#: gained from a cap of 64 despite spills (song/cuda.py, MAX_REGISTERS); not measured here
-MAX_REGISTERS = int(os.environ.get("KNNGRAPH_GGNN_MAX_REGISTERS", "0"))
+#: blocks per SM), merge 140, sym 121. Capped at 96, a k=24 build of sift-photos 450k on an H100 took
+#: 4.47 s instead of 5.07 s (merge 1.03 s instead of 1.30 s; 64: 4.55 s, 128: 4.53 s) and built the same
+#: graph (``benchmarks/profile_ggnn_registers.py``, ``results/profile_ggnn_registers_h100.jsonl``)
+MAX_REGISTERS = int(os.environ.get("KNNGRAPH_GGNN_MAX_REGISTERS", "96"))
 
 
 def _jit():
-    return cuda.jit(max_registers=MAX_REGISTERS) if MAX_REGISTERS > 0 else cuda.jit
+    if MAX_REGISTERS > 0 and not numba_config.ENABLE_CUDASIM:  # the simulator's jit takes no register cap
+        return cuda.jit(max_registers=MAX_REGISTERS)
+    return cuda.jit
 
 
 _threshold = cuda_version(_cpu.threshold)
@@ -369,9 +373,11 @@ def _push_kept(myd, m, lane, kind, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, hk
     lane) and written back by lane 0; ends with a barrier."""
     nb = st[0]
     pn = st[1]
+    pushed = False  # the same on every lane (d and the threshold are)
     for c in range(m):
         d = cuda.shfl_sync(FULL_MASK, myd, c)
         if d <= _threshold(kind, bd, nb, kb, tau, nn1):
+            pushed = True
             v = cand[c]
             nb2, ins_b, ev_b = _warp_best_insert(d, v, bd, bi, nb, kb, lane)
             pn, ins_p, ev_p = _warp_push_prioq(d, v, pd, pi, P, pn, lane)
@@ -385,9 +391,10 @@ def _push_kept(myd, m, lane, kind, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, hk
                 if ev_p >= 0:
                     _hash_add(hk, hc, ev_p, -1, bits, st)
             _sync()
-    # every lane read st[0:2] above; when no proposal was pushed no barrier came since (compute-sanitizer
-    # racecheck reported the write below against those reads)
-    _sync()
+    if not pushed:
+        # every lane read st[0:2] above and no push has taken a barrier since (compute-sanitizer racecheck
+        # reported the write below against those reads)
+        _sync()
     if lane == 0:
         st[0] = nb
         st[1] = pn
