@@ -2,7 +2,7 @@
 
     python benchmarks/profile_ggnn_registers.py [--caps 0,64,80,96,128] [--n 450000] [--out DIR]
 
-Uncapped, the kernels take 121-168 registers per thread (``ggnn/_kernels.py``, MAX_REGISTERS), so an SM
+Uncapped, the kernels take 121-168 registers per thread (``ggnn/_kernels.py``, BUILD_MAX_REGISTERS), so an SM
 holds only 12 of their one-warp blocks; a cap trades spills for more warps in flight. The cap is read when
 ``knngraph.ggnn._kernels`` is imported (``KNNGRAPH_GGNN_MAX_REGISTERS``), so each cap runs in its own
 process: a build of 5,000 rows compiles the kernels, then ``--repeats`` builds of sift-photos (k=24) are

@@ -45,17 +45,20 @@ __all__ = ["search_kernel", "merge_kernel", "brute_kernel", "sym_kernel", "THREA
 #: threads of a search block (one warp: every barrier below is a ``syncwarp``)
 THREADS = WARP
 
-#: register cap of the search, merge and symmetric-linking kernels (0: none, numba's default). Uncapped
-#: (PTX for sm_90, ptxas 13, uint8 vectors) the search kernel takes 168 registers per thread (12 one-warp
-#: blocks per SM), merge 140, sym 121. Capped at 96, a k=24 build of sift-photos 450k on an H100 took
-#: 4.47 s instead of 5.07 s (merge 1.03 s instead of 1.30 s; 64: 4.55 s, 128: 4.53 s) and built the same
-#: graph (``benchmarks/profile_ggnn_registers.py``, ``results/profile_ggnn_registers_h100.jsonl``)
-MAX_REGISTERS = int(os.environ.get("KNNGRAPH_GGNN_MAX_REGISTERS", "96"))
+#: register caps (0: none, numba's default) of the build's one-warp kernels (merge, symmetric linking; the
+#: refinement runs them too) and of the search kernel. Uncapped (PTX for sm_90, ptxas 13, uint8 vectors)
+#: the search kernel takes 168 registers per thread (12 one-warp blocks per SM), merge 140, sym 121. With
+#: every kernel capped at 96, a k=24 build of sift-photos 450k on an H100 took 4.47 s instead of 5.07 s
+#: (merge 1.03 s instead of 1.30 s; 64: 4.55 s, 128: 4.53 s) and built the same graph
+#: (``benchmarks/profile_ggnn_registers.py``, ``results/profile_ggnn_registers_h100.jsonl``). The search
+#: kernel stays uncapped: its QPS under a cap was not measured. KNNGRAPH_GGNN_MAX_REGISTERS sets both.
+BUILD_MAX_REGISTERS = int(os.environ.get("KNNGRAPH_GGNN_MAX_REGISTERS", "96"))
+SEARCH_MAX_REGISTERS = int(os.environ.get("KNNGRAPH_GGNN_MAX_REGISTERS", "0"))
 
 
-def _jit():
-    if MAX_REGISTERS > 0 and not numba_config.ENABLE_CUDASIM:  # the simulator's jit takes no register cap
-        return cuda.jit(max_registers=MAX_REGISTERS)
+def _jit(max_registers: int):
+    if max_registers > 0 and not numba_config.ENABLE_CUDASIM:  # the simulator's jit takes no register cap
+        return cuda.jit(max_registers=max_registers)
     return cuda.jit
 
 
@@ -483,7 +486,7 @@ def search_kernel(kb: int, P: int, V: int):
     bits = hash_bits(kb, P, V)
     H = 1 << bits if bits > 0 else 1
 
-    @_jit()
+    @_jit(SEARCH_MAX_REGISTERS)
     def kernel(graph, base, queries, inv_b, inv_q, kind, entries, k, tau, nn1, max_it, out_d, out_i, out_nd,
                out_ne):
         bd = cuda.shared.array(kb, float32)
@@ -531,7 +534,7 @@ def merge_kernel(k: int, P: int, V: int):
     bits = hash_bits(k, P, V)
     H = 1 << bits if bits > 0 else 1
 
-    @_jit()
+    @_jit(BUILD_MAX_REGISTERS)
     def kernel(base, inv, kind, graph, trans, sel, lo_m, nz, lo_t, top_seg, lt, lm, s, tau, nn1, max_pops, out_i,
                out_d):
         bd = cuda.shared.array(k, float32)
@@ -660,7 +663,7 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
     bits = hash_bits(kb, P, V)
     H = 1 << bits if bits > 0 else 1
 
-    @_jit()
+    @_jit(BUILD_MAX_REGISTERS)
     def kernel(base, inv, kind, graph, trans, lo, z0, nz, knn, ksym, sym, cnt, tau, nn1, req_i, req_d, req_n):
         bd = cuda.shared.array(kb, float32)
         bi = cuda.shared.array(kb, int32)
