@@ -158,17 +158,22 @@ def load_sift(n_base: int):
     return np.ascontiguousarray(s.base), np.ascontiguousarray(s.queries), np.asarray(s.gt_indices)
 
 
-def clustered(n, d, seed=0, latent=12):
+def clustered(n, d, seed=0, latent=12, overlapping=False):
     """A clustered set (float32, host memory), generated on the GPU chunk by chunk: n/2000 Gaussian
     clusters (at least 100) whose points vary along a shared random 12-dimensional subspace plus a little
     isotropic noise, i.e. low intrinsic dimension like real descriptors (isotropic 128-d Gaussian noise
-    would make every neighbour nearly equidistant)."""
+    would make every neighbour nearly equidistant). The centres lie anywhere in d dimensions, about 40
+    apart against a spread of about 14 within a cluster: islands that no k-NN edge joins. With
+    ``overlapping`` they lie in the latent subspace too (scale 2): neighbouring clusters overlap and the
+    k-NN graph is connected (``benchmarks/ggnn_islands_cpu.py`` compares the two)."""
     import cupy as cp
 
     rs = cp.random.RandomState(seed)
     n_centers = max(100, n // 2000)
     centers = rs.standard_normal((n_centers, d), dtype=cp.float32) * 3
     basis = rs.standard_normal((latent, d), dtype=cp.float32) / np.float32(np.sqrt(latent))
+    if overlapping:
+        centers = (rs.standard_normal((n_centers, latent), dtype=cp.float32) * 2) @ basis
     out = np.empty((n, d), np.float32)
     chunk = 1 << 20
     for s in range(0, n, chunk):

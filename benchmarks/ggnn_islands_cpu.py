@@ -1,6 +1,6 @@
 """GGNN on the clustered synthetic set of the sharded benchmark, small enough for the CPU (issue 13).
 
-    python benchmarks/ggnn_islands_cpu.py [--n 100000] [--out DIR]
+    python benchmarks/ggnn_islands_cpu.py [--n 100000] [--overlapping] [--out DIR]
 
 ``benchmarks/ggnn_sharded_gpu.py``'s 20M x 96 set (``_common.clustered``) has n/2000 Gaussian clusters
 whose centres lie about 40 apart while a cluster's points spread about 10: at 20M, 10,000 islands of
@@ -8,7 +8,9 @@ whose centres lie about 40 apart while a cluster's points spread about 10: at 20
 reaches only the islands its entry points lie in, whatever its slack. This builds the same kind of set at
 ``--n`` rows (n/2000 clusters, at least 100) with NumPy, and prints GGNN's recall@10 (1 and 4 shards,
 tau 0.5 / 1.0 / 2.0) against exact search: it stays far below its level on real data, sharded or not,
-so the low recall of the 20M run is the data's, not the sharding's.
+so the low recall of the 20M run is the data's, not the sharding's. ``--overlapping``: the clusters'
+centres drawn in the shared subspace instead (``_common.clustered(..., overlapping=True)``), so that
+clusters overlap: the fair set for the sharded benchmark (its ``--synthetic overlapping``).
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment  # noqa: E402
 
 
-def islands(n, d=96, latent=12, seed=0):
-    """(base, 2000 queries) drawn as ``_common.clustered`` draws them, with NumPy."""
+def islands(n, d=96, latent=12, seed=0, overlapping=False):
+    """(base, 2000 queries) drawn as ``_common.clustered`` draws them (``overlapping`` too), with NumPy."""
     rs = np.random.RandomState(seed)
     n_centers = max(100, n // 2000)
     centers = rs.standard_normal((n_centers, d)).astype(np.float32) * 3
     basis = (rs.standard_normal((latent, d)) / np.sqrt(latent)).astype(np.float32)
+    if overlapping:
+        centers = (rs.standard_normal((n_centers, latent)).astype(np.float32) * 2) @ basis
     lab = rs.randint(0, n_centers, n + 2000)
     x = (centers[lab] + rs.standard_normal((n + 2000, latent)).astype(np.float32) @ basis
          + rs.standard_normal((n + 2000, d)).astype(np.float32) * 0.05).astype(np.float32)
@@ -40,13 +44,14 @@ def islands(n, d=96, latent=12, seed=0):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--overlapping", action="store_true", help="clusters centred in the shared subspace")
     ap.add_argument("--out", default="out")
     args = ap.parse_args()
     import knngraph
     from knngraph import ggnn
     from knngraph.evaluate import recall_at_k
 
-    base, queries = islands(args.n)
+    base, queries = islands(args.n, overlapping=args.overlapping)
     truth = np.asarray(knngraph.knn(base, queries, 10, device="cpu").indices)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -56,7 +61,8 @@ def main():
         build_s = time.perf_counter() - t0
         for tau in (0.5, 1.0, 2.0):
             found = ggnn.search(index, queries, 10, ggnn.SearchParams(tau=tau), device="cpu", verbose=False)
-            row = {"n": args.n, "clusters": max(100, args.n // 2000), "shards": shards, "build_s": build_s,
+            row = {"n": args.n, "clusters": max(100, args.n // 2000), "overlapping": args.overlapping,
+                   "shards": shards, "build_s": build_s,
                    "tau": tau, "recall@10": recall_at_k(np.asarray(found.indices), truth, 10), "env": environment()}
             print(json.dumps(row), flush=True)
             with open(out / "ggnn_islands_cpu.jsonl", "a") as f:

@@ -8,7 +8,8 @@
   ``scripts/prepare_device_data.py --rest770`` in a second call, see there), 10k queries with the exact
   ground truth, built unsharded and in ``--shards`` shards (GGNN defaults, k = 24), each swept over the
   query slack tau.
-* ``synthetic-cut``: ``_common.clustered(n + queries, 96, seed 0)`` (low intrinsic dimension), the last
+* ``synthetic-cut``: ``_common.clustered(n + queries, 96, seed 0)`` (low intrinsic dimension; islands, or with
+  ``--synthetic overlapping`` overlapping clusters, see ``benchmarks/ggnn_islands_cpu.py``), the last
   ``--queries`` rows held out as queries, their exact top-10 from ``knngraph.knn`` on the GPU (saved under
   ``--cache`` for the next part). Built with ``memory_limit`` = a quarter of the vectors' bytes: the build
   picks the fewest shards whose build fits (``ggnn.shard_build_bytes``), and is searched with the same
@@ -43,9 +44,9 @@ def _synthetic(args):
     """(base, queries, exact top-10 ids) of the synthetic set; the truth cached under ``--cache``."""
     import knngraph
 
-    x = clustered(args.n_synthetic + args.queries, DIM, seed=0)
+    x = clustered(args.n_synthetic + args.queries, DIM, seed=0, overlapping=args.synthetic == "overlapping")
     base, queries = x[:args.n_synthetic], np.ascontiguousarray(x[args.n_synthetic:])
-    cache = Path(args.cache) / f"truth_{args.n_synthetic}_{args.queries}.npy"
+    cache = Path(args.cache) / f"truth_{args.synthetic}_{args.n_synthetic}_{args.queries}.npy"
     if cache.exists():
         return base, queries, np.load(cache)
     truth = np.asarray(knngraph.knn(base, queries, 10, device="cuda", verbose=False).indices)
@@ -98,6 +99,8 @@ def main():
     ap.add_argument("--parts", default="sift,synthetic-cut,synthetic-whole")
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--n-synthetic", type=int, default=20_000_000)
+    ap.add_argument("--synthetic", choices=["islands", "overlapping"], default="islands",
+                    help="clusters as separate islands (the recorded 20M run) or overlapping (_common.clustered)")
     ap.add_argument("--queries", type=int, default=10_000)
     ap.add_argument("--cache", default="/root/ggnn_synthetic")
     ap.add_argument("--repeats", type=int, default=3)
@@ -116,7 +119,7 @@ def main():
     if "synthetic-cut" in parts or "synthetic-whole" in parts:
         base, queries, truth = _synthetic(args)
         limit = base.nbytes // 4
-        tag = f"synthetic {args.n_synthetic // 1_000_000}M x {DIM}"
+        tag = f"synthetic ({args.synthetic}) {args.n_synthetic // 1_000_000}M x {DIM}"
         if "synthetic-cut" in parts:
             run(log, f"{tag}, memory_limit = vectors / 4", base, queries, truth, ggnn.IndexParams(), args,
                 build_limit=limit, search_limit=limit)

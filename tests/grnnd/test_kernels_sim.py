@@ -50,13 +50,12 @@ def test_rounds_with_large_pools_match_the_cpu_path():
     assert gs == cs and sum(cs["redirects"]) > 0 and cn.max() > 16
 
 
-@pytest.mark.parametrize("dtype", ["uint8", "int8"])
-@pytest.mark.parametrize("kind", [DIST_L2SQ, DIST_IP])
+@pytest.mark.parametrize("dtype, kind", [("uint8", DIST_L2SQ), ("int8", DIST_IP)])
 def test_rounds_on_full_range_bytes_match_the_cpu_path(dtype, kind):
     """8-bit rows with d % 8 == 0 are read by the kernels as 64-bit words with dp4a (signed for int8):
-    with bytes over their whole range, by L2 and inner product, the same pools as the CPU path's loop
-    over elements. Rows too long for exact float32 sums, of another width or dtype, or not 8-byte aligned
-    are read element by element."""
+    with bytes over their whole range, by L2 (uint8) and inner product (int8), the same pools as the CPU
+    path's loop over elements. Rows too long for exact float32 sums, of another width or dtype, or not
+    8-byte aligned are read element by element."""
     lo, hi = (0, 256) if dtype == "uint8" else (-128, 128)
     x = np.random.default_rng(7).integers(lo, hi, size=(48, 16)).astype(dtype)
     assert gcuda.row_layout(x)[1] == (LAYOUT_WORDS_U8 if dtype == "uint8" else LAYOUT_WORDS_I8)
