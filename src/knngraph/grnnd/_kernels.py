@@ -308,8 +308,8 @@ def propose_kernel(cap: int):
                 qn += cuda.popc(vote)
                 cuda.syncwarp(FULL_MASK)
                 if qn >= WARP:
-                    red += _test_and_apply(x, xw, layout, inv, kind, f, v, r, b, qb, tb, WARP, lane, sc, sd, al, qi, qj, ti, tj,
-                                           td, pt, pc, pd)
+                    red += _test_and_apply(x, xw, layout, inv, kind, f, v, r, b, qb, tb, WARP, lane, sc, sd, al, qi,
+                                           qj, ti, tj, td, pt, pc, pd)
                     qn -= WARP
                     ri = 0
                     rj = 0
@@ -322,8 +322,8 @@ def propose_kernel(cap: int):
                         qj[qb + lane] = rj
                     cuda.syncwarp(FULL_MASK)
             if qn > 0:
-                red += _test_and_apply(x, xw, layout, inv, kind, f, v, r, b, qb, tb, qn, lane, sc, sd, al, qi, qj, ti, tj, td,
-                                       pt, pc, pd)
+                red += _test_and_apply(x, xw, layout, inv, kind, f, v, r, b, qb, tb, qn, lane, sc, sd, al, qi, qj,
+                                       ti, tj, td, pt, pc, pd)
         for s in range(lane, r, WARP):
             if s < m:
                 if al[b + s] != 0:
