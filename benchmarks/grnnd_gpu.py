@@ -198,7 +198,9 @@ def main():
         sweep(name, gg, sec)
         del gg
     # ---- 4b. GGNN (k=24, its defaults), the bottom layer searched like the others
-    if left() > 60:
+    if args.optimized_only or alphas_only:
+        log.write(part="skipped", what="GGNN k=24 (--optimized-only / --alphas-only)")
+    elif left() > 60:
         from knngraph import ggnn
 
         gp = ggnn.IndexParams(graph_degree=24, metric=metric)
@@ -217,7 +219,7 @@ def main():
         cagra = None
         log.write(part="cagra", error=f"cuvs not available ({type(exc).__name__}: {exc})")
     xb, xq, cmetric = cagra_vectors(base, queries, metric) if cagra is not None else (None, None, None)
-    for gname, g in grnnd_graphs.items() if cagra is not None else ():
+    for gname, g in grnnd_graphs.items() if cagra is not None and not alphas_only else ():
         if left() < 60:
             log.write(part="skipped", what=f"CAGRA search on {gname} and later (budget)")
             break

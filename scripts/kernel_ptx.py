@@ -57,14 +57,14 @@ def kernels():
 
 
 def _grnnd_cases():
-    """GRNND's propose kernel (float32 and uint8 vectors, pools of 64; uint8 rows read as 32-bit words
-    with dp4a) and merge kernel."""
+    """GRNND's propose kernel (float32 and uint8 vectors, pools of 64; the rows also as the 64-bit words
+    that ``grnnd.cuda.row_layout`` passes, read with dp4a for uint8) and merge kernel."""
     from knngraph.grnnd import _kernels as rk
 
     out = []
     for label, xt in (("f32", f32), ("u8", u8)):
         out.append((f"grnnd_propose_{label}_c64", rk.propose_kernel(64).py_func,
-                    (arr(xt), arr(u32), i64, arr(f32, 1), i64, i64, i64, f32, arr(i32), arr(f32), arr(i32, 1),
+                    (arr(xt), arr(u64), i64, arr(f32, 1), i64, i64, i64, f32, arr(i32), arr(f32), arr(i32, 1),
                      arr(i32), arr(i32), arr(f32), arr(i32, 1))))
     out.append(("grnnd_merge_c64", rk.merge_kernel(64).py_func,
                 (arr(i32, 1), arr(f32, 1), arr(i64, 1), i64, arr(i32), arr(f32), arr(i32, 1))))
