@@ -158,30 +158,36 @@ def load_sift(n_base: int):
     return np.ascontiguousarray(s.base), np.ascontiguousarray(s.queries), np.asarray(s.gt_indices)
 
 
-def clustered(n, d, seed=0, latent=12, overlapping=False):
-    """A clustered set (float32, host memory), generated on the GPU chunk by chunk: n/2000 Gaussian
-    clusters (at least 100) whose points vary along a shared random 12-dimensional subspace plus a little
-    isotropic noise, i.e. low intrinsic dimension like real descriptors (isotropic 128-d Gaussian noise
-    would make every neighbour nearly equidistant). The centres lie anywhere in d dimensions, about 40
-    apart against a spread of about 14 within a cluster: islands that no k-NN edge joins. With
-    ``overlapping`` they lie in the latent subspace too (scale 2): neighbouring clusters overlap and the
-    k-NN graph is connected (``benchmarks/ggnn_islands_cpu.py`` compares the two)."""
-    import cupy as cp
+def clustered(n, d, seed=0, latent=12, overlapping=False, xp=None):
+    """A clustered set (float32, host memory), generated chunk by chunk on the GPU (``xp`` = CuPy, the
+    default) or with NumPy (``xp=np``, the CPU benchmarks; another random stream, the same kind of set):
+    n/2000 Gaussian clusters (at least 100) whose points vary along a shared random 12-dimensional subspace
+    plus a little isotropic noise, i.e. low intrinsic dimension like real descriptors (isotropic 128-d
+    Gaussian noise would make every neighbour nearly equidistant). The centres lie anywhere in d
+    dimensions, about 40 apart against a spread of about 14 within a cluster: islands that no k-NN edge
+    joins. With ``overlapping`` they lie in the latent subspace too (scale 2): neighbouring clusters
+    overlap and the k-NN graph is connected (``benchmarks/ggnn_islands_cpu.py`` compares the two)."""
+    if xp is None:
+        import cupy as xp
+    rs = xp.random.RandomState(seed)
 
-    rs = cp.random.RandomState(seed)
+    def normal(shape):  # float32 draws: CuPy draws them so, NumPy's legacy generator only in float64
+        if xp is np:
+            return rs.standard_normal(shape).astype(np.float32)
+        return rs.standard_normal(shape, dtype=xp.float32)
+
     n_centers = max(100, n // 2000)
-    centers = rs.standard_normal((n_centers, d), dtype=cp.float32) * 3
-    basis = rs.standard_normal((latent, d), dtype=cp.float32) / np.float32(np.sqrt(latent))
+    centers = normal((n_centers, d)) * 3
+    basis = normal((latent, d)) / np.float32(np.sqrt(latent))
     if overlapping:
-        centers = (rs.standard_normal((n_centers, latent), dtype=cp.float32) * 2) @ basis
+        centers = (normal((n_centers, latent)) * 2) @ basis
     out = np.empty((n, d), np.float32)
     chunk = 1 << 20
     for s in range(0, n, chunk):
         e = min(n, s + chunk)
         lab = rs.randint(0, n_centers, e - s)
-        z = rs.standard_normal((e - s, latent), dtype=cp.float32)
-        noise = rs.standard_normal((e - s, d), dtype=cp.float32) * np.float32(0.05)
-        out[s:e] = (centers[lab] + z @ basis + noise).get()
+        block = centers[lab] + normal((e - s, latent)) @ basis + normal((e - s, d)) * np.float32(0.05)
+        out[s:e] = block if xp is np else block.get()
     return out
 
 

@@ -24,20 +24,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment  # noqa: E402
+from _common import clustered, environment  # noqa: E402
 
 
-def islands(n, d=96, latent=12, seed=0, overlapping=False):
-    """(base, 2000 queries) drawn as ``_common.clustered`` draws them (``overlapping`` too), with NumPy."""
-    rs = np.random.RandomState(seed)
-    n_centers = max(100, n // 2000)
-    centers = rs.standard_normal((n_centers, d)).astype(np.float32) * 3
-    basis = (rs.standard_normal((latent, d)) / np.sqrt(latent)).astype(np.float32)
-    if overlapping:
-        centers = (rs.standard_normal((n_centers, latent)).astype(np.float32) * 2) @ basis
-    lab = rs.randint(0, n_centers, n + 2000)
-    x = (centers[lab] + rs.standard_normal((n + 2000, latent)).astype(np.float32) @ basis
-         + rs.standard_normal((n + 2000, d)).astype(np.float32) * 0.05).astype(np.float32)
+def islands(n, overlapping=False):
+    """(base, 2000 queries) of ``_common.clustered`` (96 dimensions), drawn with NumPy."""
+    x = clustered(n + 2000, 96, overlapping=overlapping, xp=np)
     return x[:n], x[n:]
 
 
