@@ -66,7 +66,9 @@ def main():
     args = ap.parse_args()
     parts = args.parts.split(",")
     if args.lineinfo:
-        _with_lineinfo()
+        from knngraph.primitives.compile import jit_with_lineinfo
+
+        jit_with_lineinfo()
     t0 = time.perf_counter()
     if "builders" in parts:
         builders(t0, args.quick)
@@ -74,19 +76,6 @@ def main():
         core(t0, args.quick)
     cp.cuda.runtime.deviceSynchronize()
     print(f"sanitizer workload done in {time.perf_counter() - t0:.0f} s", flush=True)
-
-
-def _with_lineinfo():
-    """Every later ``numba.cuda.jit`` compiles with ``lineinfo=True`` (before knngraph's kernels exist)."""
-    from numba import cuda
-
-    jit = cuda.jit
-
-    def jit_with_lineinfo(*args, **kwargs):
-        kwargs.setdefault("lineinfo", True)
-        return jit(*args, **kwargs)
-
-    cuda.jit = jit_with_lineinfo
 
 
 def core(t0, quick=False):

@@ -192,10 +192,12 @@ def _wave_rows(pl) -> int:
 
 def kept_scratch_bytes(n: int, params) -> int:
     """Device bytes of the scratch :mod:`.cuda` keeps from the first use until the build releases it
-    (``release_build_data``): a merge's segment ids, and the link placement's flags, keys (two) and
-    assignments (two) for the largest wave."""
+    (``release_build_data``): a merge's segment ids, and the link placement's requests with candidates,
+    their static words and fates (three) for the largest wave and its lists (three, k_sym per row of
+    every layer)."""
     pl = plan(int(n), params.segment_size, params.layers)
-    return int(4 * n + _wave_rows(pl) * max(params.graph_degree - params.k_sym, 1) * (4 + 8 + 8 + 4 + 4))
+    return int(4 * n + _wave_rows(pl) * max(params.graph_degree - params.k_sym, 1) * (4 + 4 + 3 * 4)
+               + 3 * 4 * pl.rows * max(params.k_sym, 1))
 
 
 def build_device_bytes(n: int, dim: int, params, *, cosine: bool = False) -> int:
@@ -203,7 +205,7 @@ def build_device_bytes(n: int, dim: int, params, *, cosine: bool = False) -> int
     build reads float32), counted from its arrays: the state that lives through the build (vectors, rows
     and distances of every layer, inverse links, translations, the merge results, the link requests of
     the largest wave), the scratch kept between steps (:func:`kept_scratch_bytes`), and the larger of a
-    step's temporaries (a merge's segment search, CuPy's sort of the link keys) and those of the last
+    step's temporaries (a merge's segment search) and those of the last
     step (the bottom layer in dataset ids). An upper bound: GPU tests compare it with the CuPy pool's
     peak."""
     pl = plan(int(n), params.segment_size, params.layers)
@@ -217,7 +219,7 @@ def build_device_bytes(n: int, dim: int, params, *, cosine: bool = False) -> int
              + rows * k * 8 + rows * ks1 * 8  # rows and distances, inverse links and their distances
              + n * k * 8  # merge results
              + wave * kn1 * (SYM_CANDIDATES * 8 + 4))  # link requests
-    steps = rows * 24 + wave * kn1 * 16  # arange, int64 searchsorted and its - 1, top segments; the key sort
+    steps = rows * 24  # arange, int64 searchsorted and its - 1, top segments
     final = n * k * 8 + n * ks1 * 4 + n * k * 12  # bottom layer in dataset ids, inverse links, temporaries
     return int(state + kept_scratch_bytes(n, params) + max(steps, final))
 

@@ -487,7 +487,7 @@ def search_kernel(kb: int, P: int, V: int):
     H = 1 << bits if bits > 0 else 1
 
     @_jit(SEARCH_MAX_REGISTERS)
-    def kernel(graph, base, queries, inv_b, inv_q, kind, entries, k, tau, nn1, max_it, out_d, out_i, out_nd,
+    def ggnn_search(graph, base, queries, inv_b, inv_q, kind, entries, k, tau, nn1, max_it, out_d, out_i, out_nd,
                out_ne):
         bd = cuda.shared.array(kb, float32)
         bi = cuda.shared.array(kb, int32)
@@ -523,7 +523,7 @@ def search_kernel(kb: int, P: int, V: int):
                 out_ne[j] = pops
             _sync()
 
-    return kernel
+    return ggnn_search
 
 
 @functools.lru_cache(maxsize=None)
@@ -535,7 +535,7 @@ def merge_kernel(k: int, P: int, V: int):
     H = 1 << bits if bits > 0 else 1
 
     @_jit(BUILD_MAX_REGISTERS)
-    def kernel(base, inv, kind, graph, trans, sel, lo_m, nz, lo_t, top_seg, lt, lm, s, tau, nn1, max_pops, out_i,
+    def ggnn_merge(base, inv, kind, graph, trans, sel, lo_m, nz, lo_t, top_seg, lt, lm, s, tau, nn1, max_pops, out_i,
                out_d):
         bd = cuda.shared.array(k, float32)
         bi = cuda.shared.array(k, int32)
@@ -581,7 +581,7 @@ def merge_kernel(k: int, P: int, V: int):
             _write_best(lane, bd, bi, st[0], k, out_d, out_i, z)
             _sync()
 
-    return kernel
+    return ggnn_merge
 
 
 @functools.lru_cache(maxsize=None)
@@ -590,7 +590,7 @@ def brute_kernel(k: int):
     about s rows), kept in a sorted per-thread list of compile-time length k."""
 
     @cuda.jit
-    def kernel(base, inv, kind, trans, lo, seg, starts, nrows, out_i, out_d):
+    def ggnn_brute(base, inv, kind, trans, lo, seg, starts, nrows, out_i, out_d):
         bd = cuda.local.array(k, float32)
         bi = cuda.local.array(k, int32)
         z = cuda.grid(1)
@@ -623,7 +623,7 @@ def brute_kernel(k: int):
                 out_d[z, t] = INF
                 out_i[z, t] = -1
 
-    return kernel
+    return ggnn_brute
 
 
 @device_function
@@ -664,7 +664,7 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
     H = 1 << bits if bits > 0 else 1
 
     @_jit(BUILD_MAX_REGISTERS)
-    def kernel(base, inv, kind, graph, trans, lo, z0, nz, knn, ksym, sym, cnt, tau, nn1, req_i, req_d, req_n):
+    def ggnn_sym_paths(base, inv, kind, graph, trans, lo, z0, nz, knn, ksym, sym, cnt, tau, nn1, req_i, req_d, req_n):
         bd = cuda.shared.array(kb, float32)
         bi = cuda.shared.array(kb, int32)
         pd = cuda.shared.array(P, float32)
@@ -768,5 +768,5 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
                     req_n[zz, i] = c
                 _sync()
 
-    return kernel
+    return ggnn_sym_paths
 

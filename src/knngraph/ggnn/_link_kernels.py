@@ -9,25 +9,30 @@ far, by an earlier wave or by an earlier request of z in this wave), or places z
 free slot, in slot ``cnt[p]`` (then ``cnt[p] += 1``); a p without room is passed over.
 
 **In parallel.** The fate of request q (the candidate it is placed at, or none) depends only on the
-fates of the requests before it: p has a free slot for q iff ``cnt[p] + #{q' < q placed at p} < ksym``,
-and p links to z iff it did at the wave's start or an earlier request of z (q' = zz * knn + i', i' < i)
-is placed at p. So the fates are the unique fixed point of
+fates of the requests before it: p has a free slot for q iff ``#{q' < q placed at p} < room(p)`` with
+``room(p) = ksym - cnt[p]``, and p links to z iff it did at the wave's start or an earlier request of z
+(q' = zz * knn + i', i' < i) is placed at p. So the fates are the unique fixed point of
 
     fate_{r + 1}(q) = rule(q, fate_r restricted to q' < q)
 
 (by induction over q: after round r the first r requests have their final fate, and a round that
-changes nothing has reached the fixed point, which is the sequential result). One round is one thread
-per request with candidates (it also writes the keys ``p * nq + q`` of the fates it found);
-``#{q' < q placed at p}`` is a difference of two binary searches in the previous round's keys, sorted
-(one device sort per round). Rounds needed, measured with the same rule on the CPU (sift-photos 20k,
-degree 24, one refinement: 76 waves, every one equal to the sequential placement): 11 per wave on
-average, 33 at most (a request passed over moves on by one candidate per round, and the requests after
-it see the change a round later). Then the links are written: the placed requests at p, in key order (= the
-sequential order), take slots ``cnt[p], cnt[p] + 1, ...``, and ``cnt[p]`` grows by their number.
+changes nothing has reached the fixed point, which is the sequential result). What does not change
+within a wave (which candidates have a free slot at its start, the first that links to z then) is worked
+out once per wave (``static_kernel``); one round is one thread per request with candidates. The count it needs is read from ``first[p - lo, :room(p)]``, the room(p)
+smallest requests placed at p in the previous round, ascending (EMPTY-padded): q has room at p iff
+``q <= first[p - lo, room(p) - 1]``. Each thread that places its request at p inserts it into the next
+round's lists by a chain of ``atomic.min`` (the value a slot gives up moves on to the next slot, so slot
+s ends up with the (s + 1)-th smallest of all inserted, whatever the interleaving). Three sets of lists
+and fates rotate: a round reads one, fills the next and empties the one before (at the targets of its
+fates), so a round is one launch and a read of its "changed" flag, with no sort. Rounds needed
+(sift-photos 20k, degree 24, one refinement, the same rule on the CPU): 11 per wave on average, 33 at
+most (a request passed over moves on by one candidate per round, and the requests after it see the change
+a round later). Then the links are written: the requests placed at p, ascending (= the sequential order),
+take slots ``cnt[p], cnt[p] + 1, ...``, and ``cnt[p]`` grows by their number.
 
 Everything is one thread per request or per row, with no allocation in the kernels; the temporary
-arrays (``act``, ``assign``, ``keys``, the round flag) are the caller's (:func:`knngraph.ggnn.cuda.sym_place`
-keeps them between waves, allocated at the first wave, the largest).
+arrays (``act``, the fates, the lists, the round flag) are the caller's (:func:`knngraph.ggnn.cuda.sym_place`
+keeps them between waves and builds, the lists empty between calls).
 """
 
 from __future__ import annotations
@@ -35,81 +40,98 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda, float32, int32, int64
+from numba import cuda, float32, int32
 
-from ..primitives.compile import cuda_version, host_and_device
+from ..primitives.compile import cuda_version, device_function, host_and_device
 from .cpu import rewrite_row
 
-__all__ = ["KEY_NONE", "active_kernel", "round_kernel", "write_links_kernel", "count_links_kernel",
-           "sym_write_kernel", "place_fate", "lower_bound", "blocks_for"]
+__all__ = ["EMPTY", "active_kernel", "static_kernel", "round_kernel", "write_links_kernel", "count_links_kernel",
+           "empty_lists_kernel", "sym_write_kernel", "static_candidates", "place_fate", "blocks_for"]
 
-#: key of a request placed nowhere (sorts after every placed one)
-KEY_NONE = np.int64(np.iinfo(np.int64).max)
+#: an empty slot of the per-target lists (after every request index)
+EMPTY = np.int32(np.iinfo(np.int32).max)
 #: threads per block of the one-thread-per-item kernels
 THREADS = 128
 
 
 @host_and_device
-def lower_bound(keys, n, key):
-    """First position in the ascending ``keys[:n]`` whose entry is >= key."""
-    lo = 0
-    hi = n
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if keys[mid] < key:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+def static_candidates(graph, knn, ksym, sym, cnt, z, zz, i, req_i, req_n):
+    """What the rule knows of request (zz, i) from the wave's start alone: bit t set when candidate t has
+    a free slot then (a target without one gets no link in this wave, so the rule passes it over), bits
+    24 and up the first candidate that links to z then (a nearest-neighbour slot or an inverse link; the
+    rule stops there), ``req_n[zz, i]`` if none. Candidates fit in 24 bits (the caller checks)."""
+    n = req_n[zz, i]
+    mask = 0
+    for t in range(n):
+        p = req_i[zz, i, t]
+        for u in range(knn):
+            if graph[p, u] == z:
+                return mask | (t << 24)
+        for u in range(min(cnt[p], ksym)):
+            if sym[p, u] == z:
+                return mask | (t << 24)
+        if cnt[p] < ksym:
+            mask |= 1 << t
+    return mask | (n << 24)
 
 
 @host_and_device
-def place_fate(graph, knn, ksym, sym, cnt, lo, z0, zz, i, req_i, req_n, assign, keys, nkeys, nq):
-    """The candidate index (into ``req_i[zz, i]``) request (zz, i) is placed at given the fates
-    ``assign`` of the other requests (``keys[:nkeys]``: the sorted keys p * nq + q of the placed ones
-    among the requests with candidates, KEY_NONE for the others), or -1 (dropped, or no
-    room anywhere): the rule of :func:`knngraph.ggnn.cpu.sym_place`, with this wave's links read from
-    ``assign``. Self-contained (no helper calls) so that the same source runs on the CPU, the GPU and
-    in the simulator."""
-    z = lo + z0 + zz
-    q = np.int64(zz) * knn + i
-    for t in range(req_n[zz, i]):
+def place_fate(static, ksym, cnt, lo, zz, i, knn, req_i, assign, first):
+    """The candidate index (into ``req_i[zz, i]``) request (zz, i) is placed at, or -1 (dropped, or no room
+    anywhere), given its :func:`static_candidates` word and the fates ``assign`` of the other requests
+    (``first[p - lo, :room]``: the smallest request indices placed at p, ascending, EMPTY-padded): the
+    rule of :func:`knngraph.ggnn.cpu.sym_place`, with this wave's links read from ``assign``.
+    Self-contained (no helper calls) so that the same source runs on the CPU, the GPU and in the
+    simulator."""
+    q = zz * knn + i
+    for t in range(static >> 24):
+        if (static >> t) & 1 == 0:
+            continue
         p = req_i[zz, i, t]
-        # p links to z at the wave's start: a nearest-neighbour slot or an inverse link
-        for u in range(knn):
-            if graph[p, u] == z:
-                return -1
-        for u in range(min(cnt[p], ksym)):
-            if sym[p, u] == z:
-                return -1
-        # ... or an earlier request of z placed z at p
+        # an earlier request of z placed z at p: p links to z
         for i2 in range(i):
             a = assign[zz, i2]
             if a >= 0:
                 if req_i[zz, i2, a] == p:
                     return -1
-        # requests before q placed at p: keys in [p * nq, p * nq + q)
-        k0 = np.int64(p) * nq
-        before = np.int64(0)
-        for side in range(2):
-            key = k0 + q if side == 0 else k0
-            a0 = np.int64(0)
-            a1 = np.int64(nkeys)
-            while a0 < a1:
-                mid = (a0 + a1) >> 1
-                if keys[mid] < key:
-                    a0 = mid + 1
-                else:
-                    a1 = mid
-            before = before + a0 if side == 0 else before - a0
-        if cnt[p] + before < ksym:
+        # fewer than room requests before q placed at p
+        room = ksym - cnt[p]
+        if q <= first[p - lo, room - 1]:
             return t
     return -1
 
 
-_lower_bound = cuda_version(lower_bound)
+_static_candidates = cuda_version(static_candidates)
 _place_fate = cuda_version(place_fate)
 _rewrite_row = cuda_version(rewrite_row)
+
+
+@device_function
+def _insert(first, row, room, q):
+    """Request q into the ascending list first[row, :room] (its room smallest are kept): a chain of
+    atomic minima, safe for any number of threads inserting at once."""
+    v = int32(q)
+    for s in range(room):
+        old = cuda.atomic.min(first, (row, s), v)
+        if old == EMPTY:
+            return
+        if old > v:
+            v = old
+
+
+@device_function
+def _empty(first, row, ksym):
+    for s in range(ksym):
+        first[row, s] = EMPTY
+
+
+@device_function
+def _empty_at(a, req_i, zz, i, lo, ksym, first0, first1, first2):
+    if a >= 0:
+        row = req_i[zz, i, a] - lo
+        _empty(first0, row, ksym)
+        _empty(first1, row, ksym)
+        _empty(first2, row, ksym)
 
 
 @cuda.jit
@@ -124,29 +146,55 @@ def active_kernel(req_n, nz, knn, act, count):
 
 
 @cuda.jit
-def round_kernel(graph, knn, ksym, sym, cnt, lo, z0, act, na, req_i, req_n, assign, keys, nq, out, out_keys,
-                 changed):
-    """One round of the fixed-point iteration: ``out`` = the fates given ``assign`` (and its sorted
-    ``keys``), ``out_keys`` their keys (unsorted); ``changed[0]`` set when any fate differs."""
+def static_kernel(graph, knn, ksym, sym, cnt, lo, z0, act, na, req_i, req_n, static):
+    """:func:`static_candidates` of every request with candidates, once per wave."""
     j = cuda.grid(1)
     if j >= na:
         return
     q = act[j]
     zz = q // knn
-    i = q - zz * knn
-    f = _place_fate(graph, knn, ksym, sym, cnt, lo, z0, zz, i, req_i, req_n, assign, keys, na, nq)
-    out[zz, i] = f
-    if f >= 0:
-        out_keys[j] = int64(req_i[zz, i, f]) * nq + q
-    else:
-        out_keys[j] = KEY_NONE
-    if f != assign[zz, i]:
-        changed[0] = 1
+    static[j] = _static_candidates(graph, knn, ksym, sym, cnt, lo + z0 + zz, zz, q - zz * knn, req_i, req_n)
 
 
 @cuda.jit
-def write_links_kernel(act, na, assign, req_i, req_d, lo, z0, knn, nq, keys, sym, sym_d, cnt):
-    """The requests placed at p take slots cnt[p] + (their rank at p in key order = request order)."""
+def round_kernel(static, ksym, cnt, lo, knn, act, na, req_i, assign, first, out, out_first, stale, stale_first,
+                 changed, r):
+    """Round r of the fixed-point iteration: ``out`` = the fates given ``assign`` (and its lists
+    ``first``), inserted into the lists ``out_first`` (empty at the start); the lists ``stale_first`` of the
+    fates ``stale`` (two rounds back) emptied; ``changed[r % 2]`` set when any fate differs (zero at the
+    start: the round before cleared it, for this one)."""
+    j = cuda.grid(1)
+    if j == 0:
+        changed[(r + 1) % 2] = 0
+    if j >= na:
+        return
+    q = act[j]
+    zz = q // knn
+    i = q - zz * knn
+    s = stale[zz, i]
+    if s >= 0:
+        _empty(stale_first, req_i[zz, i, s] - lo, ksym)
+    f = _place_fate(static[j], ksym, cnt, lo, zz, i, knn, req_i, assign, first)
+    out[zz, i] = f
+    if f >= 0:
+        p = req_i[zz, i, f]
+        _insert(out_first, p - lo, ksym - cnt[p], q)
+    if f != assign[zz, i]:
+        changed[r % 2] = 1
+
+
+@device_function
+def _rank(first, row, ksym, q):
+    """Position of q in the list first[row] (it is there)."""
+    s = 0
+    while s < ksym and first[row, s] != q:
+        s += 1
+    return s
+
+
+@cuda.jit
+def write_links_kernel(act, na, assign, first, req_i, req_d, lo, z0, knn, ksym, sym, sym_d, cnt):
+    """The requests placed at p take slots cnt[p] + (their rank at p = request order)."""
     j = cuda.grid(1)
     if j >= na:
         return
@@ -157,16 +205,14 @@ def write_links_kernel(act, na, assign, req_i, req_d, lo, z0, knn, nq, keys, sym
     if a < 0:
         return
     p = req_i[zz, i, a]
-    k0 = int64(p) * nq
-    slot = cnt[p] + _lower_bound(keys, na, k0 + q) - _lower_bound(keys, na, k0)
+    slot = cnt[p] + _rank(first, p - lo, ksym, q)
     sym[p, slot] = lo + z0 + zz
     sym_d[p, slot] = req_d[zz, i, a]
 
 
 @cuda.jit
-def count_links_kernel(act, na, assign, req_i, knn, nq, keys, cnt):
-    """cnt[p] += the links placed at p, by the last of them in key order (after write_links_kernel,
-    which reads cnt)."""
+def count_links_kernel(act, na, assign, first, req_i, lo, knn, ksym, cnt):
+    """cnt[p] += the links placed at p, by the last of them (after write_links_kernel, which reads cnt)."""
     j = cuda.grid(1)
     if j >= na:
         return
@@ -177,11 +223,23 @@ def count_links_kernel(act, na, assign, req_i, knn, nq, keys, cnt):
     if a < 0:
         return
     p = req_i[zz, i, a]
-    k0 = int64(p) * nq
-    first = _lower_bound(keys, na, k0)
-    rank = _lower_bound(keys, na, k0 + q) - first
-    if _lower_bound(keys, na, k0 + nq) - first == rank + 1:
-        cnt[p] += rank + 1
+    s = _rank(first, p - lo, ksym, q)
+    if s + 1 == ksym or first[p - lo, s + 1] == EMPTY:
+        cnt[p] += s + 1
+
+
+@cuda.jit
+def empty_lists_kernel(act, na, knn, req_i, lo, ksym, assign0, assign1, assign2, first0, first1, first2):
+    """Empties every list at the targets of the three fates (the lists are empty between calls)."""
+    j = cuda.grid(1)
+    if j >= na:
+        return
+    q = act[j]
+    zz = q // knn
+    i = q - zz * knn
+    _empty_at(assign0[zz, i], req_i, zz, i, lo, ksym, first0, first1, first2)
+    _empty_at(assign1[zz, i], req_i, zz, i, lo, ksym, first0, first1, first2)
+    _empty_at(assign2[zz, i], req_i, zz, i, lo, ksym, first0, first1, first2)
 
 
 @functools.lru_cache(maxsize=None)
@@ -190,7 +248,7 @@ def sym_write_kernel(width: int):
     the row rewritten, kept in a local array of compile-time length)."""
 
     @cuda.jit
-    def kernel(graph, gdist, lo, n_rows, knn, sym, sym_d, cnt):
+    def ggnn_sym_write(graph, gdist, lo, n_rows, knn, sym, sym_d, cnt):
         old_i = cuda.local.array(width, int32)
         old_d = cuda.local.array(width, float32)
         r = cuda.grid(1)
@@ -205,7 +263,7 @@ def sym_write_kernel(width: int):
             old_d[t] = gdist[z, knn + t]
         _rewrite_row(graph, gdist, z, knn, c, sym, sym_d, old_i, old_d, width)
 
-    return kernel
+    return ggnn_sym_write
 
 
 def blocks_for(n: int) -> int:

@@ -79,13 +79,14 @@ def sync(xp=None) -> None:
         xp.cuda.Device().synchronize()
 
 
-def _scratch(name, shape, dtype, xp):
-    """A temporary array of at least ``shape`` (its leading part), allocated on first use / growth."""
+def _scratch(name, shape, dtype, xp, fill=None):
+    """A temporary array of at least ``shape`` (its leading part), allocated on first use / growth
+    (filled with ``fill`` then, when given: the caller keeps it so between calls)."""
     key = (*_scratch_owner(xp), name)
     have = _SCRATCH.get(key)
     if have is None or have.dtype != np.dtype(dtype) or any(a < b for a, b in zip(have.shape, shape)) \
             or have.ndim != len(shape) or not isinstance(have, xp.ndarray):
-        have = xp.empty(shape, dtype)
+        have = xp.empty(shape, dtype) if fill is None else xp.full(shape, fill, dtype)
         _SCRATCH[key] = have
     return have[tuple(slice(0, b) for b in shape)]
 
@@ -154,38 +155,56 @@ def sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n
             or req_d.shape != req_i.shape or not 0 < ksym <= sym.shape[1] or sym_d.shape != sym.shape \
             or lo + z1 > graph.shape[0] or cnt.shape[0] != graph.shape[0] or sym.shape[0] != graph.shape[0]:
         raise ValueError("sym_place: inconsistent shapes of the graph, link and request arrays")
+    if nq >= 2**31 - 1 or req_i.shape[2] > 24:
+        raise ValueError(f"sym_place: {nq} requests of {req_i.shape[2]} candidates; at most 2^31 - 2 and 24")
     if nq == 0:
         return 0
     T = lk.THREADS if xp is not np else 32
     act = _scratch("act", (nq,), np.int32, xp)
-    keys = _scratch("keys", (nq,), np.int64, xp)
-    a_buf = _scratch("assign_a", (nz, knn), np.int32, xp)
-    b_buf = _scratch("assign_b", (nz, knn), np.int32, xp)
-    flag = _scratch("flag", (2,), np.int32, xp)
+    fates = [_scratch(f"fates{b}", (nz, knn), np.int32, xp) for b in range(3)]
+    # the lists of the targets p (rows lo .. end), empty between calls
+    lists = [_scratch(f"lists{b}", (graph.shape[0] - lo, ksym), np.int32, xp, fill=lk.EMPTY) for b in range(3)]
+    flag = _scratch("flag", (3,), np.int32, xp)
     flag[:] = 0
-    lk.active_kernel[_blocks(nq, T, xp), T](req_n, nz, knn, act, flag[1:])
-    na = int(flag[1])
+    lk.active_kernel[_blocks(nq, T, xp), T](req_n, nz, knn, act, flag[2:])
+    na = int(flag[2])
     if na == 0:
         return 0
-    a_buf.fill(-1)
-    b_buf.fill(-1)
-    keys_b = _scratch("keys_b", (nq,), np.int64, xp)
-    keys[:na] = lk.KEY_NONE  # the keys of a_buf: nothing placed
+    for f in fates:
+        f.fill(-1)
     grid = _blocks(na, T, xp)
+    static = _scratch("static", (nq,), np.int32, xp)
+    # numba device views, made once: a launch with CuPy arrays converts each of them (about 0.3 ms a round)
+    graph_, sym_, sym_d_, cnt_, req_i_, req_d_, req_n_, act_, static_, flag_ = _views(
+        xp, graph, sym, sym_d, cnt, req_i, req_d, req_n, act, static, flag)
+    fates_ = _views(xp, *fates)
+    lists_ = _views(xp, *lists)
+    lk.static_kernel[grid, T](graph_, knn, ksym, sym_, cnt_, lo, z0, act_, na, req_i_, req_n_, static_)
     rounds = 0
     while True:
-        flag[0] = 0
-        lk.round_kernel[grid, T](graph, knn, ksym, sym, cnt, lo, z0, act, na, req_i, req_n, a_buf, keys, nq, b_buf,
-                                 keys_b, flag)
+        r = rounds % 3
+        cur, nxt, old = r, (r + 1) % 3, (r + 2) % 3
+        lk.round_kernel[grid, T](static_, ksym, cnt_, lo, knn, act_, na, req_i_, fates_[cur], lists_[cur], fates_[nxt],
+                                 lists_[nxt], fates_[old], lists_[old], flag_, rounds)
+        done = int(flag[rounds % 2]) == 0  # F(a) = a: the fixed point
         rounds += 1
-        if int(flag[0]) == 0:  # b = F(a) = a: the fixed point, and keys are its sorted keys
+        if done:
             break
-        a_buf, b_buf = b_buf, a_buf
-        keys, keys_b = keys_b, keys
-        keys[:na].sort()
-    lk.write_links_kernel[grid, T](act, na, a_buf, req_i, req_d, lo, z0, knn, nq, keys, sym, sym_d, cnt)
-    lk.count_links_kernel[grid, T](act, na, a_buf, req_i, knn, nq, keys, cnt)
+    final_fates, final_lists = fates_[nxt], lists_[nxt]
+    lk.write_links_kernel[grid, T](act_, na, final_fates, final_lists, req_i_, req_d_, lo, z0, knn, ksym, sym_, sym_d_,
+                                   cnt_)
+    lk.count_links_kernel[grid, T](act_, na, final_fates, final_lists, req_i_, lo, knn, ksym, cnt_)
+    lk.empty_lists_kernel[grid, T](act_, na, knn, req_i_, lo, ksym, *fates_, *lists_)
     return rounds
+
+
+def _views(xp, *arrays):
+    """numba device views of CuPy arrays (the arrays themselves in the simulator)."""
+    if xp is np:
+        return arrays
+    from numba import cuda
+
+    return tuple(cuda.as_cuda_array(a) for a in arrays)
 
 
 def sym_write(graph, gdist, lo, n_rows, knn, sym, sym_d, cnt, *, xp=None):

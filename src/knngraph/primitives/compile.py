@@ -28,7 +28,7 @@ import numba
 from numba.core import event
 
 __all__ = ["host_and_device", "device_function", "cuda_version", "threaded_and_serial", "SERIAL_BELOW",
-           "compile_seconds"]
+           "compile_seconds", "jit_with_lineinfo"]
 
 _log = logging.getLogger("knngraph")
 
@@ -138,3 +138,21 @@ def pick(builds, rows: int):
     """The threaded build of a :func:`threaded_and_serial` pair for at least ``SERIAL_BELOW`` rows of
     work, else the serial one."""
     return builds[0] if rows >= SERIAL_BELOW else builds[1]
+
+
+def jit_with_lineinfo() -> None:
+    """For profilers and sanitizers: every later ``numba.cuda.jit`` compiles with ``lineinfo=True``, so that
+    their reports name source lines (call it before knngraph's kernels are compiled; imports numba.cuda)."""
+    from numba import cuda
+
+    jit = cuda.jit
+    if getattr(jit, "__knngraph_lineinfo__", False):
+        return
+
+    def with_lineinfo(*args, **kwargs):
+        kwargs.setdefault("lineinfo", True)
+        return jit(*args, **kwargs)
+
+    with_lineinfo.__knngraph_lineinfo__ = True
+    cuda.jit = with_lineinfo
+

@@ -1,0 +1,108 @@
+"""Where a GGNN GPU build spends its time: every build step (the brute force in the segments, each
+merge(lt, lm), the path searches of the symmetric linking, the link placement and its rounds, the write
+of the links) timed on its own, the device synchronised before and after it.
+
+    python benchmarks/profile_ggnn_build.py [--n 450000] [--graph-degree 24] [--refinements 2] [--out DIR]
+        [--search-tau 0.5]
+
+The synchronisation adds a little to the total (the build itself synchronises only at phase ends); the
+point is the split. The graph's hash is logged (``profile_ggnn_registers.py`` logs it too): a change that
+must not alter the graph keeps it. With ``--search-tau`` a GGNN search of 10k queries follows (for a profiler to pick
+its kernel). One JSON line per step kind, and a total, to stdout and ``profile_ggnn_build.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=450_000)
+    ap.add_argument("--graph-degree", type=int, default=24)
+    ap.add_argument("--refinements", type=int, default=2)
+    ap.add_argument("--search-tau", type=float, default=None)
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="no compiling build of 5,000 rows first (for a profiler counting launches)")
+    ap.add_argument("--lineinfo", action="store_true", help="compile the kernels with line information")
+    ap.add_argument("--out", default="out")
+    args = ap.parse_args()
+    if args.lineinfo:
+        from knngraph.primitives.compile import jit_with_lineinfo
+
+        jit_with_lineinfo()
+
+    import cupy as cp
+    import numpy as np
+
+    from _common import JsonLines, load_sift
+
+    from knngraph import ggnn
+    from knngraph.ggnn import _index
+
+    base, queries, _ = load_sift(args.n)
+    xd = cp.asarray(base)
+    params = ggnn.IndexParams(graph_degree=args.graph_degree, refinements=args.refinements)
+    if not args.no_warmup:
+        ggnn.build(params, xd[:5000], device="cuda", verbose=False)  # compile
+    seconds = collections.defaultdict(float)
+    calls = collections.Counter()
+    rounds = collections.Counter()
+    real_ops = _index.build_ops
+
+    def timed_ops(dev, xp=None):
+        ops = real_ops(dev, xp)
+        for name in ("brute_segments", "merge_queries", "sym_requests", "sym_place", "sym_write"):
+            f = getattr(ops, name)
+
+            def wrapped(*a, _f=f, _name=name):
+                key = _name
+                if _name == "merge_queries":
+                    key = f"merge_queries lt={a[8]} lm={a[9]}"
+                cp.cuda.Device().synchronize()
+                t0 = time.perf_counter()
+                r = _f(*a)
+                cp.cuda.Device().synchronize()
+                seconds[key] += time.perf_counter() - t0
+                calls[key] += 1
+                if _name == "sym_place":
+                    rounds[key] += int(r or 0)
+                return r
+
+            setattr(ops, name, wrapped)
+        return ops
+
+    _index.build_ops = timed_ops
+    cp.cuda.Device().synchronize()
+    t0 = time.perf_counter()
+    index = ggnn.build(params, xd, device="cuda", verbose=False)
+    cp.cuda.Device().synchronize()
+    total = time.perf_counter() - t0
+    _index.build_ops = real_ops
+    log = JsonLines(Path(args.out) / "profile_ggnn_build.jsonl")
+    for key in sorted(seconds, key=seconds.get, reverse=True):
+        log.write(part="step", step=key, seconds=seconds[key], calls=calls[key], rounds=rounds.get(key),
+                  share=seconds[key] / total)
+    rows = np.ascontiguousarray(cp.asnumpy(cp.asarray(index.graph.indices)))
+    log.write(part="total", n=args.n, graph_degree=args.graph_degree, refinements=args.refinements, seconds=total,
+              timings=(index.hierarchy or {}).get("timings", {}), graph_sha1=hashlib.sha1(rows.tobytes()).hexdigest())
+    if args.search_tau is not None:
+        sp = ggnn.SearchParams(tau=args.search_tau)
+        qd = cp.asarray(queries)
+        ggnn.search(index, qd, 10, sp)
+        cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        ggnn.search(index, qd, 10, sp)
+        cp.cuda.Device().synchronize()
+        log.write(part="search", tau=args.search_tau, seconds=time.perf_counter() - t0, queries=len(queries))
+
+
+if __name__ == "__main__":
+    main()
