@@ -1,6 +1,6 @@
 """GGNN on the GPU: build time split and the recall@10 / QPS curve on sift-photos 450k (issue 13).
 
-    python benchmarks/ggnn_gpu.py --out out/ [--quick] [--n 450000] [--shards 1]
+    python benchmarks/ggnn_gpu.py --out out/ [--quick] [--n 450000] [--shards 1] [--degrees 24,40]
         [--dataset minilm --minilm-dir /root/minilm]
 
 Builds a GGNN index (k=24 and k=40, s=32, L=4, tau_b=0.5, r=2) and reports the time of each build phase
@@ -39,6 +39,7 @@ def main(device="cuda", n_default=450_000, name="ggnn_gpu"):
     ap.add_argument("--device", default=device)
     ap.add_argument("--dataset", choices=["sift", "minilm"], default="sift")
     ap.add_argument("--minilm-dir", default="/root/minilm")
+    ap.add_argument("--degrees", default=None, help="graph degrees to build (default 24,40; --quick: 24)")
     args = ap.parse_args()
     on_gpu = args.device.startswith("cuda")
     if on_gpu:
@@ -97,7 +98,8 @@ def main(device="cuda", n_default=450_000, name="ggnn_gpu"):
             curves[name].append((r, nq / sec))
 
     graphs = {}
-    for degree in ((24,) if args.quick else (24, 40)):
+    degrees = [int(g) for g in args.degrees.split(",")] if args.degrees else ([24] if args.quick else [24, 40])
+    for degree in degrees:
         params = ggnn.IndexParams(graph_degree=degree, n_shards=args.shards, metric=metric)
         ggnn.build(params, base[:5000], device=args.device, verbose=False)  # compile the kernels first
         t0 = time.perf_counter()
@@ -111,7 +113,7 @@ def main(device="cuda", n_default=450_000, name="ggnn_gpu"):
             sweep_fast(f"fast searcher on GGNN k={degree}", index.graph)
         graphs[degree] = index.graph
     if on_gpu:  # last: a fault inside cuVS would end the process
-        cagra_curves(log, curves, base, queries, gt, metric, graphs[24], args.repeats)
+        cagra_curves(log, curves, base, queries, gt, metric, graphs[degrees[0]], args.repeats)
 
     plot(out / f"{name}.png", curves, args.n, "GPU" if on_gpu else "CPU",
          "minilm-words (cosine, float16)" if args.dataset == "minilm" else "sift-photos")

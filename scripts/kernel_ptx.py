@@ -37,7 +37,7 @@ def arr(dtype, ndim=2):
 
 
 #: registers per thread the library caps kernels at (ptxas -maxrregcount), by case-name prefix
-REGISTER_CAPS = {"nnd_join": 64, "nnd_init": 64, "beam": 64}
+REGISTER_CAPS = {"nnd_join": 64, "nnd_init": 64, "beam": 64, "ggnn_search": 128, "ggnn_merge": 128, "ggnn_sym": 128}
 
 
 def kernels():
@@ -53,7 +53,27 @@ def kernels():
     from knngraph.song import _kernels as gk
 
     return (_cases(sk, rf, nk, gk, prune=go.prune_kernel, merge_lists=go.merge_lists_kernel) + _beam_cases()
-            + _grnnd_cases())
+            + _grnnd_cases() + _ggnn_cases())
+
+
+def _ggnn_cases():
+    """GGNN's search kernel (uint8 vectors, the default cache: best 10, queue 64, ring 182) and its build's
+    merge (best 24, queue 32, ring 64) and path-search (symmetric linking) kernels on float32 vectors."""
+    import importlib.util
+
+    if importlib.util.find_spec("knngraph.ggnn") is None:
+        return []
+    from knngraph.ggnn import _kernels as gg
+
+    return [("ggnn_search_u8", gg.search_kernel(10, 64, 182).py_func,
+             (arr(i32), arr(u8), arr(f32), arr(f32, 1), arr(f32, 1), i64, arr(i32, 1), i64, f32, f32, i64, arr(f32),
+              arr(i32), arr(i32, 1), arr(i32, 1))),
+            ("ggnn_merge_f32", gg.merge_kernel(24, 32, 64).py_func,
+             (arr(f32), arr(f32, 1), i64, arr(i32), arr(i32, 1), arr(i32, 1), i64, i64, i64, arr(i32, 1), i64, i64,
+              i64, f32, f32, i64, arr(i32), arr(f32))),
+            ("ggnn_sym_f32", gg.sym_kernel(12, 32, 64, 8, 20, 0.4).py_func,
+             (arr(f32), arr(f32, 1), i64, arr(i32), arr(i32, 1), i64, i64, i64, i64, i64, arr(i32), arr(i32, 1), f32,
+              f32, arr(i32, 3), arr(f32, 3), arr(i32)))]
 
 
 def _grnnd_cases():

@@ -5,7 +5,7 @@ agree exactly (ids, distances, distances computed, vertices expanded)."""
 
 import numpy as np
 import pytest
-from numba import cuda  # the simulator's (a kernel's global ``cuda`` is swapped for the fake one)
+from numba import cuda, float32, int32  # the simulator's (a kernel's global ``cuda`` is swapped for the fake one)
 
 import knngraph
 from knngraph.ggnn import cpu as ggnn_cpu
@@ -230,73 +230,122 @@ def test_simulated_build_is_the_cpu_build(rng):
 # the warp-parallel cache operations against the CPU's serial ones
 
 
-def _push_sequence_kernel():
+def _push_chunks_kernel():
     from knngraph.ggnn import _kernels as kn
 
     @cuda.jit
-    def kernel(bd, bi, pd, pi, sizes, ds, vs, out, evicted):
+    def kernel(bd, bi, pd, pi, sizes, ds, vs, ms, tau, nn1, out):
+        cand = cuda.shared.array(32, int32)
+        candd = cuda.shared.array(32, float32)
+        st = cuda.shared.array(8, int32)
+        hk = cuda.shared.array(1, int32)
+        hc = cuda.shared.array(1, int32)
         lane = cuda.threadIdx.x
-        nb, kb, pn, P = sizes[0], sizes[1], sizes[2], sizes[3]
-        for c in range(ds.shape[0]):
-            nb2, ins_b, ev_b = kn._warp_best_insert(ds[c], vs[c], bd, bi, nb, kb, lane)
-            pn, ins_p, ev_p = kn._warp_push_prioq(ds[c], vs[c], pd, pi, P, pn, lane)
-            nb = nb2
-            if lane == 0:
-                evicted[c, 0] = (1 if ins_b else 0) + 2 * (1 if ins_p else 0)
-                evicted[c, 1] = ev_b
-                evicted[c, 2] = ev_p
-            cuda.syncwarp(0xFFFFFFFF)
+        kb, P = sizes[1], sizes[3]
         if lane == 0:
-            out[0] = nb
-            out[1] = pn
+            st[0] = sizes[0]
+            st[1] = sizes[2]
+        cuda.syncwarp(0xFFFFFFFF)
+        for c in range(ds.shape[0]):
+            m = ms[c]
+            myd = float32(0.0)
+            if lane < m:
+                myd = ds[c, lane]
+                cand[lane] = vs[c, lane]
+            cuda.syncwarp(0xFFFFFFFF)
+            kn._push_kept(myd, m, lane, sizes[4] == 1, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, hk, hc, 0)
+        if lane == 0:
+            out[0] = st[0]
+            out[1] = st[1]
 
     return kernel
 
 
-@pytest.mark.parametrize("kb,P,nb0,pn0,sort", [
-    (5, 4, 0, 0, True),      # empty lists filling up and overflowing at once
-    (10, 7, 10, 7, True),    # full lists: truncation of best, eviction of the prioq's worst
-    (40, 70, 33, 64, True),  # more than one slice of 32 in both lists
-    (40, 70, 40, 70, False),  # unsorted lists with ties (a merge's layer translation can leave them)
-    (12, 9, 6, 9, False),
+@pytest.mark.parametrize("kb,P,nb0,pn0,tau", [
+    (5, 4, 0, 0, 0.5),       # empty lists filling up and overflowing within a chunk
+    (10, 7, 10, 7, 0.5),     # full lists: truncation of best, the prioq's worst pushed out
+    (40, 70, 33, 64, 0.3),   # more than one slice of 32 in both lists (entries moving up and down)
+    (12, 9, 6, 9, 0.0),
+    (10, 64, 10, 40, 2.0),   # the search's default sizes, a loose criterion
 ])
-def test_warp_pushes_match_the_cpu_entry_for_entry(kb, P, nb0, pn0, sort, rng):
-    """A sequence of pushes (distance ties, ids shared with the lists) leaves the same best / prioq
-    arrays and counts as the CPU's best_insert / push_prioq, including where the lists are not sorted:
-    the warp finds the index at which the CPU's scan stops, not a sorted position."""
-    dvals = rng.integers(0, 6, 200).astype(np.float32)
-    bd = np.sort(rng.integers(0, 6, kb)).astype(np.float32)
-    bi = rng.permutation(300)[:kb].astype(np.int32)
-    pd = np.sort(rng.integers(0, 6, P))[::-1].astype(np.float32)
-    pi = rng.permutation(300)[:P].astype(np.int32)
-    if sort:
-        o = np.lexsort((bi, bd))
-        bd, bi = bd[o], bi[o]
-        o = np.lexsort((pi, pd))[::-1]
-        pd, pi = pd[o], pi[o]
-    ds = dvals[:60]
-    vs = rng.integers(0, 300, 60).astype(np.int32)
+@pytest.mark.parametrize("monotone", [True, False])
+def test_warp_push_matches_the_cpu_entry_for_entry(kb, P, nb0, pn0, tau, monotone, rng):
+    """Chunks of up to 32 proposals (distance ties, new ids) pushed by the warp at once leave the same
+    best / prioq arrays and counts as the CPU's push_sorted (sorted, pushed one by one while they meet
+    the criterion at their turn, into best_insert / push_prioq); with and without the first cut at the
+    bound the chunk starts with (``monotone``: not for inner product, whose bound can rise)."""
+    ids = rng.permutation(8000).astype(np.int32)
+    bd = np.sort(rng.integers(0, 30, kb)).astype(np.float32)
+    bi = ids[:kb].copy()
+    pd = np.sort(rng.integers(0, 30, P))[::-1].astype(np.float32)
+    pi = ids[kb:kb + P].copy()
+    o = np.lexsort((bi, bd))
+    bd, bi = bd[o], bi[o]
+    o = np.lexsort((pi, pd))[::-1]
+    pd, pi = pd[o], pi[o]
+    n_chunks = 48
+    ds = np.zeros((n_chunks, 32), np.float32)
+    vs = ids[kb + P:kb + P + n_chunks * 32].reshape(n_chunks, 32).copy()
+    ms = rng.integers(0, 33, n_chunks).astype(np.int32)
     want = [bd.copy(), bi.copy(), pd.copy(), pi.copy()]
     st = np.array([nb0, pn0, 0, 0], np.int64)
-    want_ev = []
-    less = ggnn_cpu.less
-    for d, v in zip(ds, vs):
-        # what the warp reports for the hash table's counts: inserted where, the id of the slot dropped
-        nb, pn = st[0], st[1]
-        ins_b = nb < kb or less(d, v, want[0][nb - 1], want[1][nb - 1])
-        ins_p = pn < P or less(d, v, want[2][0], want[3][0])
-        want_ev.append((int(ins_b) + 2 * int(ins_p), want[1][kb - 1] if ins_b and nb == kb else -1,
-                        want[3][0] if ins_p and pn == P else -1))
-        st[0] = ggnn_cpu.best_insert(d, v, want[0], want[1], st[0], kb)
-        ggnn_cpu.push_prioq(d, v, want[2], want[3], P, st)
+    nn1 = np.float32(9.0)
+    pushed = 0
+    for c in range(n_chunks):
+        # chunks spread over the lists, chunks nearer than them, and a few proposals right at the best list's
+        # end (there the criterion after each push decides: the prefix can stop inside the chunk)
+        if c % 3 == 0:
+            ds[c] = rng.integers(0, 40, 32)
+        elif c % 3 == 1:
+            ds[c] = rng.integers(0, 8, 32)
+        else:
+            end = want[0][st[0] - 1] if st[0] > 0 else 20
+            ds[c] = end + rng.integers(-3, 4, 32)
+            ms[c] = rng.integers(1, 7)
+        before = [a.copy() for a in want]
+        ggnn_cpu.push_sorted(vs[c].copy(), ds[c].copy(), ms[c], want[0], want[1], kb, want[2], want[3], P, st,
+                             np.float32(tau), nn1)
+        pushed += any((a != b).any() for a, b in zip(want, before))
+    assert pushed >= 3  # chunks that changed the lists
     got = [bd.copy(), bi.copy(), pd.copy(), pi.copy()]
     out = np.zeros(2, np.int32)
-    evicted = np.zeros((ds.size, 3), np.int32)
-    _push_sequence_kernel()[1, 32](*got, np.array([nb0, kb, pn0, P], np.int32), ds, vs, out, evicted)
+    _push_chunks_kernel()[1, 32](*got, np.array([nb0, kb, pn0, P, int(monotone)], np.int32), ds, vs, ms,
+                                 np.float32(tau), nn1, out)
     assert tuple(out) == (st[0], st[1])
-    np.testing.assert_array_equal(evicted, np.array(want_ev, np.int32))
-    for g, w in zip(got, want):
+    for g, w, n in zip(got, want, (st[0], st[0], st[1], st[1])):
+        np.testing.assert_array_equal(g[:n], w[:n])
+
+
+def test_warp_push_criterion_after_each_push():
+    """Within one chunk the criterion moves with every push: best [1, 5, 9] (kb 3), tau 1, proposals 8, 7,
+    10: sorted, 7 is pushed, then the bound is 7 + min(1, nn1) = 8, so 8 is pushed too and 10 is not (with
+    the bound of the lists before the chunk, 9 + 1, 10 would be; with best's second entry in place of the
+    new end, 5 + 1, 8 would not). The CPU's push_sorted gives the same lists."""
+    bd = np.array([1, 5, 9], np.float32)
+    bi = np.array([100, 101, 102], np.int32)
+    pd = np.array([9, 5, 1, 0], np.float32)
+    pi = np.array([102, 101, 100, 0], np.int32)
+    ds = np.zeros((2, 32), np.float32)
+    ds[0, :3] = [8, 7, 10]
+    ds[1, :1] = [8.5]  # above the bound 7 + 1 of the next chunk: not pushed
+    vs = np.arange(64, dtype=np.int32).reshape(2, 32) + 200
+    out = np.zeros(2, np.int32)
+    _push_chunks_kernel()[1, 32](bd, bi, pd, pi, np.array([3, 3, 3, 4, 1], np.int32), ds, vs,
+                                 np.array([3, 1], np.int32), np.float32(1.0), np.float32(9.0), out)
+    assert tuple(out) == (3, 4)
+    cpu = [np.array([1, 5, 9], np.float32), np.array([100, 101, 102], np.int32), np.array([9, 5, 1, 0], np.float32),
+           np.array([102, 101, 100, 0], np.int32)]
+    st = np.array([3, 3, 0, 0], np.int64)
+    for c, m in enumerate((3, 1)):
+        ggnn_cpu.push_sorted(vs[c].copy(), ds[c].copy(), m, cpu[0], cpu[1], 3, cpu[2], cpu[3], 4, st,
+                             np.float32(1.0), np.float32(9.0))
+    assert tuple(st[:2]) == (3, 4)
+    for g, w in zip((bd, bi, pd, pi), cpu):
         np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(bd, [1, 5, 7])
+    np.testing.assert_array_equal(bi, [100, 101, 201])
+    np.testing.assert_array_equal(pd, [8, 7, 5, 1])  # 9 pushed out of the queue, full after 7
+    np.testing.assert_array_equal(pi, [200, 201, 101, 100])
 
 
 def _tie_heavy(rng, n, d, hi=3):

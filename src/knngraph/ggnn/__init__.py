@@ -66,7 +66,7 @@ holds one shard's build at a time and a build larger than ``memory_limit`` runs 
 nearest-neighbour statistics run on the host, on one column of distances each.
 
 **Not implemented**: the background overlap of shard copies with searches; shards on several GPUs
-run one after another; the paper's parallel sorted insert (lane 0 inserts into the cache's lists).
+run one after another.
 """
 
 from ._index import Index, build, extend, from_graph, load, save, search, shard_build_bytes

@@ -12,17 +12,19 @@ last entry) and the visited ring (V ids). fetch() of a chunk of up to 32 proposa
         thread compares its cache items ... removes matches")
     (b) the warp computes the distances of the kept proposals, four rows in flight at a time (lanes
         over dimensions, a shuffle sum); lane c keeps the c-th distance in a register
-    (c) for each kept proposal in order, when it meets the criterion (re-evaluated after every push),
-        the whole warp pushes it: the insertion positions in best and prioq come from ballots over
-        slices of 32 entries and the entries behind them shift in parallel (read, ``syncwarp``,
-        write), the push(p, d) of Algorithm 2 "parallel sorted insert" (section 4.1.1)
+    (c) the kept proposals are sorted over the lanes by (distance, id) (a bitonic sort in registers) and
+        the prefix of them that meets the criterion, each with the lists as the pushes before it left them
+        (:func:`.cpu.push_sorted`: the bound after c pushes is worked out per lane from the c-th smallest
+        of best and the first c proposals), is merged into best and prioq at once: every entry's new
+        index is its index plus the entries of the other list before it (binary searches in shared
+        memory), entries that leave the lists leave the hash table (section 4.1.1's "parallel sorted
+        insert", for a whole chunk instead of one proposal at a time)
 
-pop() is lane 0's. The block is one warp, so every barrier is a ``syncwarp``. The positions and the
-evictions are exactly those of the CPU's serial loops (:mod:`.cpu`: ``best_insert`` / ``push_prioq``,
-worked out as "the first entry the CPU's scan stops at", which also holds for the unsorted ties a merge's
-layer translation can leave), so on data whose distances are exact in float32 both paths return the same
-ids. Shared arrays have compile-time sizes; nothing is allocated in the kernel; graph rows are read in
-chunks of 32 whatever the degree.
+pop() is lane 0's. The block is one warp, so every barrier is a ``syncwarp``. Lists, evictions and
+counts are exactly those of the CPU's serial loops (:mod:`.cpu`: ``push_sorted`` into ``best_insert`` /
+``push_prioq``), so on data whose distances are exact in float32 both paths return the same ids. Shared
+arrays have compile-time sizes; nothing is allocated in the kernel; graph rows are read in chunks of 32
+whatever the degree.
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ import functools
 import os
 
 from numba import config as numba_config
-from numba import cuda, float32, int8, int32, int64, uint32, uint64
+from numba import cuda, float32, int32, int64, uint32, uint64
 
 from ..primitives.compile import cuda_version, device_function
 from ..primitives.constants import FULL_MASK, INF, WARP
+from ..primitives.distances import DIST_IP
 from ..primitives.warp import finish_device as _finish
 from ..primitives.warp import less_device as _less
-from ..primitives.warp import warp_distance, warp_partials4, warp_sum
+from ..primitives.warp import warp_distance, warp_partials4, warp_sort_lanes, warp_sum
 from . import cpu as _cpu
 
 __all__ = ["search_kernel", "merge_kernel", "brute_kernel", "sym_kernel", "THREADS"]
@@ -46,14 +49,15 @@ __all__ = ["search_kernel", "merge_kernel", "brute_kernel", "sym_kernel", "THREA
 THREADS = WARP
 
 #: register caps (0: none, numba's default) of the build's one-warp kernels (merge, symmetric linking; the
-#: refinement runs them too) and of the search kernel. Uncapped (PTX for sm_90, ptxas 13, uint8 vectors)
-#: the search kernel takes 168 registers per thread (12 one-warp blocks per SM), merge 140, sym 121. With
-#: every kernel capped at 96, a k=24 build of sift-photos 450k on an H100 took 4.47 s instead of 5.07 s
-#: (merge 1.03 s instead of 1.30 s; 64: 4.55 s, 128: 4.53 s) and built the same graph
-#: (``benchmarks/profile_ggnn_registers.py``, ``results/profile_ggnn_registers_h100.jsonl``). The search
-#: kernel stays uncapped: its QPS under a cap was not measured. KNNGRAPH_GGNN_MAX_REGISTERS sets both.
-BUILD_MAX_REGISTERS = int(os.environ.get("KNNGRAPH_GGNN_MAX_REGISTERS", "96"))
-SEARCH_MAX_REGISTERS = int(os.environ.get("KNNGRAPH_GGNN_MAX_REGISTERS", "0"))
+#: refinement runs them too) and of the search kernel. Uncapped (PTX for sm_90, ptxas 13; ``python
+#: scripts/kernel_ptx.py OUT ggnn``) the search kernel takes 178 registers per thread (11 one-warp blocks per
+#: SM), merge 182, the path searches 156. Measured on an H100 (sift-photos 450k, k=24, 10k queries at tau
+#: 0.5, ``benchmarks/profile_ggnn_build.py``, results/profile_ggnn_build_caps_h100.jsonl): capped at 128 the
+#: search takes 9.5-9.7 ms instead of 13.0-13.3 ms uncapped (and 10.3-10.5 ms with the per-proposal pushes
+#: this kernel had before, capped alike), and the build 4.26-4.69 s instead of 5.56 s uncapped and 4.68-4.70 s
+#: at 96 (the graph is the same at every cap). KNNGRAPH_GGNN_MAX_REGISTERS sets both.
+BUILD_MAX_REGISTERS = int(os.environ.get("KNNGRAPH_GGNN_MAX_REGISTERS", "128"))
+SEARCH_MAX_REGISTERS = int(os.environ.get("KNNGRAPH_GGNN_MAX_REGISTERS", "128"))
 
 
 def _jit(max_registers: int):
@@ -63,6 +67,8 @@ def _jit(max_registers: int):
 
 
 _threshold = cuda_version(_cpu.threshold)
+_threshold_of = cuda_version(_cpu.threshold_of)
+_sort_best = cuda_version(_cpu.sort_best)
 _push = cuda_version(_cpu.push)
 _pop = cuda_version(_cpu.pop)
 _push_prioq = cuda_version(_cpu.push_prioq)
@@ -98,6 +104,9 @@ def _in_cache_scan(v, bi, pi, vi, nb, pn, vn):
     """:func:`.cpu.in_cache` (the same answer) as three branch-free scans, every lane at once."""
     return _scan(bi, nb, v) | _scan(pi, pn, v) | _scan(vi, vn, v)
 
+
+#: chunks of at most this many proposals to push are ordered by counting, larger ones by a bitonic sort
+SMALL_SORT = 8
 
 #: the cache's ids are also kept in a shared-memory hash table (when it fits: ``hash_bits``), so that
 #: step (a) is a probe or two per lane instead of a scan of the whole cache; slot of the state array
@@ -145,43 +154,49 @@ def _hash_has(hk, hc, v, bits):
 
 @device_function
 def _hash_add(hk, hc, v, delta, bits, st):
-    """One lane: the count of id v (the slots of best, prioq and visited that hold it) changes by delta."""
+    """The count of id v (the slots of best, prioq and visited that hold it) changes by delta; any number
+    of lanes at once, for distinct ids or not (a new key takes an empty slot by compare-and-swap; a lane
+    that loses the slot to another key probes on)."""
     mask = uint32((1 << bits) - 1)
     p = _slot(v, bits)
     while True:
         k = hk[p]
         if k == v:
-            hc[p] += delta
+            cuda.atomic.add(hc, p, delta)
             return
         if k < 0:
-            if delta > 0:
-                hk[p] = v
-                hc[p] = delta
-                st[OCC] += 1
-            return
-        p = (p + uint32(1)) & mask
+            if delta <= 0:
+                return
+            old = cuda.atomic.cas(hk, p, int32(-1), v)
+            if old == -1 or old == v:
+                cuda.atomic.add(hc, p, delta)
+                if old == -1:
+                    cuda.atomic.add(st, OCC, 1)
+                return
+        else:
+            p = (p + uint32(1)) & mask
 
 
 @device_function
 def _hash_rebuild(hk, hc, bits, bi, pi, vi, st, lane):
     """The table holding exactly the ids of best[:nb], prioq[:pn] and visited[:vn] with their counts
     (every lane calls it, after a barrier; after a reset, a layer translation, or when used slots reach
-    half of the table)."""
+    half of the table); the lanes insert the entries together."""
     H = 1 << bits
     t = lane
     while t < H:
         hk[t] = -1
         hc[t] = 0
         t += WARP
-    _sync()
     if lane == 0:
         st[OCC] = 0
-        for t in range(st[0]):
-            _hash_add(hk, hc, bi[t], 1, bits, st)
-        for t in range(st[1]):
-            _hash_add(hk, hc, pi[t], 1, bits, st)
-        for t in range(st[3]):
-            _hash_add(hk, hc, vi[t], 1, bits, st)
+    _sync()
+    for t in range(lane, st[0], WARP):
+        _hash_add(hk, hc, bi[t], 1, bits, st)
+    for t in range(lane, st[1], WARP):
+        _hash_add(hk, hc, pi[t], 1, bits, st)
+    for t in range(lane, st[3], WARP):
+        _hash_add(hk, hc, vi[t], 1, bits, st)
     _sync()
 
 
@@ -225,187 +240,193 @@ def _new_proposals(v, lane, bi, pi, vi, st, cand, hk, hc, bits):
 
 
 # --------------------------------------------------------------------------------------------------
-# push (c): warp-parallel sorted inserts with the CPU's positions and evictions
+# push (c): the chunk's kept proposals sorted, the prefix that meets the criterion merged into the lists
 
 
 @device_function
-def _highest(flag, lane):
-    """1 + the highest lane whose flag is set, 0 if none (two ballots, no bit-scan intrinsics)."""
-    b = int64(cuda.ballot_sync(FULL_MASK, flag)) & 0xFFFFFFFF
-    return cuda.popc(int64(cuda.ballot_sync(FULL_MASK, (b >> lane) != 0)) & 0xFFFFFFFF)
+def _count_below(kd, ki, n, d, v):
+    """How many of the ascending entries kd/ki[:n] are < (d, v) (binary search)."""
+    a = 0
+    b = n
+    while a < b:
+        mid = (a + b) >> 1
+        if _less(kd[mid], ki[mid], d, v):
+            a = mid + 1
+        else:
+            b = mid
+    return a
 
 
 @device_function
-def _lowest(flag, lane):
-    """The lowest lane whose flag is set, 32 if none."""
-    b = int64(cuda.ballot_sync(FULL_MASK, flag)) & 0xFFFFFFFF
-    return cuda.popc(int64(cuda.ballot_sync(FULL_MASK, (b & ((int64(2) << lane) - 1)) == 0)) & 0xFFFFFFFF)
+def _count_below_desc(kd, ki, n, d, v):
+    """How many of the descending entries kd/ki[:n] are < (d, v) (they are the last ones)."""
+    a = 0
+    b = n
+    while a < b:
+        mid = (a + b) >> 1
+        if _less(kd[mid], ki[mid], d, v):
+            b = mid
+        else:
+            a = mid + 1
+    return n - a
 
 
 @device_function
-def _shift_up(kd, ki, j, top, lane):
-    """kd/ki[j:top] -> kd/ki[j + 1:top + 1], slices of 32 from the top down (a slice's writes land on
-    entries that only it and the slice above read, both before their barriers)."""
-    hi = top
-    while hi > j:
-        lo = max(j, hi - WARP)
-        i = uint32(lo + lane)
-        xd = float32(0.0)
-        xi = int32(0)
-        if i < hi:
-            xd = kd[i]
-            xi = ki[i]
-        _sync()
-        if i < hi:
-            kd[i + uint32(1)] = xd
-            ki[i + uint32(1)] = xi
-        hi = lo
+def _pushed_prefix(d, v, m, lane, tau, nn1, bd, bi, nb, kb):
+    """How many of the sorted proposals (lane c holds the c-th, c < m) :func:`.cpu.push_sorted` pushes:
+    the longest prefix in which each meets the criterion at its turn, that is with the best list merged
+    with the proposals before it. The kb-th smallest of best[:nb] and the first c proposals is the larger
+    of best[kb - 1 - j] and proposal j - 1 for j = min(c, J), J the proposals that beat the best entry
+    they would push out (a prefix: proposals ascend, the entries they meet descend)."""
+    beats = False
+    if lane < m and lane < kb:
+        t = kb - 1 - lane
+        beats = t >= nb or _less(d, v, bd[t], bi[t])
+    J = cuda.popc(int64(cuda.ballot_sync(FULL_MASK, beats)) & 0xFFFFFFFF)
+    j = min(lane, J)
+    dj = cuda.shfl_sync(FULL_MASK, d, max(j - 1, 0))
+    d0 = cuda.shfl_sync(FULL_MASK, d, 0)
+    thr = float32(3.4028235e38)  # open until best holds kb (as cpu.threshold)
+    if nb + lane >= kb:
+        dk = dj
+        if j < kb:
+            t = kb - 1 - j
+            dk = bd[t] if t < nb else INF
+            if j > 0 and dj > dk:
+                dk = dj
+        d1 = bd[0] if nb > 0 else d0
+        if lane > 0 and d0 < d1:
+            d1 = d0
+        thr = _threshold_of(dk, d1, tau, nn1)
+    ok = lane < m and d <= thr
+    fail = int64(cuda.ballot_sync(FULL_MASK, not ok)) & 0xFFFFFFFF
+    return cuda.popc((fail & -fail) - 1) if fail != 0 else WARP
 
 
 @device_function
-def _shift_down(kd, ki, lo0, hi0, lane):
-    """kd/ki[lo0:hi0] -> kd/ki[lo0 - 1:hi0 - 1], slices of 32 from the bottom up."""
-    lo = lo0
-    while lo < hi0:
-        hi = min(hi0, lo + WARP)
-        i = uint32(lo + lane)  # lo >= 1
-        xd = float32(0.0)
-        xi = int32(0)
-        if i < hi:
-            xd = kd[i]
-            xi = ki[i]
-        _sync()
-        if i < hi:
-            kd[i - uint32(1)] = xd
-            ki[i - uint32(1)] = xi
-        lo = hi
-
-
-@device_function
-def _warp_best_insert(d, v, bd, bi, nb, kb, lane):
-    """:func:`.cpu.best_insert` by the warp; returns (new count, inserted, id evicted or -1), the same on
-    every lane. The CPU starts at top = min(nb, kb - 1) and moves down while (d, v) < the entry below:
-    it stops at 1 + the highest entry i < top with not (d, v) < entry i (0 if none), whatever the list's
-    order; a full list loses its last entry."""
-    ins = nb < kb
-    ev = int32(-1)
-    if not ins:
-        wi = bi[nb - 1]
-        if _less(d, v, bd[nb - 1], wi):
-            ins = True
-            ev = wi
-    if not ins:
-        return nb, False, ev
-    top = nb if nb < kb else kb - 1
-    j = 0
-    s = ((top - 1) // WARP) * WARP
-    while s >= 0:
-        i = s + lane
-        f = False
-        if i < top:
-            f = not _less(d, v, bd[uint32(i)], bi[uint32(i)])
-        h = _highest(f, lane)
-        if h > 0:
-            j = s + h
-            break
-        s -= WARP
-    _shift_up(bd, bi, j, top, lane)
-    _sync()
-    if lane == 0:
-        bd[j] = d
-        bi[j] = v
-    return (nb + 1 if nb < kb else nb), True, ev
-
-
-@device_function
-def _warp_push_prioq(d, v, pd, pi, P, pn, lane):
-    """:func:`.cpu.push_prioq` by the warp (prioq descending, head last); returns (new count, inserted, id
-    evicted or -1). Not
-    full: the CPU moves down from pn while the entry below is < (d, v), stopping at 1 + the highest
-    i < pn with not entry i < (d, v). Full and (d, v) < pd[0]: entry 0 leaves and the CPU moves up from
-    0 while (d, v) < the entry above, stopping at (the lowest i >= 1 with not (d, v) < entry i) - 1,
-    P - 1 if none."""
-    if pn < P:
-        j = 0
-        s = ((pn - 1) // WARP) * WARP
-        while s >= 0:
-            i = s + lane
-            f = False
-            if i < pn:
-                f = not _less(pd[uint32(i)], pi[uint32(i)], d, v)
-            h = _highest(f, lane)
-            if h > 0:
-                j = s + h
-                break
-            s -= WARP
-        _shift_up(pd, pi, j, pn, lane)
-        _sync()
-        if lane == 0:
-            pd[j] = d
-            pi[j] = v
-        return pn + 1, True, int32(-1)
-    ev = pi[0]
-    if _less(d, v, pd[0], ev):
-        j = P - 1
-        s = 1
-        while s < P:
-            i = s + lane
-            f = False
-            if i < P:
-                f = not _less(d, v, pd[uint32(i)], pi[uint32(i)])
-            lo = _lowest(f, lane)
-            if lo < WARP:
-                j = s + lo - 1
-                break
-            s += WARP
-        _shift_down(pd, pi, 1, j + 1, lane)
-        _sync()
-        if lane == 0:
-            pd[j] = d
-            pi[j] = v
-        return pn, True, ev
-    return pn, False, int32(-1)
-
-
-@device_function
-def _push_kept(myd, m, lane, kind, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, hk, hc, bits):
-    """Step (c) of fetch(): the kept proposals cand[c] (distance ``myd`` of lane c), c < m, in order,
-    each pushed by the whole warp into best and prioq when it meets the criterion at its turn (the
-    threshold moves with every push, as in :func:`.cpu.fetch_chunk`); lane 0 brings the hash table's
-    counts up to date (the id in, the ids evicted out). Counts are kept in registers (the same on every
-    lane) and written back by lane 0; ends with a barrier."""
+def _push_kept(myd, m, lane, monotone, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, hk, hc, bits):
+    """Step (c) of fetch() (:func:`.cpu.push_sorted`): the kept proposals cand[c] (distance ``myd`` of lane
+    c), c < m, sorted over the lanes; the prefix that meets the criterion is merged into best (kb
+    smallest kept) and prioq (descending, P smallest kept) at once: every entry's new index is its index
+    plus the entries of the other list before it (binary searches), so entries only move up in best
+    and, in prioq, those that move up and those that move down are written in two passes (up from the
+    top slice, down from the bottom one). The hash table's counts follow (the pushed ids in, the
+    entries pushed out leave). With ``monotone`` (not inner product: the bound never rises) the proposals
+    beyond the bound at the start are dropped first, and a chunk without any returns at once. Ends with a
+    barrier."""
     nb = st[0]
     pn = st[1]
-    pushed = False  # the same on every lane (d and the threshold are)
-    for c in range(m):
-        d = cuda.shfl_sync(FULL_MASK, myd, c)
-        if d <= _threshold(kind, bd, nb, kb, tau, nn1):
-            pushed = True
-            v = cand[c]
-            nb2, ins_b, ev_b = _warp_best_insert(d, v, bd, bi, nb, kb, lane)
-            pn, ins_p, ev_p = _warp_push_prioq(d, v, pd, pi, P, pn, lane)
-            nb = nb2
-            if bits > 0 and lane == 0:
-                n_in = (1 if ins_b else 0) + (1 if ins_p else 0)
-                if n_in > 0:
-                    _hash_add(hk, hc, v, n_in, bits, st)
-                if ev_b >= 0:
-                    _hash_add(hk, hc, ev_b, -1, bits, st)
-                if ev_p >= 0:
-                    _hash_add(hk, hc, ev_p, -1, bits, st)
-            _sync()
-    if not pushed:
-        # every lane read st[0:2] above and no push has taken a barrier since (compute-sanitizer racecheck
-        # reported the write below against those reads)
+    ok = lane < m
+    if monotone:  # the bound only falls as pushes come: a proposal beyond it now never meets it
+        ok = ok and myd <= _threshold(0, bd, nb, kb, tau, nn1)
+    live = int64(cuda.ballot_sync(FULL_MASK, ok)) & 0xFFFFFFFF
+    m = cuda.popc(live)
+    if m == 0:
         _sync()
+        return
+    d = myd if ok else INF
+    v = cand[lane] if ok else int32(0x7FFFFFFF)
+    if m <= SMALL_SORT:
+        # few: each one's rank by comparing it with the others (m shuffles), then placed by rank
+        rank = 0
+        rest = live
+        for _ in range(m):
+            src = cuda.popc((rest & -rest) - 1)
+            od = cuda.shfl_sync(FULL_MASK, d, src)
+            ov = cuda.shfl_sync(FULL_MASK, v, src)
+            if _less(od, ov, d, v):
+                rank += 1
+            rest &= rest - 1
+        _sync()
+        if ok:
+            cand[rank] = v
+            candd[rank] = d
+        _sync()
+        d = candd[lane] if lane < m else INF
+        v = cand[lane] if lane < m else int32(0x7FFFFFFF)
+    else:
+        d, v = warp_sort_lanes(d, v, lane)
+        _sync()  # every lane read cand (the distances' rows) before it is rewritten below
+    npush = _pushed_prefix(d, v, m, lane, tau, nn1, bd, bi, nb, kb)
+    if npush == 0:
+        _sync()
+        return
+    # the pushed proposals, ascending, for the entries' searches; their own places from the lists as
+    # they are now
+    nb2 = min(kb, nb + npush)
+    pn2 = min(P, pn + npush)
+    pos_b = kb
+    pos_p = -1
+    if lane < npush:
+        cand[lane] = v
+        candd[lane] = d
+        pos_b = lane + _count_below(bd, bi, nb, d, v)
+        pos_p = pn2 - 1 - (lane + _count_below_desc(pd, pi, pn, d, v))
+    _sync()
+    # best: entries move up by the pushed ones before them; from the top slice down
+    s = ((nb - 1) // WARP) * WARP
+    while s >= 0:
+        i = s + lane
+        xd = float32(0.0)
+        xi = int32(0)
+        ni = kb
+        if i < nb:
+            xd = bd[i]
+            xi = bi[i]
+            ni = i + _count_below(candd, cand, npush, xd, xi)
+        _sync()
+        if i < nb:
+            if ni < kb:
+                bd[ni] = xd
+                bi[ni] = xi
+            elif bits > 0:
+                _hash_add(hk, hc, xi, -1, bits, st)
+        s -= WARP
+    # prioq (descending): entry i goes to i + (pn2 - pn) - (pushed ones below it); the shift grows with i,
+    # so the entries moving up are above those moving down
+    for direction in range(2):
+        s = ((pn - 1) // WARP) * WARP if direction == 0 else 0
+        while (s >= 0) if direction == 0 else (s < pn):
+            i = s + lane
+            xd = float32(0.0)
+            xi = int32(0)
+            ni = i
+            if i < pn:
+                xd = pd[i]
+                xi = pi[i]
+                ni = i + (pn2 - pn) - _count_below(candd, cand, npush, xd, xi)
+            _sync()
+            if i < pn:
+                if direction == 0 and ni > i:
+                    pd[ni] = xd
+                    pi[ni] = xi
+                elif direction == 1 and ni < i:
+                    if ni >= 0:
+                        pd[ni] = xd
+                        pi[ni] = xi
+                    elif bits > 0:
+                        _hash_add(hk, hc, xi, -1, bits, st)
+            s = s - WARP if direction == 0 else s + WARP
+        _sync()  # the moves up are written before the moves down read (and the pushed ones are written)
+    if lane < npush:
+        if pos_b < kb:
+            bd[pos_b] = d
+            bi[pos_b] = v
+        if pos_p >= 0:
+            pd[pos_p] = d
+            pi[pos_p] = v
+        if bits > 0:
+            n_in = (1 if pos_b < kb else 0) + (1 if pos_p >= 0 else 0)
+            if n_in > 0:
+                _hash_add(hk, hc, v, n_in, bits, st)
     if lane == 0:
-        st[0] = nb
-        st[1] = pn
+        st[0] = nb2
+        st[1] = pn2
     _sync()
 
 
 @device_function
-def _fetch(v, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, pd, pi, P, vi, st, cand,
+def _fetch(v, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, pd, pi, P, vi, st, cand, candd,
            use_trans, trans, hk, hc, bits):
     """fetch() of the chunk whose proposal of this lane is v (-1: none); every lane calls it. With
     ``use_trans`` the proposals are hierarchy rows whose vectors are ``base[trans[v]]``. Returns the
@@ -438,13 +459,13 @@ def _fetch(v, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, 
         elif lane == c0 + 3:
             myd = d3
     # (c) push, in proposal order, those that meet the criterion
-    _push_kept(myd, m, lane, kind, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, hk, hc, bits)
+    _push_kept(myd, m, lane, kind != DIST_IP, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, hk, hc, bits)
     return m
 
 
 @device_function
 def _walk(graph, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, pd, pi, P, vi, V, st, cand,
-          use_trans, trans, zb, max_pops, hk, hc, bits):
+          candd, use_trans, trans, zb, max_pops, hk, hc, bits):
     """pop / fetch(N_a) until pop gives nothing or ``max_pops`` expansions (Algorithm 1), graph rows in
     chunks of 32; with ``use_trans`` rows of vector ``zb`` are skipped. Returns (pops, distances)."""
     deg = graph.shape[1]
@@ -464,7 +485,7 @@ def _walk(graph, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, k
             if use_trans and v >= 0 and trans[v] == zb:
                 v = -1
             nd += _fetch(v, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, pd, pi, P, vi, st,
-                         cand, use_trans, trans, hk, hc, bits)
+                         cand, candd, use_trans, trans, hk, hc, bits)
     return pops, nd
 
 
@@ -496,7 +517,8 @@ def search_kernel(kb: int, P: int, V: int):
         vi = cuda.shared.array(V, int32)
         cand = cuda.shared.array(WARP, int32)
         hk = cuda.shared.array(H, int32)  # hash table of the cache's ids: keys, counts
-        hc = cuda.shared.array(H, int8)
+        hc = cuda.shared.array(H, int32)
+        candd = cuda.shared.array(WARP, float32)
         # best count, queue count, ring head, ring count, popped id, -, -, hash slots used
         st = cuda.shared.array(8, int32)
         lane = cuda.threadIdx.x
@@ -513,9 +535,9 @@ def search_kernel(kb: int, P: int, V: int):
             for s0 in range(0, ne, WARP):
                 v = entries[s0 + lane] if s0 + lane < ne else -1
                 nd += _fetch(v, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, pd, pi, P, vi, st,
-                             cand, False, entries, hk, hc, bits)
+                             cand, candd, False, entries, hk, hc, bits)
             pops, nd2 = _walk(graph, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, pd, pi, P, vi,
-                              V, st, cand, False, entries, -1, max_it, hk, hc, bits)
+                              V, st, cand, candd, False, entries, -1, max_it, hk, hc, bits)
             nd += nd2
             _write_best(lane, bd, bi, st[0], k, out_d, out_i, j)
             if lane == 0:
@@ -544,7 +566,8 @@ def merge_kernel(k: int, P: int, V: int):
         vi = cuda.shared.array(V, int32)
         cand = cuda.shared.array(WARP, int32)
         hk = cuda.shared.array(H, int32)
-        hc = cuda.shared.array(H, int8)
+        hc = cuda.shared.array(H, int32)
+        candd = cuda.shared.array(WARP, float32)
         st = cuda.shared.array(8, int32)
         lane = cuda.threadIdx.x
         for z in range(cuda.blockIdx.x, nz, cuda.gridDim.x):
@@ -559,15 +582,17 @@ def merge_kernel(k: int, P: int, V: int):
                 v = s0 + lane if s0 + lane < t0 + s else -1
                 if v >= 0 and trans[v] == zb:
                     v = -1
-                _fetch(v, lane, kind, base, base, zb, inv, inv, tau, nn1, bd, bi, k, pd, pi, P, vi, st, cand, True,
-                       trans, hk, hc, bits)
+                _fetch(v, lane, kind, base, base, zb, inv, inv, tau, nn1, bd, bi, k, pd, pi, P, vi, st, cand, candd,
+                       True, trans, hk, hc, bits)
             for layer in range(lt - 1, lm - 1, -1):
-                # transform (once per layer, lane 0): to the rows of the layer below; prioq <- best (pushed
-                # from the worst, each lands at the head: no shifts); visited cleared
+                # transform (once per layer, lane 0): to the rows of the layer below (best re-sorted: the new
+                # ids can reorder ties); prioq <- best (pushed from the worst, each lands at the head: no
+                # shifts); visited cleared
                 if lane == 0:
                     nb = st[0]
                     for t in range(nb):
                         bi[t] = sel[bi[t]]
+                    _sort_best(bd, bi, nb)
                     st[1] = 0
                     for t in range(nb):
                         _push_prioq(bd[nb - 1 - t], bi[nb - 1 - t], pd, pi, P, st)
@@ -577,7 +602,7 @@ def merge_kernel(k: int, P: int, V: int):
                 if bits > 0:
                     _hash_rebuild(hk, hc, bits, bi, pi, vi, st, lane)
                 _walk(graph, lane, kind, base, base, zb, inv, inv, tau, nn1, bd, bi, k, pd, pi, P, vi, V, st, cand,
-                      True, trans, zb, max_pops, hk, hc, bits)
+                      candd, True, trans, zb, max_pops, hk, hc, bits)
             _write_best(lane, bd, bi, st[0], k, out_d, out_i, z)
             _sync()
 
@@ -672,7 +697,8 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
         vi = cuda.shared.array(V, int32)
         cand = cuda.shared.array(WARP, int32)
         hk = cuda.shared.array(H, int32)
-        hc = cuda.shared.array(H, int8)
+        hc = cuda.shared.array(H, int32)
+        candd = cuda.shared.array(WARP, float32)
         # cache state, popped id, path found, a value lane 0 broadcasts (every decision is lane 0's and
         # shared: no divergent barrier), hash slots used
         st = cuda.shared.array(8, int32)
@@ -759,7 +785,8 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
                                 myd = e2
                             elif lane == c0 + 3:
                                 myd = e3
-                        _push_kept(myd, m, lane, kind, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, hk, hc, bits)
+                        _push_kept(myd, m, lane, kind != DIST_IP, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd,
+                                   hk, hc, bits)
                 if lane == 0 and st[5] == 0:
                     c = min(st[0], C)
                     for t in range(c):

@@ -3,9 +3,10 @@ of section 5, the same algorithm as the GPU kernels with one thread per query in
 
 **The cache** (section 4.1.1, Fig. 2) of one query: a sorted ``best`` list (the kb nearest so far),
 a sorted priority queue ``prioq`` of capacity P (stored descending, so its head is the last entry)
-and a FIFO ring ``visited`` of V ids. A proposed id is dropped when it is in any of the three (fetch,
-step a); otherwise its distance is computed and, when it meets the criterion, it is inserted into best
-and prioq (push). pop() takes the prioq head when it still meets the criterion and moves it to the
+and a FIFO ring ``visited`` of V ids. Proposals come in chunks of up to 32 (a graph row, the GPU's warp
+takes one per lane): a proposed id is dropped when it is in any of the three or earlier in the chunk
+(fetch, step a); the distances of the others are computed and, in ascending order, each is inserted into
+best and prioq while it meets the criterion (push; the paper leaves the order open). pop() takes the prioq head when it still meets the criterion and moves it to the
 visited ring (Algorithm 2). The criterion (Eq. 2) is d <= d_k + xi with xi = tau^2 * min(d_1, nn1) on
 internal distances: squared L2 (1 - cos for cosine, half the squared distance of normalised vectors),
 as the authors' code applies the rule (digest ambiguity A3; the paper's plain-distance form
@@ -41,14 +42,35 @@ CHUNK = 32
 
 
 @host_and_device
+def threshold_of(dk, d1, tau, nn1):
+    """d_k + tau^2 * min(|d_1|, nn1): :func:`threshold` of a full best list whose ends are dk and d1."""
+    return np.float32(dk + tau * tau * min(abs(d1), nn1))
+
+
+@host_and_device
 def threshold(kind, bd, nb, kb, tau, nn1):
     """The criterion's bound on internal distances: d_k + tau^2 * min(d_1, nn1) (Eq. 2 on squared
     distances, as the authors' code applies it; ``nn1`` is internal too); while best holds fewer than
     kb, the largest float32 (open to every finite distance; not inf, whose comparisons fastmath leaves
-    undefined and which the GPU's symmetric linking uses to mark points outside its sphere)."""
+    undefined and which the symmetric linking uses to mark points outside its sphere)."""
     if nb < kb:
         return np.float32(3.4028235e38)
-    return np.float32(bd[nb - 1] + tau * tau * min(abs(bd[0]), nn1))
+    return threshold_of(bd[nb - 1], bd[0], tau, nn1)
+
+
+@host_and_device
+def sort_best(bd, bi, nb):
+    """Sort best[:nb] by (distance, id) (insertion sort: after a layer translation only ties move)."""
+    for t in range(1, nb):
+        d = bd[t]
+        v = bi[t]
+        j = t
+        while j > 0 and less(d, v, bd[j - 1], bi[j - 1]):
+            bd[j] = bd[j - 1]
+            bi[j] = bi[j - 1]
+            j -= 1
+        bd[j] = d
+        bi[j] = v
 
 
 @host_and_device
@@ -161,10 +183,30 @@ def fetch_chunk(cand, c, kind, base, Q, qj, inv_b, inv_q, tau, nn1, use_trans, t
     for t in range(m):
         x = trans[cand[t]] if use_trans else cand[t]
         cd[t] = cpu_distance(kind, base, x, Q, qj, inv_b, inv_q)
-    for t in range(m):
-        if cd[t] <= threshold(kind, bd, st[0], kb, tau, nn1):
-            push(cd[t], cand[t], bd, bi, kb, pd, pi, P, st)
+    push_sorted(cand, cd, m, bd, bi, kb, pd, pi, P, st, tau, nn1)
     return m
+
+
+@host_and_device
+def push_sorted(cand, cd, m, bd, bi, kb, pd, pi, P, st, tau, nn1):
+    """Step (c) of fetch() for the m proposals cand/cd[:m] of a chunk: sorted by (distance, id), each
+    pushed while it meets the criterion at its turn (the first that does not ends the chunk: the ones
+    after it are no nearer, and nothing changed). The GPU kernel computes the same prefix and merges it
+    into the lists at once (the paper pushes proposals "one after another" in an order it leaves open)."""
+    for t in range(1, m):
+        d = cd[t]
+        v = cand[t]
+        j = t
+        while j > 0 and less(d, v, cd[j - 1], cand[j - 1]):
+            cd[j] = cd[j - 1]
+            cand[j] = cand[j - 1]
+            j -= 1
+        cd[j] = d
+        cand[j] = v
+    for t in range(m):
+        if cd[t] > threshold(0, bd, st[0], kb, tau, nn1):
+            break
+        push(cd[t], cand[t], bd, bi, kb, pd, pi, P, st)
 
 
 @numba.njit(fastmath=True)
@@ -331,6 +373,7 @@ def merge_queries(base, inv, kind, graph, trans, sel, offsets, top_seg, lt, lm, 
                 nb = st[0]
                 for t in range(nb):
                     bi[t] = sel[bi[t]]
+                sort_best(bd, bi, nb)
                 st[1] = 0
                 for t in range(nb):
                     push_prioq(bd[nb - 1 - t], bi[nb - 1 - t], pd, pi, P, st)
@@ -383,6 +426,8 @@ def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V,
         pi = np.empty(P, np.int32)
         vi = np.empty(V, np.int32)
         st = np.zeros(4, np.int64)
+        cand = np.empty(CHUNK, np.int32)
+        cd = np.empty(CHUNK, np.float32)
         for zz in range(task * _TASK, min(nz, (task + 1) * _TASK)):
             z = lo + z0 + zz
             zb = trans[z]
@@ -407,22 +452,35 @@ def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V,
                     if links_to(graph, knn, sym, cnt, a, z):
                         found = True
                         break
-                    na = cnt[a]
-                    for t in range(knn + na):
-                        v = graph[a, t] if t < knn else sym[a, t - knn]
-                        if v < 0 or v == z or in_cache(v, bi, pi, vi, st):
-                            continue
-                        vb = trans[v]
-                        dz = cpu_distance(kind, base, vb, base, zb, inv, inv)
-                        if dz > threshold(kind, bd, st[0], kb, tau, nn1):
-                            continue
-                        if kind != DIST_IP:
-                            # ||v - q_m||^2 = (1 - t) d(v, z) + t d(v, x) - t (1 - t) d(x, z)
-                            dx = cpu_distance(kind, base, vb, base, xb, inv, inv)
-                            dm = (1.0 - MIDPOINT) * dz + MIDPOINT * dx - MIDPOINT * (1.0 - MIDPOINT) * dxz
-                            if dm > rad2:
+                    na = knn + cnt[a]
+                    for s0 in range(0, na, CHUNK):
+                        # a chunk as the GPU's warp takes it: new proposals against the cache at the chunk's
+                        # start and the chunk before them, their distances, then push_sorted (outside the
+                        # sphere: inf, never pushed)
+                        m = 0
+                        for t in range(s0, min(na, s0 + CHUNK)):
+                            v = graph[a, t] if t < knn else sym[a, t - knn]
+                            if v < 0 or v == z or in_cache(v, bi, pi, vi, st):
                                 continue
-                        push(dz, v, bd, bi, kb, pd, pi, P, st)
+                            dup = False
+                            for u in range(m):
+                                if cand[u] == v:
+                                    dup = True
+                            if not dup:
+                                cand[m] = v
+                                m += 1
+                        thr0 = threshold(kind, bd, st[0], kb, tau, nn1)
+                        for t in range(m):
+                            vb = trans[cand[t]]
+                            dz = cpu_distance(kind, base, vb, base, zb, inv, inv)
+                            if kind != DIST_IP and dz <= thr0:  # (a farther one never meets the criterion)
+                                # ||v - q_m||^2 = (1 - t) d(v, z) + t d(v, x) - t (1 - t) d(x, z)
+                                dx = cpu_distance(kind, base, vb, base, xb, inv, inv)
+                                dm = (1.0 - MIDPOINT) * dz + MIDPOINT * dx - MIDPOINT * (1.0 - MIDPOINT) * dxz
+                                if dm > rad2:
+                                    dz = np.float32(np.inf)
+                            cd[t] = dz
+                        push_sorted(cand, cd, m, bd, bi, kb, pd, pi, P, st, tau, nn1)
                 if found:
                     continue
                 c = min(st[0], C)
