@@ -253,7 +253,7 @@ def _push_chunks_kernel():
                 myd = ds[c, lane]
                 cand[lane] = vs[c, lane]
             cuda.syncwarp(0xFFFFFFFF)
-            kn._push_kept(myd, m, lane, sizes[4] == 1, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, hk, hc, 0)
+            kn._push_kept(myd, m, lane, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, hk, hc, 0)
         if lane == 0:
             out[0] = st[0]
             out[1] = st[1]
@@ -268,16 +268,17 @@ def _push_chunks_kernel():
     (12, 9, 6, 9, 0.0),
     (10, 64, 10, 40, 2.0),   # the search's default sizes, a loose criterion
 ])
-@pytest.mark.parametrize("monotone", [True, False])
-def test_warp_push_matches_the_cpu_entry_for_entry(kb, P, nb0, pn0, tau, monotone, rng):
+@pytest.mark.parametrize("shift", [0, -3])
+def test_warp_push_matches_the_cpu_entry_for_entry(kb, P, nb0, pn0, tau, shift, rng):
     """Chunks of up to 32 proposals (distance ties, new ids) pushed by the warp at once leave the same
     best / prioq arrays and counts as the CPU's push_sorted (sorted, pushed one by one while they meet
-    the criterion at their turn, into best_insert / push_prioq); with and without the first cut at the
-    bound the chunk starts with (``monotone``: not for inner product, whose bound can rise)."""
+    the criterion at their turn, into best_insert / push_prioq), the warp's first cut at d_k + tau^2 nn1
+    included; also with negative distances (``shift``: inner product, and a cosine 1 - cos a rounding
+    below 0), where the bound can rise as d_1 falls."""
     ids = rng.permutation(8000).astype(np.int32)
-    bd = np.sort(rng.integers(0, 30, kb)).astype(np.float32)
+    bd = np.sort(rng.integers(0, 30, kb) + shift).astype(np.float32)
     bi = ids[:kb].copy()
-    pd = np.sort(rng.integers(0, 30, P))[::-1].astype(np.float32)
+    pd = np.sort(rng.integers(0, 30, P) + shift)[::-1].astype(np.float32)
     pi = ids[kb:kb + P].copy()
     o = np.lexsort((bi, bd))
     bd, bi = bd[o], bi[o]
@@ -295,11 +296,11 @@ def test_warp_push_matches_the_cpu_entry_for_entry(kb, P, nb0, pn0, tau, monoton
         # chunks spread over the lists, chunks nearer than them, and a few proposals right at the best list's
         # end (there the criterion after each push decides: the prefix can stop inside the chunk)
         if c % 3 == 0:
-            ds[c] = rng.integers(0, 40, 32)
+            ds[c] = rng.integers(0, 40, 32) + shift
         elif c % 3 == 1:
-            ds[c] = rng.integers(0, 8, 32)
+            ds[c] = rng.integers(0, 8, 32) + shift
         else:
-            end = want[0][st[0] - 1] if st[0] > 0 else 20
+            end = want[0][st[0] - 1] if st[0] > 0 else 20 + shift
             ds[c] = end + rng.integers(-3, 4, 32)
             ms[c] = rng.integers(1, 7)
         before = [a.copy() for a in want]
@@ -309,8 +310,8 @@ def test_warp_push_matches_the_cpu_entry_for_entry(kb, P, nb0, pn0, tau, monoton
     assert pushed >= 3  # chunks that changed the lists
     got = [bd.copy(), bi.copy(), pd.copy(), pi.copy()]
     out = np.zeros(2, np.int32)
-    _push_chunks_kernel()[1, 32](*got, np.array([nb0, kb, pn0, P, int(monotone)], np.int32), ds, vs, ms,
-                                 np.float32(tau), nn1, out)
+    _push_chunks_kernel()[1, 32](*got, np.array([nb0, kb, pn0, P], np.int32), ds, vs, ms, np.float32(tau), nn1,
+                                 out)
     assert tuple(out) == (st[0], st[1])
     for g, w, n in zip(got, want, (st[0], st[0], st[1], st[1])):
         np.testing.assert_array_equal(g[:n], w[:n])
@@ -330,7 +331,7 @@ def test_warp_push_criterion_after_each_push():
     ds[1, :1] = [8.5]  # above the bound 7 + 1 of the next chunk: not pushed
     vs = np.arange(64, dtype=np.int32).reshape(2, 32) + 200
     out = np.zeros(2, np.int32)
-    _push_chunks_kernel()[1, 32](bd, bi, pd, pi, np.array([3, 3, 3, 4, 1], np.int32), ds, vs,
+    _push_chunks_kernel()[1, 32](bd, bi, pd, pi, np.array([3, 3, 3, 4], np.int32), ds, vs,
                                  np.array([3, 1], np.int32), np.float32(1.0), np.float32(9.0), out)
     assert tuple(out) == (3, 4)
     cpu = [np.array([1, 5, 9], np.float32), np.array([100, 101, 102], np.int32), np.array([9, 5, 1, 0], np.float32),
@@ -346,6 +347,30 @@ def test_warp_push_criterion_after_each_push():
     np.testing.assert_array_equal(bi, [100, 101, 201])
     np.testing.assert_array_equal(pd, [8, 7, 5, 1])  # 9 pushed out of the queue, full after 7
     np.testing.assert_array_equal(pi, [200, 201, 101, 100])
+
+
+def test_warp_push_bound_rising_with_a_negative_nearest():
+    """The bound can rise inside a chunk when d_1 is negative (inner product; a cosine 1 - cos rounding
+    below 0): best [0, 2, 2], tau 1, nn1 9, bound 2 + min(0, 9) = 2; proposals -1 and 2.5: -1 is pushed,
+    the bound becomes 2 + min(1, 9) = 3 and 2.5 is pushed into prioq too, on the CPU and on the warp (a
+    first cut at the chunk's starting bound 2 would drop it)."""
+    lists = [np.array([0, 2, 2], np.float32), np.array([100, 101, 102], np.int32),
+             np.array([2, 2, 0, 0, 0], np.float32), np.array([102, 101, 100, 0, 0], np.int32)]
+    ds = np.zeros((1, 32), np.float32)
+    ds[0, :2] = [2.5, -1]
+    vs = (np.arange(32, dtype=np.int32) + 200).reshape(1, 32)
+    cpu = [a.copy() for a in lists]
+    st = np.array([3, 3, 0, 0], np.int64)
+    ggnn_cpu.push_sorted(vs[0].copy(), ds[0].copy(), 2, cpu[0], cpu[1], 3, cpu[2], cpu[3], 5, st, np.float32(1.0),
+                         np.float32(9.0))
+    assert tuple(st[:2]) == (3, 5) and 200 in cpu[3][:5]
+    got = [a.copy() for a in lists]
+    out = np.zeros(2, np.int32)
+    _push_chunks_kernel()[1, 32](*got, np.array([3, 3, 3, 5], np.int32), ds, vs, np.array([2], np.int32),
+                                 np.float32(1.0), np.float32(9.0), out)
+    assert tuple(out) == (3, 5)
+    for g, w in zip(got, cpu):
+        np.testing.assert_array_equal(g, w)
 
 
 def _tie_heavy(rng, n, d, hi=3):

@@ -12,7 +12,8 @@ last entry) and the visited ring (V ids). fetch() of a chunk of up to 32 proposa
         thread compares its cache items ... removes matches")
     (b) the warp computes the distances of the kept proposals, four rows in flight at a time (lanes
         over dimensions, a shuffle sum); lane c keeps the c-th distance in a register
-    (c) the kept proposals are sorted over the lanes by (distance, id) (a bitonic sort in registers) and
+    (c) the kept proposals not beyond d_k + tau^2 nn1 (no bound of the chunk is higher) are sorted over the
+        lanes by (distance, id) (by counting when at most 8, else a bitonic sort in registers) and
         the prefix of them that meets the criterion, each with the lists as the pushes before it left them
         (:func:`.cpu.push_sorted`: the bound after c pushes is worked out per lane from the c-th smallest
         of best and the first c proposals), is merged into best and prioq at once: every entry's new
@@ -37,7 +38,6 @@ from numba import cuda, float32, int32, int64, uint32, uint64
 
 from ..primitives.compile import cuda_version, device_function
 from ..primitives.constants import FULL_MASK, INF, WARP
-from ..primitives.distances import DIST_IP
 from ..primitives.warp import finish_device as _finish
 from ..primitives.warp import less_device as _less
 from ..primitives.warp import warp_distance, warp_partials4, warp_sort_lanes, warp_sum
@@ -53,7 +53,7 @@ THREADS = WARP
 #: scripts/kernel_ptx.py OUT ggnn``) the search kernel takes 178 registers per thread (11 one-warp blocks per
 #: SM), merge 182, the path searches 156. Measured on an H100 (sift-photos 450k, k=24, 10k queries at tau
 #: 0.5, ``benchmarks/profile_ggnn_build.py``, results/profile_ggnn_build_caps_h100.jsonl): capped at 128 the
-#: search takes 9.5-9.7 ms instead of 13.0-13.3 ms uncapped (and 10.3-10.5 ms with the per-proposal pushes
+#: search takes 9.5-10.0 ms instead of 13.0-13.3 ms uncapped (and 10.3-10.5 ms with the per-proposal pushes
 #: this kernel had before, capped alike), and the build 4.26-4.69 s instead of 5.56 s uncapped and 4.68-4.70 s
 #: at 96 (the graph is the same at every cap). KNNGRAPH_GGNN_MAX_REGISTERS sets both.
 BUILD_MAX_REGISTERS = int(os.environ.get("KNNGRAPH_GGNN_MAX_REGISTERS", "128"))
@@ -188,6 +188,7 @@ def _hash_rebuild(hk, hc, bits, bi, pi, vi, st, lane):
         hk[t] = -1
         hc[t] = 0
         t += WARP
+    _sync()  # every lane has read st[OCC] (the caller's test) before it is reset
     if lane == 0:
         st[OCC] = 0
     _sync()
@@ -304,21 +305,20 @@ def _pushed_prefix(d, v, m, lane, tau, nn1, bd, bi, nb, kb):
 
 
 @device_function
-def _push_kept(myd, m, lane, monotone, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, hk, hc, bits):
+def _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, hk, hc, bits):
     """Step (c) of fetch() (:func:`.cpu.push_sorted`): the kept proposals cand[c] (distance ``myd`` of lane
     c), c < m, sorted over the lanes; the prefix that meets the criterion is merged into best (kb
     smallest kept) and prioq (descending, P smallest kept) at once: every entry's new index is its index
     plus the entries of the other list before it (binary searches), so entries only move up in best
     and, in prioq, those that move up and those that move down are written in two passes (up from the
     top slice, down from the bottom one). The hash table's counts follow (the pushed ids in, the
-    entries pushed out leave). With ``monotone`` (not inner product: the bound never rises) the proposals
-    beyond the bound at the start are dropped first, and a chunk without any returns at once. Ends with a
-    barrier."""
+    entries pushed out leave). Proposals beyond d_k + tau^2 nn1 at the start are dropped first (no bound of
+    the chunk is higher), and a chunk without any returns at once. Ends with a barrier."""
     nb = st[0]
     pn = st[1]
-    ok = lane < m
-    if monotone:  # the bound only falls as pushes come: a proposal beyond it now never meets it
-        ok = ok and myd <= _threshold(0, bd, nb, kb, tau, nn1)
+    # no later bound of this chunk exceeds d_k + tau^2 nn1 (d_k only falls, min(|d_1|, nn1) <= nn1, for
+    # every metric): a proposal beyond it now is never pushed
+    ok = lane < m and (nb < kb or myd <= _threshold_of(bd[kb - 1], nn1, tau, nn1))
     live = int64(cuda.ballot_sync(FULL_MASK, ok)) & 0xFFFFFFFF
     m = cuda.popc(live)
     if m == 0:
@@ -458,8 +458,8 @@ def _fetch(v, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, 
             myd = d2
         elif lane == c0 + 3:
             myd = d3
-    # (c) push, in proposal order, those that meet the criterion
-    _push_kept(myd, m, lane, kind != DIST_IP, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, hk, hc, bits)
+    # (c) push, nearest first, those that meet the criterion
+    _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, hk, hc, bits)
     return m
 
 
@@ -785,8 +785,7 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
                                 myd = e2
                             elif lane == c0 + 3:
                                 myd = e3
-                        _push_kept(myd, m, lane, kind != DIST_IP, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd,
-                                   hk, hc, bits)
+                        _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, hk, hc, bits)
                 if lane == 0 and st[5] == 0:
                     c = min(st[0], C)
                     for t in range(c):

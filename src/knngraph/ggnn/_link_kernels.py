@@ -32,7 +32,9 @@ take slots ``cnt[p], cnt[p] + 1, ...``, and ``cnt[p]`` grows by their number.
 
 Everything is one thread per request or per row, with no allocation in the kernels; the temporary
 arrays (``act``, the fates, the lists, the round flag) are the caller's (:func:`knngraph.ggnn.cuda.sym_place`
-keeps them between waves and builds, the lists empty between calls).
+keeps them between the waves and shards of a build, the lists empty between calls). Every candidate is a
+row of the layer being linked (``p >= lo``: the lists are indexed by ``p - lo``), as the path searches
+give them.
 """
 
 from __future__ import annotations

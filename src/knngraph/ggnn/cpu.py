@@ -167,8 +167,8 @@ def reset(st):
 def fetch_chunk(cand, c, kind, base, Q, qj, inv_b, inv_q, tau, nn1, use_trans, trans, bd, bi, kb, pd, pi, P, vi,
                 st, cd):
     """fetch() of one chunk of c <= 32 proposals (Algorithm 2): (a) drop those already in the cache or
-    earlier in the chunk, (b) compute the distances of the rest, (c) push each that meets the criterion,
-    in order. The GPU kernel does (a) and (b) with one proposal per lane, so both paths agree exactly.
+    earlier in the chunk, (b) compute the distances of the rest, (c) push them nearest first while they
+    meet the criterion (:func:`push_sorted`). The GPU kernel does (a) and (b) with one proposal per lane, so both paths agree exactly.
     Returns the distances computed."""
     m = 0
     for t in range(c):
@@ -469,18 +469,21 @@ def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V,
                             if not dup:
                                 cand[m] = v
                                 m += 1
-                        thr0 = threshold(kind, bd, st[0], kb, tau, nn1)
+                        kept = 0
                         for t in range(m):
-                            vb = trans[cand[t]]
+                            v = cand[t]
+                            vb = trans[v]
                             dz = cpu_distance(kind, base, vb, base, zb, inv, inv)
-                            if kind != DIST_IP and dz <= thr0:  # (a farther one never meets the criterion)
+                            if kind != DIST_IP:
                                 # ||v - q_m||^2 = (1 - t) d(v, z) + t d(v, x) - t (1 - t) d(x, z)
                                 dx = cpu_distance(kind, base, vb, base, xb, inv, inv)
                                 dm = (1.0 - MIDPOINT) * dz + MIDPOINT * dx - MIDPOINT * (1.0 - MIDPOINT) * dxz
                                 if dm > rad2:
-                                    dz = np.float32(np.inf)
-                            cd[t] = dz
-                        push_sorted(cand, cd, m, bd, bi, kb, pd, pi, P, st, tau, nn1)
+                                    continue  # outside the sphere: never pushed (the GPU sorts it last as inf)
+                            cand[kept] = v
+                            cd[kept] = dz
+                            kept += 1
+                        push_sorted(cand, cd, kept, bd, bi, kb, pd, pi, P, st, tau, nn1)
                 if found:
                     continue
                 c = min(st[0], C)

@@ -144,7 +144,8 @@ def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V,
 def sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n, *, xp=None):
     """:func:`.cpu.sym_place` on the device, the same links in the same slots (see
     :mod:`._link_kernels`: the fates of the requests as the fixed point of parallel rounds, then the
-    links written by rank). Returns the number of rounds."""
+    links written by rank). The candidates ``req_i`` must be rows lo .. graph.shape[0] - 1 (the layer's;
+    the path searches give only those). Returns the number of rounds."""
     from . import _link_kernels as lk
 
     if xp is None:
