@@ -38,9 +38,10 @@ from numba import cuda, float32, int32, int64, uint32, uint64
 
 from ..primitives.compile import cuda_version, device_function
 from ..primitives.constants import FULL_MASK, INF, WARP
+from ..primitives.lists import sort_pairs
 from ..primitives.warp import finish_device as _finish
 from ..primitives.warp import less_device as _less
-from ..primitives.warp import warp_distance, warp_partials4, warp_sort_lanes, warp_sum
+from ..primitives.warp import warp_distance, warp_partials4, warp_sort32, warp_sum
 from . import cpu as _cpu
 
 __all__ = ["search_kernel", "merge_kernel", "brute_kernel", "sym_kernel", "THREADS"]
@@ -68,7 +69,7 @@ def _jit(max_registers: int):
 
 _threshold = cuda_version(_cpu.threshold)
 _threshold_of = cuda_version(_cpu.threshold_of)
-_sort_best = cuda_version(_cpu.sort_best)
+_sort_pairs = cuda_version(sort_pairs)
 _push = cuda_version(_cpu.push)
 _pop = cuda_version(_cpu.pop)
 _push_prioq = cuda_version(_cpu.push_prioq)
@@ -245,31 +246,18 @@ def _new_proposals(v, lane, bi, pi, vi, st, cand, hk, hc, bits):
 
 
 @device_function
-def _count_below(kd, ki, n, d, v):
-    """How many of the ascending entries kd/ki[:n] are < (d, v) (binary search)."""
+def _count_below(kd, ki, n, d, v, descending):
+    """How many of the entries kd/ki[:n], sorted ascending (or descending: then they are the last ones),
+    are < (d, v) (binary search)."""
     a = 0
     b = n
     while a < b:
         mid = (a + b) >> 1
-        if _less(kd[mid], ki[mid], d, v):
+        if _less(kd[mid], ki[mid], d, v) != descending:
             a = mid + 1
         else:
             b = mid
-    return a
-
-
-@device_function
-def _count_below_desc(kd, ki, n, d, v):
-    """How many of the descending entries kd/ki[:n] are < (d, v) (they are the last ones)."""
-    a = 0
-    b = n
-    while a < b:
-        mid = (a + b) >> 1
-        if _less(kd[mid], ki[mid], d, v):
-            b = mid
-        else:
-            a = mid + 1
-    return n - a
+    return n - a if descending else a
 
 
 @device_function
@@ -345,7 +333,7 @@ def _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, h
         d = candd[lane] if lane < m else INF
         v = cand[lane] if lane < m else int32(0x7FFFFFFF)
     else:
-        d, v = warp_sort_lanes(d, v, lane)
+        d, v = warp_sort32(d, v, lane)
         _sync()  # every lane read cand (the distances' rows) before it is rewritten below
     npush = _pushed_prefix(d, v, m, lane, tau, nn1, bd, bi, nb, kb)
     if npush == 0:
@@ -360,8 +348,8 @@ def _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, h
     if lane < npush:
         cand[lane] = v
         candd[lane] = d
-        pos_b = lane + _count_below(bd, bi, nb, d, v)
-        pos_p = pn2 - 1 - (lane + _count_below_desc(pd, pi, pn, d, v))
+        pos_b = lane + _count_below(bd, bi, nb, d, v, False)
+        pos_p = pn2 - 1 - (lane + _count_below(pd, pi, pn, d, v, True))
     _sync()
     # best: entries move up by the pushed ones before them; from the top slice down
     s = ((nb - 1) // WARP) * WARP
@@ -373,7 +361,7 @@ def _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, h
         if i < nb:
             xd = bd[i]
             xi = bi[i]
-            ni = i + _count_below(candd, cand, npush, xd, xi)
+            ni = i + _count_below(candd, cand, npush, xd, xi, False)
         _sync()
         if i < nb:
             if ni < kb:
@@ -394,7 +382,7 @@ def _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, h
             if i < pn:
                 xd = pd[i]
                 xi = pi[i]
-                ni = i + (pn2 - pn) - _count_below(candd, cand, npush, xd, xi)
+                ni = i + (pn2 - pn) - _count_below(candd, cand, npush, xd, xi, False)
             _sync()
             if i < pn:
                 if direction == 0 and ni > i:
@@ -592,7 +580,7 @@ def merge_kernel(k: int, P: int, V: int):
                     nb = st[0]
                     for t in range(nb):
                         bi[t] = sel[bi[t]]
-                    _sort_best(bd, bi, nb)
+                    _sort_pairs(bd, bi, 0, nb)
                     st[1] = 0
                     for t in range(nb):
                         _push_prioq(bd[nb - 1 - t], bi[nb - 1 - t], pd, pi, P, st)

@@ -136,6 +136,23 @@ def _empty_at(a, req_i, zz, i, lo, ksym, first0, first1, first2):
         _empty(first2, row, ksym)
 
 
+@device_function
+def _request(act, j, knn):
+    """(q, zz, i) of the j-th request with candidates: its index, its row and its neighbour."""
+    q = act[j]
+    zz = q // knn
+    return q, zz, q - zz * knn
+
+
+@device_function
+def _placed_at(act, j, knn, assign, req_i):
+    """(q, zz, i, a, p) of the j-th request with candidates: p its target given ``assign`` (-1: none)
+    and a that target's candidate index."""
+    q, zz, i = _request(act, j, knn)
+    a = assign[zz, i]
+    return q, zz, i, a, (req_i[zz, i, a] if a >= 0 else -1)
+
+
 @cuda.jit
 def active_kernel(req_n, nz, knn, act, count):
     """The requests with candidates (order irrelevant: every later step is keyed by q)."""
@@ -153,9 +170,8 @@ def static_kernel(graph, knn, ksym, sym, cnt, lo, z0, act, na, req_i, req_n, sta
     j = cuda.grid(1)
     if j >= na:
         return
-    q = act[j]
-    zz = q // knn
-    static[j] = _static_candidates(graph, knn, ksym, sym, cnt, lo + z0 + zz, zz, q - zz * knn, req_i, req_n)
+    q, zz, i = _request(act, j, knn)
+    static[j] = _static_candidates(graph, knn, ksym, sym, cnt, lo + z0 + zz, zz, i, req_i, req_n)
 
 
 @cuda.jit
@@ -170,9 +186,7 @@ def round_kernel(static, ksym, cnt, lo, knn, act, na, req_i, assign, first, out,
         changed[(r + 1) % 2] = 0
     if j >= na:
         return
-    q = act[j]
-    zz = q // knn
-    i = q - zz * knn
+    q, zz, i = _request(act, j, knn)
     s = stale[zz, i]
     if s >= 0:
         _empty(stale_first, req_i[zz, i, s] - lo, ksym)
@@ -200,13 +214,9 @@ def write_links_kernel(act, na, assign, first, req_i, req_d, lo, z0, knn, ksym, 
     j = cuda.grid(1)
     if j >= na:
         return
-    q = act[j]
-    zz = q // knn
-    i = q - zz * knn
-    a = assign[zz, i]
-    if a < 0:
+    q, zz, i, a, p = _placed_at(act, j, knn, assign, req_i)
+    if p < 0:
         return
-    p = req_i[zz, i, a]
     slot = cnt[p] + _rank(first, p - lo, ksym, q)
     sym[p, slot] = lo + z0 + zz
     sym_d[p, slot] = req_d[zz, i, a]
@@ -218,13 +228,9 @@ def count_links_kernel(act, na, assign, first, req_i, lo, knn, ksym, cnt):
     j = cuda.grid(1)
     if j >= na:
         return
-    q = act[j]
-    zz = q // knn
-    i = q - zz * knn
-    a = assign[zz, i]
-    if a < 0:
+    q, zz, i, a, p = _placed_at(act, j, knn, assign, req_i)
+    if p < 0:
         return
-    p = req_i[zz, i, a]
     s = _rank(first, p - lo, ksym, q)
     if s + 1 == ksym or first[p - lo, s + 1] == EMPTY:
         cnt[p] += s + 1
@@ -236,9 +242,7 @@ def empty_lists_kernel(act, na, knn, req_i, lo, ksym, assign0, assign1, assign2,
     j = cuda.grid(1)
     if j >= na:
         return
-    q = act[j]
-    zz = q // knn
-    i = q - zz * knn
+    q, zz, i = _request(act, j, knn)
     _empty_at(assign0[zz, i], req_i, zz, i, lo, ksym, first0, first1, first2)
     _empty_at(assign1[zz, i], req_i, zz, i, lo, ksym, first0, first1, first2)
     _empty_at(assign2[zz, i], req_i, zz, i, lo, ksym, first0, first1, first2)

@@ -25,7 +25,7 @@ from numba import prange
 from ..primitives.distances import DIST_IP, cpu_distance
 from ..primitives.compile import host_and_device
 from ..primitives.constants import INF
-from ..primitives.lists import less
+from ..primitives.lists import less, sort_pairs
 
 __all__ = ["search", "brute_segments", "merge_queries", "sym_requests", "sym_place", "sym_write",
            "SYM_MAX_POPS", "SYM_CANDIDATES", "MIDPOINT"]
@@ -56,21 +56,6 @@ def threshold(kind, bd, nb, kb, tau, nn1):
     if nb < kb:
         return np.float32(3.4028235e38)
     return threshold_of(bd[nb - 1], bd[0], tau, nn1)
-
-
-@host_and_device
-def sort_best(bd, bi, nb):
-    """Sort best[:nb] by (distance, id) (insertion sort: after a layer translation only ties move)."""
-    for t in range(1, nb):
-        d = bd[t]
-        v = bi[t]
-        j = t
-        while j > 0 and less(d, v, bd[j - 1], bi[j - 1]):
-            bd[j] = bd[j - 1]
-            bi[j] = bi[j - 1]
-            j -= 1
-        bd[j] = d
-        bi[j] = v
 
 
 @host_and_device
@@ -193,16 +178,7 @@ def push_sorted(cand, cd, m, bd, bi, kb, pd, pi, P, st, tau, nn1):
     pushed while it meets the criterion at its turn (the first that does not ends the chunk: the ones
     after it are no nearer, and nothing changed). The GPU kernel computes the same prefix and merges it
     into the lists at once (the paper pushes proposals "one after another" in an order it leaves open)."""
-    for t in range(1, m):
-        d = cd[t]
-        v = cand[t]
-        j = t
-        while j > 0 and less(d, v, cd[j - 1], cand[j - 1]):
-            cd[j] = cd[j - 1]
-            cand[j] = cand[j - 1]
-            j -= 1
-        cd[j] = d
-        cand[j] = v
+    sort_pairs(cd, cand, 0, m)
     for t in range(m):
         if cd[t] > threshold(0, bd, st[0], kb, tau, nn1):
             break
@@ -373,7 +349,7 @@ def merge_queries(base, inv, kind, graph, trans, sel, offsets, top_seg, lt, lm, 
                 nb = st[0]
                 for t in range(nb):
                     bi[t] = sel[bi[t]]
-                sort_best(bd, bi, nb)
+                sort_pairs(bd, bi, 0, nb)  # the new ids can reorder ties
                 st[1] = 0
                 for t in range(nb):
                     push_prioq(bd[nb - 1 - t], bi[nb - 1 - t], pd, pi, P, st)

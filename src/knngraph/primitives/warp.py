@@ -15,7 +15,7 @@ from .distances import DIST_L2SQ, finish_distance, finish_query_distance
 from .lists import less
 
 __all__ = ["warp_sum", "warp_min", "warp_distance", "warp_partials4", "bitonic_stages", "warp_bitonic_sort",
-           "warp_sort_lanes", "less_device", "finish_device", "finish_query_device"]
+           "warp_sort32", "less_device", "finish_device", "finish_query_device"]
 
 #: the CUDA builds of the shared CPU/GPU helpers the warp code uses (forced inline)
 less_device = cuda_version(less)
@@ -134,24 +134,24 @@ def warp_bitonic_sort(keys, ids, base, size, lane):
 
 
 @device_function
-def warp_sort_lanes(d, v, lane):
-    """The (d, v) pairs held one per lane, sorted ascending by (d, v) over the lanes (lane 0 gets the
-    smallest): a bitonic sort in registers, 15 exchange steps by shuffles, no shared memory."""
-    k = 2
-    while k <= WARP:
-        j = k // 2
-        while j > 0:
-            od = cuda.shfl_xor_sync(FULL_MASK, d, j)
-            ov = cuda.shfl_xor_sync(FULL_MASK, v, j)
-            # in a block sorted ascending ((lane & k) == 0) the lower lane of a pair keeps the smaller
-            if ((lane & j) == 0) == ((lane & k) == 0):
-                take = less_device(od, ov, d, v)
+def warp_sort32(key, vid, lane):
+    """Bitonic sort of one (key, id) per lane across the warp, ascending by (key, id) (lane 0 smallest)."""
+    size = 2
+    while size <= WARP:
+        stride = size // 2
+        while stride > 0:
+            ok = cuda.shfl_xor_sync(FULL_MASK, key, stride)
+            oi = cuda.shfl_xor_sync(FULL_MASK, vid, stride)
+            lower = (lane & stride) == 0
+            ascending = (lane & size) == 0
+            # the lower lane of an ascending pair (or the upper of a descending one) keeps the smaller
+            if lower == ascending:
+                take = less_device(ok, oi, key, vid)
             else:
-                take = less_device(d, v, od, ov)
+                take = less_device(key, vid, ok, oi)
             if take:
-                d = od
-                v = ov
-            j //= 2
-        k *= 2
-    return d, v
-
+                key = ok
+                vid = oi
+            stride //= 2
+        size *= 2
+    return key, vid

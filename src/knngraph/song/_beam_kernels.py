@@ -48,7 +48,7 @@ from ..primitives.compile import device_function
 from ..primitives.constants import FULL_MASK, WARP
 from ..primitives.distances import DIST_COS, DIST_IP, DIST_L2SQ
 from ..primitives.intrinsics import dp4a_i8, dp4a_u8
-from ..primitives.warp import finish_query_device, less_device
+from ..primitives.warp import finish_query_device, less_device, warp_sort32
 
 INF = float32(np.inf)
 NAN = float32(np.nan)
@@ -204,30 +204,6 @@ def team_sum(acc, team_size):
         acc += cuda.shfl_xor_sync(FULL_MASK, acc, off)
         off //= 2
     return acc
-
-
-@device_function
-def warp_sort32(key, vid, lane):
-    """Bitonic sort of one (key, id) per lane across the warp, ascending by (key, id) (lane 0 smallest)."""
-    size = 2
-    while size <= WARP:
-        stride = size // 2
-        while stride > 0:
-            ok = cuda.shfl_xor_sync(FULL_MASK, key, stride)
-            oi = cuda.shfl_xor_sync(FULL_MASK, vid, stride)
-            lower = (lane & stride) == 0
-            ascending = (lane & size) == 0
-            # the lower lane of an ascending pair (or the upper of a descending one) keeps the smaller
-            if lower == ascending:
-                take = less_device(ok, oi, key, vid)
-            else:
-                take = less_device(key, vid, ok, oi)
-            if take:
-                key = ok
-                vid = oi
-            stride //= 2
-        size *= 2
-    return key, vid
 
 
 @device_function
