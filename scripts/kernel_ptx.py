@@ -58,12 +58,14 @@ def kernels():
 
 def _ggnn_cases():
     """GGNN's search kernel (uint8 vectors, the default cache: best 10, queue 64, ring 182) and its build's
-    merge (best 24, queue 32, ring 64) and path-search (symmetric linking) kernels on float32 vectors."""
+    merge (best 24, queue 32, ring 64) and path-search (symmetric linking) kernels on float32 vectors, and
+    the cooperative kernel that places the inverse links."""
     import importlib.util
 
     if importlib.util.find_spec("knngraph.ggnn") is None:
         return []
     from knngraph.ggnn import _kernels as gg
+    from knngraph.ggnn import _link_kernels as lk
 
     return [("ggnn_search_u8", gg.search_kernel(10, 64, 182).py_func,
              (arr(i32), arr(u8), arr(f32), arr(f32, 1), arr(f32, 1), i64, arr(i32, 1), i64, f32, f32, i64, arr(f32),
@@ -73,7 +75,10 @@ def _ggnn_cases():
               i64, f32, f32, i64, arr(i32), arr(f32))),
             ("ggnn_sym_f32", gg.sym_kernel(12, 32, 64, 8, 20, 0.4).py_func,
              (arr(f32), arr(f32, 1), i64, arr(i32), arr(i32, 1), i64, i64, i64, i64, i64, arr(i32), arr(i32, 1), f32,
-              f32, arr(i32, 3), arr(f32, 3), arr(i32)))]
+              f32, arr(i32, 3), arr(f32, 3), arr(i32))),
+            ("ggnn_place", lk.place_kernel.py_func,
+             (arr(i32), i64, i64, arr(i32), arr(f32), arr(i32, 1), i64, i64, arr(i32, 1), i64, arr(i32, 3),
+              arr(f32, 3), arr(i32), arr(i32, 1), arr(i32, 3), arr(i32, 3), arr(i32, 1)))]
 
 
 def _grnnd_cases():

@@ -107,13 +107,15 @@ def test_same_seed_same_index(small):
 # ------------------------------------------------------------------------------------------- recall
 
 
-def test_recall_floor_on_sift20k(sample, sift_ggnn):
+@pytest.mark.parametrize("cache", ["sorted", "rings"])
+def test_recall_floor_on_sift20k(sample, sift_ggnn, cache):
     stats = {}
-    d, i = ggnn.search(sift_ggnn, sample.queries, 10, ggnn.SearchParams(tau=TAU_95), device="cpu", stats=stats)
+    sp = ggnn.SearchParams(tau=TAU_95, cache=cache)
+    d, i = ggnn.search(sift_ggnn, sample.queries, 10, sp, device="cpu", stats=stats)
     r = recall_at(i, sample.gt_indices, 10)
     assert r >= 0.95, r
     # a larger tau searches more and finds more, a smaller one less (Eq. 2 is the knob)
-    d0, i0 = ggnn.search(sift_ggnn, sample.queries, 10, ggnn.SearchParams(tau=0.0), device="cpu")
+    d0, i0 = ggnn.search(sift_ggnn, sample.queries, 10, ggnn.SearchParams(tau=0.0, cache=cache), device="cpu")
     assert recall_at(i0, sample.gt_indices, 10) < r
     assert stats["distances_per_query"] < 0.1 * sample.base.shape[0]          # far from brute force
     # the reported distances are the true distances of the returned ids
@@ -131,21 +133,23 @@ def test_small_recall(sample, small, small_index):
 # ----------------------------------------------------------------------------------------- exactness
 
 
+@pytest.mark.parametrize("cache", ["sorted", "rings"])
 @pytest.mark.parametrize("metric", ["sqeuclidean", "cosine"])
-def test_search_on_a_complete_graph_is_exact(metric):
+def test_search_on_a_complete_graph_is_exact(metric, cache):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((60, 5)).astype(np.float32)
     q = rng.standard_normal((15, 5)).astype(np.float32)
     g = complete_graph(60)
     g = knngraph.Graph(g.indices, g.distances, metric)
     index = ggnn.from_graph(g, x, ggnn.IndexParams(metric=metric), entry_points=np.array([3]))
-    d, i = ggnn.search(index, q, 7, ggnn.SearchParams(tau=0.0), device="cpu")
+    d, i = ggnn.search(index, q, 7, ggnn.SearchParams(tau=0.0, cache=cache), device="cpu")
     ed, ei = knngraph.knn(x, q, 7, metric=metric, device="cpu")
     assert np.array_equal(i, ei)
     np.testing.assert_allclose(d, ed, rtol=1e-5, atol=1e-6)
 
 
-def test_sharded_search_is_the_union_of_per_shard_exact_searches():
+@pytest.mark.parametrize("cache", ["sorted", "rings"])
+def test_sharded_search_is_the_union_of_per_shard_exact_searches(cache):
     rng = np.random.default_rng(2)
     x = rng.standard_normal((90, 6)).astype(np.float32)
     q = rng.standard_normal((12, 6)).astype(np.float32)
@@ -154,7 +158,7 @@ def test_sharded_search_is_the_union_of_per_shard_exact_searches():
     g = index.graph.indices
     shard = np.arange(90) // 30
     assert ((g < 0) | (shard[np.maximum(g, 0)] == shard[:, None])).all()     # no edge between shards
-    d, i = ggnn.search(index, q, 8, ggnn.SearchParams(tau=0.0), device="cpu")
+    d, i = ggnn.search(index, q, 8, ggnn.SearchParams(tau=0.0, cache=cache), device="cpu")
     # per-shard exact top-8, with global ids, then the 8 best of their union
     parts = [knngraph.knn(x[a:a + 30], q, 8, device="cpu") for a in (0, 30, 60)]
     all_d = np.concatenate([p.distances for p in parts], axis=1)
@@ -246,7 +250,14 @@ def test_bad_input_is_refused_with_clear_messages(small, small_index):
     with pytest.raises(ValueError, match="'tau' parameter of SearchParams"):
         ggnn.SearchParams(tau=-0.1)
     with pytest.raises(ValueError, match="k=500 does not fit the search cache: cache_size=256"):
-        ggnn.search(small_index, small[:2], 500, device="cpu")
+        ggnn.search(small_index, small[:2], 500, ggnn.SearchParams(cache="rings"), device="cpu")
+    with pytest.raises(ValueError, match=r"k=200 does not fit the search cache: cache='sorted' holds the best list "
+                                         r"\(max\(k, 10\) = 200\) at the head of its buffer of queue_size=128 entries"):
+        ggnn.search(small_index, small[:2], 200, device="cpu")
+    with pytest.raises(ValueError, match="queue_size=2000 is too large for cache='sorted'"):
+        ggnn.search(small_index, small[:2], 10, ggnn.SearchParams(queue_size=2000), device="cpu")
+    with pytest.raises(ValueError, match="'cache' parameter of SearchParams"):
+        ggnn.SearchParams(cache="ring")
     with pytest.raises(ValueError, match="n_shards=40 is too many for 60 vectors"):
         ggnn.build(ggnn.IndexParams(n_shards=40), small[:60], device="cpu", verbose=False)
     with pytest.raises(ValueError, match="graph has 3000 rows but dataset has 100 vectors"):

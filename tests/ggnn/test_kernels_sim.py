@@ -143,7 +143,8 @@ def test_sym_kernel_finds_the_cpu_candidates_and_places_valid_inverse_links(rng)
 
 def _random_requests(rng, rows, z0, z1, knn, C, pool):
     """Link requests of rows z0 .. z1 whose candidates come from a few popular rows ``pool`` (distinct per
-    request, never z itself): most targets get more requests than they have free slots."""
+    request, never z itself): most targets get more requests than they have free slots. Beyond
+    ``req_n`` the entries hold rows too, as the build's reused arrays hold an earlier wave's."""
     nz = z1 - z0
     req_i = np.full((nz, knn, C), -7, np.int32)
     req_d = np.full((nz, knn, C), -7, np.float32)
@@ -152,9 +153,8 @@ def _random_requests(rng, rows, z0, z1, knn, C, pool):
     for zz in range(nz):
         others = pool[pool != z0 + zz]
         for i in range(knn):
-            c = req_n[zz, i]
-            req_i[zz, i, :c] = rng.choice(others, c, replace=False)
-            req_d[zz, i, :c] = np.sort(rng.integers(1, 50, c)).astype(np.float32)
+            req_i[zz, i] = rng.choice(others, C, replace=False)
+            req_d[zz, i] = np.sort(rng.integers(1, 50, C)).astype(np.float32)
     return req_i, req_d, req_n
 
 
@@ -186,7 +186,7 @@ def test_device_sym_place_and_write_match_cpu(seed):
     cpu_state = [a.copy() for a in (graph, gdist, sym, sym_d, cnt)]
     dev_state = [a.copy() for a in (graph, gdist, sym, sym_d, cnt)]
     total = 0
-    for z0, z1 in ((0, 25), (25, 26), (26, 60)):
+    for z0, z1 in ((0, 25), (25, 26), (26, 43), (43, 60)):  # later waves reuse the first one's scratch
         req = _random_requests(rng, rows, z0, z1, knn, C, pool)
         g, _, s, sd, c = cpu_state
         placed = ggnn_cpu.sym_place(g, 0, z0, z1, knn, ksym, s, sd, c, *req)
@@ -241,7 +241,7 @@ def _push_chunks_kernel():
         hk = cuda.shared.array(1, int32)
         hc = cuda.shared.array(1, int32)
         lane = cuda.threadIdx.x
-        kb, P = sizes[1], sizes[3]
+        kb, P, path = sizes[1], sizes[3], sizes[4] == 1
         if lane == 0:
             st[0] = sizes[0]
             st[1] = sizes[2]
@@ -253,7 +253,7 @@ def _push_chunks_kernel():
                 myd = ds[c, lane]
                 cand[lane] = vs[c, lane]
             cuda.syncwarp(0xFFFFFFFF)
-            kn._push_kept(myd, m, lane, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, hk, hc, 0)
+            kn._push_kept(myd, m, lane, tau, nn1, bd, bi, kb, path, pd, pi, P, st, cand, candd, hk, hc, 0)
         if lane == 0:
             out[0] = st[0]
             out[1] = st[1]
@@ -269,12 +269,14 @@ def _push_chunks_kernel():
     (10, 64, 10, 40, 2.0),   # the search's default sizes, a loose criterion
 ])
 @pytest.mark.parametrize("shift", [0, -3])
-def test_warp_push_matches_the_cpu_entry_for_entry(kb, P, nb0, pn0, tau, shift, rng):
+@pytest.mark.parametrize("path", [False, True])
+def test_warp_push_matches_the_cpu_entry_for_entry(kb, P, nb0, pn0, tau, shift, path, rng):
     """Chunks of up to 32 proposals (distance ties, new ids) pushed by the warp at once leave the same
     best / prioq arrays and counts as the CPU's push_sorted (sorted, pushed one by one while they meet
     the criterion at their turn, into best_insert / push_prioq), the warp's first cut at d_k + tau^2 nn1
     included; also with negative distances (``shift``: inner product, and a cosine 1 - cos a rounding
-    below 0), where the bound can rise as d_1 falls."""
+    below 0), where the bound can rise as d_1 falls; and with the criterion of sym's path searches
+    (``path``: d_1 + tau^2 nn1)."""
     ids = rng.permutation(8000).astype(np.int32)
     bd = np.sort(rng.integers(0, 30, kb) + shift).astype(np.float32)
     bi = ids[:kb].copy()
@@ -304,14 +306,14 @@ def test_warp_push_matches_the_cpu_entry_for_entry(kb, P, nb0, pn0, tau, shift, 
             ds[c] = end + rng.integers(-3, 4, 32)
             ms[c] = rng.integers(1, 7)
         before = [a.copy() for a in want]
-        ggnn_cpu.push_sorted(vs[c].copy(), ds[c].copy(), ms[c], want[0], want[1], kb, want[2], want[3], P, st,
-                             np.float32(tau), nn1)
+        ggnn_cpu.push_sorted(vs[c].copy(), ds[c].copy(), ms[c], want[0], want[1], kb, path, want[2], want[3], P,
+                             st, np.float32(tau), nn1)
         pushed += any((a != b).any() for a, b in zip(want, before))
     assert pushed >= 3  # chunks that changed the lists
     got = [bd.copy(), bi.copy(), pd.copy(), pi.copy()]
     out = np.zeros(2, np.int32)
-    _push_chunks_kernel()[1, 32](*got, np.array([nb0, kb, pn0, P], np.int32), ds, vs, ms, np.float32(tau), nn1,
-                                 out)
+    _push_chunks_kernel()[1, 32](*got, np.array([nb0, kb, pn0, P, int(path)], np.int32), ds, vs, ms, np.float32(tau),
+                                 nn1, out)
     assert tuple(out) == (st[0], st[1])
     for g, w, n in zip(got, want, (st[0], st[0], st[1], st[1])):
         np.testing.assert_array_equal(g[:n], w[:n])
@@ -331,14 +333,14 @@ def test_warp_push_criterion_after_each_push():
     ds[1, :1] = [8.5]  # above the bound 7 + 1 of the next chunk: not pushed
     vs = np.arange(64, dtype=np.int32).reshape(2, 32) + 200
     out = np.zeros(2, np.int32)
-    _push_chunks_kernel()[1, 32](bd, bi, pd, pi, np.array([3, 3, 3, 4], np.int32), ds, vs,
+    _push_chunks_kernel()[1, 32](bd, bi, pd, pi, np.array([3, 3, 3, 4, 0], np.int32), ds, vs,
                                  np.array([3, 1], np.int32), np.float32(1.0), np.float32(9.0), out)
     assert tuple(out) == (3, 4)
     cpu = [np.array([1, 5, 9], np.float32), np.array([100, 101, 102], np.int32), np.array([9, 5, 1, 0], np.float32),
            np.array([102, 101, 100, 0], np.int32)]
     st = np.array([3, 3, 0, 0], np.int64)
     for c, m in enumerate((3, 1)):
-        ggnn_cpu.push_sorted(vs[c].copy(), ds[c].copy(), m, cpu[0], cpu[1], 3, cpu[2], cpu[3], 4, st,
+        ggnn_cpu.push_sorted(vs[c].copy(), ds[c].copy(), m, cpu[0], cpu[1], 3, False, cpu[2], cpu[3], 4, st,
                              np.float32(1.0), np.float32(9.0))
     assert tuple(st[:2]) == (3, 4)
     for g, w in zip((bd, bi, pd, pi), cpu):
@@ -361,12 +363,12 @@ def test_warp_push_bound_rising_with_a_negative_nearest():
     vs = (np.arange(32, dtype=np.int32) + 200).reshape(1, 32)
     cpu = [a.copy() for a in lists]
     st = np.array([3, 3, 0, 0], np.int64)
-    ggnn_cpu.push_sorted(vs[0].copy(), ds[0].copy(), 2, cpu[0], cpu[1], 3, cpu[2], cpu[3], 5, st, np.float32(1.0),
+    ggnn_cpu.push_sorted(vs[0].copy(), ds[0].copy(), 2, cpu[0], cpu[1], 3, False, cpu[2], cpu[3], 5, st, np.float32(1.0),
                          np.float32(9.0))
     assert tuple(st[:2]) == (3, 5) and 200 in cpu[3][:5]
     got = [a.copy() for a in lists]
     out = np.zeros(2, np.int32)
-    _push_chunks_kernel()[1, 32](*got, np.array([3, 3, 3, 5], np.int32), ds, vs, np.array([2], np.int32),
+    _push_chunks_kernel()[1, 32](*got, np.array([3, 3, 3, 5, 0], np.int32), ds, vs, np.array([2], np.int32),
                                  np.float32(1.0), np.float32(9.0), out)
     assert tuple(out) == (3, 5)
     for g, w in zip(got, cpu):

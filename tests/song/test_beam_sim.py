@@ -17,9 +17,11 @@ from knngraph.song.cuda import beam_mode, search_beam_device, square_norms
 pytestmark = pytest.mark.sim
 
 
-def reference_walk(graph, x, q, kind, entries, k, queue_size, inv_b=None, inv_q=None, width=1):
+def reference_walk(graph, x, q, kind, entries, k, queue_size, inv_b=None, inv_q=None, width=1, slack=None):
     """(distances, ids, distance computations, expansions) of one query, in plain Python; ``width``
-    vertices (the list's first unexpanded ones) are expanded together per step."""
+    vertices (the list's first unexpanded ones) are expanded together per step. ``slack``: (kb, tau2,
+    nn1, max_exp), GGNN's stop: only entries within d_kb + tau2 min(|d_1|, nn1) are expanded (any while
+    the list holds fewer than kb), at most max_exp in all."""
     xf = x.astype(np.float64)
     qf = q.astype(np.float64)
 
@@ -49,6 +51,10 @@ def reference_walk(graph, x, q, kind, entries, k, queue_size, inv_b=None, inv_q=
     offer([int(e) for e in entries])
     while True:
         picked = [p for p, e in enumerate(lst) if not e[2]][:width]
+        if slack is not None:
+            kb, tau2, nn1, max_exp = slack
+            bound = lst[kb - 1][0] + tau2 * min(abs(lst[0][0]), nn1) if len(lst) >= kb else np.inf
+            picked = [p for p in picked if lst[p][0] <= bound][:max(0, max_exp - ne)]
         if not picked:
             break
         rows = []
@@ -76,7 +82,7 @@ def _graph(x, metric, degree):
     return knngraph.optimize_graph(g, x, degree, device="cpu")
 
 
-def _run(graph_ids, x, q, metric, entries, k, queue_size, max_warps=2, width=1):
+def _run(graph_ids, x, q, metric, entries, k, queue_size, max_warps=2, width=1, slack=None):
     kind = distance_kind(metric)
     mode = beam_mode(x.dtype, q.dtype, x.shape[1])
     if mode in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8):
@@ -88,7 +94,7 @@ def _run(graph_ids, x, q, metric, entries, k, queue_size, max_warps=2, width=1):
         # as the library: float16 queries are read in place, other dtypes as float32
         qq = np.ascontiguousarray(q, dtype=np.float16 if q.dtype == np.float16 else np.float32)
     return mode, search_beam_device(graph_ids, x, qq, norms, kind, entries, k, queue_size, mode, xp=np,
-                                    max_warps=max_warps, width=width)
+                                    max_warps=max_warps, width=width, slack=slack)
 
 
 @pytest.mark.parametrize("dtype,qdtype,dim,metric,degree,mode", [
@@ -205,6 +211,40 @@ def test_block_kernel_matches_reference_walk_of_that_width(dtype, metric, width,
         np.testing.assert_array_equal(gi[j], ri)
         assert gn[j] == rn and ge[j] == rexp
         np.testing.assert_allclose(gk[j], rd, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("width,tau2,max_exp", [(1, 0.25, 100), (1, 0.0, 100), (1, 4.0, 5), (2, 0.25, 100),
+                                                 (3, 1.0, 7)])
+def test_slack_stop_matches_reference_walk_and_cpu(width, tau2, max_exp, rng):
+    """GGNN's slack stop (``ggnn.search`` with cache='sorted'): the kernel (one warp, or ``width`` warps
+    per query) stops where the reference walk does, by the bound d_kb + tau2 min(|d_1|, nn1) or the
+    expansion cap, and the CPU's beam search (width 1) with the same stop returns the same walk; the
+    stop is real (fewer expansions than without it)."""
+    from knngraph.song import cpu as song_cpu
+
+    n, d = 300, 8
+    x = _small(rng, np.uint8, n, d)
+    q = _small(rng, np.uint8, 4, d)
+    g = _graph(x, "sqeuclidean", 8)
+    entries = np.array([0, 7, 11, 250], np.int32)
+    k, queue, kb, nn1 = 4, 24, 10, 6.0
+    slack = (kb, tau2, nn1, max_exp)
+    _, (gk, gi, gn, ge) = _run(g.indices, x, q, "sqeuclidean", entries, k, queue, width=width, slack=slack)
+    _, (_, _, _, ge_plain) = _run(g.indices, x, q, "sqeuclidean", entries, k, queue, width=width)
+    if width == 1:
+        ck, ci, cn, ce = song_cpu.search_beam(g.indices, x, q, np.zeros(1, np.float32), DIST_L2SQ, entries, k, queue,
+                                              slack=slack)
+    for j in range(q.shape[0]):
+        rd, ri, rn, rexp = reference_walk(g.indices, x, q[j], DIST_L2SQ, entries, k, queue, width=width,
+                                          slack=slack)
+        np.testing.assert_array_equal(gi[j], ri)
+        np.testing.assert_array_equal(gk[j], rd.astype(np.float32))
+        assert gn[j] == rn and ge[j] == rexp and rexp <= max_exp
+        if width == 1:
+            np.testing.assert_array_equal(ci[j], ri)
+            np.testing.assert_array_equal(ck[j], rd.astype(np.float32))
+            assert cn[j] == rn and ce[j] == rexp
+    assert (ge < ge_plain).all()
 
 
 def test_automatic_search_width_by_batch_size():

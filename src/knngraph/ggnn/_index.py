@@ -23,7 +23,7 @@ from ..index import Index as IndexBase
 from ..index import KNNResult, assembling, load_index, runtime_docs, save_index
 from ..primitives.distances import distance_kind, inverse_norms, report_distances
 from ._build import build_device_bytes, build_hierarchy, kept_scratch_bytes
-from ._params import MIN_VISITED, IndexParams, SearchParams
+from ._params import MAX_SORTED_SIZE, MIN_VISITED, IndexParams, SearchParams
 from ._shards import search_shards, shard_bounds
 
 __all__ = ["Index", "build", "from_graph", "search", "extend", "save", "load", "shard_build_bytes",
@@ -344,10 +344,19 @@ def from_graph(graph: Graph, dataset, params: IndexParams | None = None, *, entr
 
 def _check_k_cache(k, n, sp: SearchParams) -> int:
     k = check_k(k, n)
-    need = max(k, 10) + sp.queue_size + MIN_VISITED
+    if sp.cache == "sorted":
+        if sp.queue > MAX_SORTED_SIZE:
+            raise ValueError(f"queue_size={sp.queue} is too large for cache='sorted': its buffer holds at most "
+                             f"{MAX_SORTED_SIZE} entries; lower queue_size or use cache='rings'")
+        if max(k, 10) > sp.queue:
+            raise ValueError(f"k={k} does not fit the search cache: cache='sorted' holds the best list (max(k, 10) = "
+                             f"{max(k, 10)}) at the head of its buffer of queue_size={sp.queue} entries; raise "
+                             f"SearchParams.queue_size to at least {max(k, 10)} (at most {MAX_SORTED_SIZE}) or lower k")
+        return k
+    need = max(k, 10) + sp.queue + MIN_VISITED
     if need > sp.cache_size:
         raise ValueError(f"k={k} does not fit the search cache: cache_size={sp.cache_size} must hold the best list "
-                         f"(max(k, 10) = {max(k, 10)}), the queue (queue_size={sp.queue_size}) and a visited ring of "
+                         f"(max(k, 10) = {max(k, 10)}), the queue (queue_size={sp.queue}) and a visited ring of "
                          f"at least {MIN_VISITED}; raise SearchParams.cache_size to {need} or lower k")
     return k
 
@@ -365,9 +374,11 @@ def search(index: Index, queries, k: int, params: SearchParams | None = None, *,
         From :func:`build` or :func:`from_graph`.
     queries : array of shape (n_queries, d)
     k : int
-        Neighbours per query; max(k, 10) + queue_size + 32 <= cache_size.
+        Neighbours per query; max(k, 10) <= queue_size (``cache='sorted'``) or max(k, 10) + queue_size + 32 <=
+        cache_size (``cache='rings'``).
     params : SearchParams, optional
-        ``tau`` (the speed/recall knob), ``max_iterations``, ``queue_size``, ``cache_size``.
+        ``tau`` (the speed/recall knob), ``max_iterations``, ``queue_size``, ``cache`` (the cache's layout),
+        ``cache_size``, ``search_width``.
     {device}
     {verbose}
     stats : dict, optional

@@ -261,39 +261,41 @@ def _count_below(kd, ki, n, d, v, descending):
 
 
 @device_function
-def _pushed_prefix(d, v, m, lane, tau, nn1, bd, bi, nb, kb):
+def _pushed_prefix(d, v, m, lane, tau, nn1, bd, bi, nb, kb, path):
     """How many of the sorted proposals (lane c holds the c-th, c < m) :func:`.cpu.push_sorted` pushes:
     the longest prefix in which each meets the criterion at its turn, that is with the best list merged
-    with the proposals before it. The kb-th smallest of best[:nb] and the first c proposals is the larger
-    of best[kb - 1 - j] and proposal j - 1 for j = min(c, J), J the proposals that beat the best entry
-    they would push out (a prefix: proposals ascend, the entries they meet descend)."""
+    with the proposals before it (:func:`.cpu.threshold`: d_kr with kr = kb, or 1 with ``path``). The
+    kr-th smallest of best[:nb] and the first c proposals is the larger of best[kr - 1 - j] and proposal
+    j - 1 for j = min(c, J), J the proposals that beat the best entry they would push out (a prefix:
+    proposals ascend, the entries they meet descend)."""
+    kr = 1 if path else kb
     beats = False
-    if lane < m and lane < kb:
-        t = kb - 1 - lane
+    if lane < m and lane < kr:
+        t = kr - 1 - lane
         beats = t >= nb or _less(d, v, bd[t], bi[t])
     J = cuda.popc(int64(cuda.ballot_sync(FULL_MASK, beats)) & 0xFFFFFFFF)
     j = min(lane, J)
     dj = cuda.shfl_sync(FULL_MASK, d, max(j - 1, 0))
     d0 = cuda.shfl_sync(FULL_MASK, d, 0)
-    thr = float32(3.4028235e38)  # open until best holds kb (as cpu.threshold)
-    if nb + lane >= kb:
+    thr = float32(3.4028235e38)  # open until best holds kr (as cpu.threshold)
+    if nb + lane >= kr:
         dk = dj
-        if j < kb:
-            t = kb - 1 - j
+        if j < kr:
+            t = kr - 1 - j
             dk = bd[t] if t < nb else INF
             if j > 0 and dj > dk:
                 dk = dj
         d1 = bd[0] if nb > 0 else d0
         if lane > 0 and d0 < d1:
             d1 = d0
-        thr = _threshold_of(dk, d1, tau, nn1)
+        thr = _threshold_of(dk, nn1 if path else d1, tau, nn1)
     ok = lane < m and d <= thr
     fail = int64(cuda.ballot_sync(FULL_MASK, not ok)) & 0xFFFFFFFF
     return cuda.popc((fail & -fail) - 1) if fail != 0 else WARP
 
 
 @device_function
-def _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, hk, hc, bits):
+def _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, path, pd, pi, P, st, cand, candd, hk, hc, bits):
     """Step (c) of fetch() (:func:`.cpu.push_sorted`): the kept proposals cand[c] (distance ``myd`` of lane
     c), c < m, sorted over the lanes; the prefix that meets the criterion is merged into best (kb
     smallest kept) and prioq (descending, P smallest kept) at once: every entry's new index is its index
@@ -301,12 +303,14 @@ def _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, h
     and, in prioq, those that move up and those that move down are written in two passes (up from the
     top slice, down from the bottom one). The hash table's counts follow (the pushed ids in, the
     entries pushed out leave). Proposals beyond d_k + tau^2 nn1 at the start are dropped first (no bound of
-    the chunk is higher), and a chunk without any returns at once. Ends with a barrier."""
+    the chunk is higher), and a chunk without any returns at once. ``path``: the criterion of sym's path
+    searches (:func:`.cpu.threshold`). Ends with a barrier."""
     nb = st[0]
     pn = st[1]
+    kr = 1 if path else kb
     # no later bound of this chunk exceeds d_k + tau^2 nn1 (d_k only falls, min(|d_1|, nn1) <= nn1, for
     # every metric): a proposal beyond it now is never pushed
-    ok = lane < m and (nb < kb or myd <= _threshold_of(bd[kb - 1], nn1, tau, nn1))
+    ok = lane < m and (nb < kr or myd <= _threshold_of(bd[kr - 1], nn1, tau, nn1))
     live = int64(cuda.ballot_sync(FULL_MASK, ok)) & 0xFFFFFFFF
     m = cuda.popc(live)
     if m == 0:
@@ -335,7 +339,7 @@ def _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, h
     else:
         d, v = warp_sort32(d, v, lane)
         _sync()  # every lane read cand (the distances' rows) before it is rewritten below
-    npush = _pushed_prefix(d, v, m, lane, tau, nn1, bd, bi, nb, kb)
+    npush = _pushed_prefix(d, v, m, lane, tau, nn1, bd, bi, nb, kb, path)
     if npush == 0:
         _sync()
         return
@@ -447,7 +451,7 @@ def _fetch(v, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, 
         elif lane == c0 + 3:
             myd = d3
     # (c) push, nearest first, those that meet the criterion
-    _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, hk, hc, bits)
+    _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, False, pd, pi, P, st, cand, candd, hk, hc, bits)
     return m
 
 
@@ -461,7 +465,7 @@ def _walk(graph, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, k
     nd = 0
     while pops < max_pops:
         if lane == 0:
-            st[4] = _pop_head(_threshold(kind, bd, st[0], kb, tau, nn1), pd, pi, vi, V, st, hk, hc, bits)
+            st[4] = _pop_head(_threshold(kind, bd, st[0], kb, False, tau, nn1), pd, pi, vi, V, st, hk, hc, bits)
         _sync()
         a = st[4]
         _sync()
@@ -652,6 +656,21 @@ def _links_to(graph, knn, sym, cnt, ksym, a, z):
 
 
 @device_function
+def _lane_pick(lane, c0, mine, e0, e1, e2, e3):
+    """e_c when ``lane`` is c0 + c (c < 4), else ``mine``: the lane that keeps the c-th of four values
+    computed together."""
+    if lane == c0:
+        return e0
+    if lane == c0 + 1:
+        return e1
+    if lane == c0 + 2:
+        return e2
+    if lane == c0 + 3:
+        return e3
+    return mine
+
+
+@device_function
 def _in_sphere(dz, dx, dxz, rad2, t_mid):
     """dz when the point (squared distances dz to z, dx to x) lies in the sphere of section 5.2.1,
     ||p - q_m||^2 = (1 - t) dz + t dx - t (1 - t) dxz <= rad2, else INF."""
@@ -664,7 +683,7 @@ def _in_sphere(dz, dx, dxz, rad2, t_mid):
 def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
     """The path searches of sym(l) (section 5.2, Algorithm 5), :func:`knngraph.ggnn.cpu.sym_requests` with
     one block per row z: for each nearest neighbour x of z that does not link back, a search from x
-    towards z (the cache with best = kb, proposals accepted inside the sphere around q_m = z + midpoint
+    towards z (the cache with best = kb, the criterion of a path search, proposals accepted inside the sphere around q_m = z + midpoint
     (x - z) through x), at most ``max_pops`` pops; when z is not reached, the C best points are written
     as the candidates of an inverse link (``req_i/req_d[z - z0, i, :req_n]``). The links are placed
     between waves of rows in the CPU's row order (:mod:`._link_kernels`, the result of the sequential
@@ -684,6 +703,7 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
         pi = cuda.shared.array(P, int32)
         vi = cuda.shared.array(V, int32)
         cand = cuda.shared.array(WARP, int32)
+        near_lane = cuda.shared.array(WARP, int32)
         hk = cuda.shared.array(H, int32)
         hc = cuda.shared.array(H, int32)
         candd = cuda.shared.array(WARP, float32)
@@ -719,8 +739,8 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
                 pops = 0
                 while pops < max_pops:
                     if lane == 0:
-                        st[4] = _pop_head(_threshold(kind, bd, st[0], kb, tau, nn1), pd, pi, vi, V, st, hk, hc,
-                                          bits)
+                        st[4] = _pop_head(_threshold(kind, bd, st[0], kb, True, tau, nn1), pd, pi, vi, V, st, hk,
+                                          hc, bits)
                         if st[4] >= 0:
                             if _links_to(graph, knn, sym, cnt, ksym, st[4], z):
                                 st[5] = 1
@@ -741,9 +761,7 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
                         if v == z:
                             v = -1
                         m = _new_proposals(v, lane, bi, pi, vi, st, cand, hk, hc, bits)
-                        # distances to z and to x, four rows in flight at a time; lane c keeps the c-th
-                        # (INF outside the sphere of section 5.2.1, which never meets the criterion: an
-                        # open one is the largest finite float32, see threshold)
+                        # distances to z, four rows in flight at a time; lane c keeps the c-th
                         myd = INF
                         for c0 in range(0, m, 4):
                             u0 = trans[cand[c0]]
@@ -755,25 +773,38 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
                             e1 = _finish(kind, warp_sum(a1), inv, u1, inv, zb)
                             e2 = _finish(kind, warp_sum(a2), inv, u2, inv, zb)
                             e3 = _finish(kind, warp_sum(a3), inv, u3, inv, zb)
-                            if kind != 1:  # the sphere (not for inner product)
+                            myd = _lane_pick(lane, c0, myd, e0, e1, e2, e3)
+                        if kind != 1:  # the sphere of section 5.2.1 (not for inner product)
+                            # distances to x only for the proposals within the path bound d_1 + tau^2 nn1 (no
+                            # later bound of the chunk is higher: the others are never pushed); outside the
+                            # sphere INF, which never meets the criterion (an open one is the largest finite
+                            # float32, see threshold)
+                            near = lane < m and myd <= _threshold_of(bd[0], nn1, tau, nn1)
+                            b = int64(cuda.ballot_sync(FULL_MASK, near)) & 0xFFFFFFFF
+                            m2 = cuda.popc(b)
+                            rank = cuda.popc(b & ((int64(1) << lane) - 1)) if near else -1
+                            if near:
+                                near_lane[rank] = lane
+                            else:
+                                myd = INF
+                            _sync()
+                            myf = INF
+                            for c0 in range(0, m2, 4):
+                                u0 = trans[cand[near_lane[c0]]]
+                                u1 = trans[cand[near_lane[c0 + 1]]] if c0 + 1 < m2 else u0
+                                u2 = trans[cand[near_lane[c0 + 2]]] if c0 + 2 < m2 else u0
+                                u3 = trans[cand[near_lane[c0 + 3]]] if c0 + 3 < m2 else u0
                                 a0, a1, a2, a3 = warp_partials4(kind, base, u0, u1, u2, u3, base, xb, dim, lane)
                                 f0 = _finish(kind, warp_sum(a0), inv, u0, inv, xb)
                                 f1 = _finish(kind, warp_sum(a1), inv, u1, inv, xb)
                                 f2 = _finish(kind, warp_sum(a2), inv, u2, inv, xb)
                                 f3 = _finish(kind, warp_sum(a3), inv, u3, inv, xb)
-                                e0 = _in_sphere(e0, f0, dxz, rad2, t_mid)
-                                e1 = _in_sphere(e1, f1, dxz, rad2, t_mid)
-                                e2 = _in_sphere(e2, f2, dxz, rad2, t_mid)
-                                e3 = _in_sphere(e3, f3, dxz, rad2, t_mid)
-                            if lane == c0:
-                                myd = e0
-                            elif lane == c0 + 1:
-                                myd = e1
-                            elif lane == c0 + 2:
-                                myd = e2
-                            elif lane == c0 + 3:
-                                myd = e3
-                        _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, pd, pi, P, st, cand, candd, hk, hc, bits)
+                                myf = _lane_pick(rank, c0, myf, f0, f1, f2, f3)
+                            if near:
+                                myd = _in_sphere(myd, myf, dxz, rad2, t_mid)
+                            # (near_lane is rewritten in the next chunk after the push's closing barrier)
+                        _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, True, pd, pi, P, st, cand, candd, hk, hc,
+                                   bits)
                 if lane == 0 and st[5] == 0:
                     c = min(st[0], C)
                     for t in range(c):

@@ -47,8 +47,8 @@ from numba import cuda, float32, int32
 from ..primitives.compile import cuda_version, device_function, host_and_device
 from .cpu import rewrite_row
 
-__all__ = ["EMPTY", "active_kernel", "static_kernel", "round_kernel", "write_links_kernel", "count_links_kernel",
-           "empty_lists_kernel", "sym_write_kernel", "static_candidates", "place_fate", "blocks_for"]
+__all__ = ["EMPTY", "active_kernel", "place_kernel", "sym_write_kernel", "static_candidates", "place_fate",
+           "blocks_for"]
 
 #: an empty slot of the per-target lists (after every request index)
 EMPTY = np.int32(np.iinfo(np.int32).max)
@@ -164,41 +164,6 @@ def active_kernel(req_n, nz, knn, act, count):
         act[cuda.atomic.add(count, 0, 1)] = q
 
 
-@cuda.jit
-def static_kernel(graph, knn, ksym, sym, cnt, lo, z0, act, na, req_i, req_n, static):
-    """:func:`static_candidates` of every request with candidates, once per wave."""
-    j = cuda.grid(1)
-    if j >= na:
-        return
-    q, zz, i = _request(act, j, knn)
-    static[j] = _static_candidates(graph, knn, ksym, sym, cnt, lo + z0 + zz, zz, i, req_i, req_n)
-
-
-@cuda.jit
-def round_kernel(static, ksym, cnt, lo, knn, act, na, req_i, assign, first, out, out_first, stale, stale_first,
-                 changed, r):
-    """Round r of the fixed-point iteration: ``out`` = the fates given ``assign`` (and its lists
-    ``first``), inserted into the lists ``out_first`` (empty at the start); the lists ``stale_first`` of the
-    fates ``stale`` (two rounds back) emptied; ``changed[r % 2]`` set when any fate differs (zero at the
-    start: the round before cleared it, for this one)."""
-    j = cuda.grid(1)
-    if j == 0:
-        changed[(r + 1) % 2] = 0
-    if j >= na:
-        return
-    q, zz, i = _request(act, j, knn)
-    s = stale[zz, i]
-    if s >= 0:
-        _empty(stale_first, req_i[zz, i, s] - lo, ksym)
-    f = _place_fate(static[j], ksym, cnt, lo, zz, i, knn, req_i, assign, first)
-    out[zz, i] = f
-    if f >= 0:
-        p = req_i[zz, i, f]
-        _insert(out_first, p - lo, ksym - cnt[p], q)
-    if f != assign[zz, i]:
-        changed[r % 2] = 1
-
-
 @device_function
 def _rank(first, row, ksym, q):
     """Position of q in the list first[row] (it is there)."""
@@ -208,44 +173,89 @@ def _rank(first, row, ksym, q):
     return s
 
 
-@cuda.jit
-def write_links_kernel(act, na, assign, first, req_i, req_d, lo, z0, knn, ksym, sym, sym_d, cnt):
-    """The requests placed at p take slots cnt[p] + (their rank at p = request order)."""
-    j = cuda.grid(1)
-    if j >= na:
-        return
-    q, zz, i, a, p = _placed_at(act, j, knn, assign, req_i)
-    if p < 0:
-        return
-    slot = cnt[p] + _rank(first, p - lo, ksym, q)
-    sym[p, slot] = lo + z0 + zz
-    sym_d[p, slot] = req_d[zz, i, a]
-
-
-@cuda.jit
-def count_links_kernel(act, na, assign, first, req_i, lo, knn, ksym, cnt):
-    """cnt[p] += the links placed at p, by the last of them (after write_links_kernel, which reads cnt)."""
-    j = cuda.grid(1)
-    if j >= na:
-        return
-    q, zz, i, a, p = _placed_at(act, j, knn, assign, req_i)
-    if p < 0:
-        return
-    s = _rank(first, p - lo, ksym, q)
-    if s + 1 == ksym or first[p - lo, s + 1] == EMPTY:
-        cnt[p] += s + 1
-
-
-@cuda.jit
-def empty_lists_kernel(act, na, knn, req_i, lo, ksym, assign0, assign1, assign2, first0, first1, first2):
-    """Empties every list at the targets of the three fates (the lists are empty between calls)."""
-    j = cuda.grid(1)
-    if j >= na:
-        return
+@device_function
+def _round(j, static, ksym, cnt, lo, knn, act, req_i, assign, first, out, out_first, stale, stale_first):
+    """Request j's part of a round: ``out`` = its fate given ``assign`` (and its lists ``first``),
+    inserted into the lists ``out_first`` (empty at the round's start); its entry in the lists
+    ``stale_first`` of the fates ``stale`` (two rounds back) emptied. Returns whether its fate changed."""
     q, zz, i = _request(act, j, knn)
-    _empty_at(assign0[zz, i], req_i, zz, i, lo, ksym, first0, first1, first2)
-    _empty_at(assign1[zz, i], req_i, zz, i, lo, ksym, first0, first1, first2)
-    _empty_at(assign2[zz, i], req_i, zz, i, lo, ksym, first0, first1, first2)
+    s = stale[zz, i]
+    if s >= 0:
+        _empty(stale_first, req_i[zz, i, s] - lo, ksym)
+    f = _place_fate(static[j], ksym, cnt, lo, zz, i, knn, req_i, assign, first)
+    out[zz, i] = f
+    if f >= 0:
+        p = req_i[zz, i, f]
+        _insert(out_first, p - lo, ksym - cnt[p], q)
+    return f != assign[zz, i]
+
+
+@cuda.jit
+def place_kernel(graph, knn, ksym, sym, sym_d, cnt, lo, z0, act, na, req_i, req_d, req_n, static, fates, lists,
+                 flags):
+    """One wave's placement in one cooperative launch (every block resident; the steps are separated by
+    grid-wide barriers, a round's end included, instead of a launch and a host read per round): the
+    :func:`static_candidates` of the requests with candidates (``act[:na]``), then the rounds of the
+    fixed-point iteration until one changes no fate, then the links written (the requests placed at p
+    take slots cnt[p] + their rank at p = request order), cnt[p] raised by the links placed at p, and the
+    lists emptied for the next call. ``fates`` / ``lists``: three sets that rotate (a round reads one,
+    fills the next, empties the one before at the targets of its fates); ``flags[:3]`` the rounds'
+    "changed" flags (round r sets flags[r % 3]; the one round r + 1 sets is cleared in round r, after
+    every thread read it two rounds back), ``flags[3]`` gets the number of rounds."""
+    grid = cuda.cg.this_grid()
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    nz = fates.shape[1]
+    for q in range(start, nz * knn, stride):  # every request, with candidates or not: "placed nowhere"
+        zz = q // knn
+        for b in range(3):
+            fates[b, zz, q - zz * knn] = -1
+    for j in range(start, na, stride):
+        q, zz, i = _request(act, j, knn)
+        static[j] = _static_candidates(graph, knn, ksym, sym, cnt, lo + z0 + zz, zz, i, req_i, req_n)
+    if start == 0:
+        flags[0] = 0
+        flags[1] = 0
+    grid.sync()
+    r = 0
+    while True:
+        cur = r % 3
+        nxt = (r + 1) % 3
+        old = (r + 2) % 3
+        if start == 0:
+            flags[nxt] = 0
+        changed = False
+        for j in range(start, na, stride):
+            if _round(j, static, ksym, cnt, lo, knn, act, req_i, fates[cur], lists[cur], fates[nxt], lists[nxt],
+                      fates[old], lists[old]):
+                changed = True
+        if changed:
+            flags[cur] = 1
+        grid.sync()
+        r += 1
+        if flags[cur] == 0:  # F(a) = a: the fixed point
+            break
+    final = r % 3
+    for j in range(start, na, stride):
+        q, zz, i, a, p = _placed_at(act, j, knn, fates[final], req_i)
+        if p >= 0:
+            slot = cnt[p] + _rank(lists[final], p - lo, ksym, q)
+            sym[p, slot] = lo + z0 + zz
+            sym_d[p, slot] = req_d[zz, i, a]
+    grid.sync()  # every slot written from cnt before cnt grows
+    for j in range(start, na, stride):
+        q, zz, i, a, p = _placed_at(act, j, knn, fates[final], req_i)
+        if p >= 0:
+            s = _rank(lists[final], p - lo, ksym, q)
+            if s + 1 == ksym or lists[final, p - lo, s + 1] == EMPTY:  # the last placed at p
+                cnt[p] += s + 1
+    grid.sync()  # the counts read the lists before they are emptied
+    for j in range(start, na, stride):
+        q, zz, i = _request(act, j, knn)
+        for b in range(3):
+            _empty_at(fates[b, zz, i], req_i, zz, i, lo, ksym, lists[0], lists[1], lists[2])
+    if start == 0:
+        flags[3] = r
 
 
 @functools.lru_cache(maxsize=None)

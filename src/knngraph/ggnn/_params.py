@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from .._params import Interval, Metric, Params
+from .._params import Interval, Metric, Options, Params
 
-__all__ = ["IndexParams", "SearchParams", "MAX_CACHE_SIZE", "MIN_VISITED"]
+__all__ = ["IndexParams", "SearchParams", "MAX_CACHE_SIZE", "MAX_SORTED_SIZE", "MIN_VISITED"]
 
 #: largest cache of a search (ids of best list + priority queue + visited ring; GPU shared memory)
 MAX_CACHE_SIZE = 4096
+#: largest sorted buffer (best list + priority queue) of ``cache='sorted'`` (the fast searcher's list)
+MAX_SORTED_SIZE = 1024
 #: the visited ring keeps at least this many ids
 MIN_VISITED = 32
 
@@ -84,21 +86,48 @@ class SearchParams(Params):
         lower throughput.
     max_iterations : int, default=400
         Cap on the vertices expanded per query.
-    queue_size : int, default=64
-        Capacity of the priority queue (the sorted ring of the cache).
+    queue_size : int, default=0
+        Capacity of the candidate queue. ``cache='rings'``: the priority queue beside the best list
+        (max(k, 10)); ``cache='sorted'``: the one sorted buffer whose head is the best list
+        (max(k, 10) <= queue_size <= 1024). 0: 64 for 'rings', 128 for 'sorted'. The slack tau stops a
+        query first unless the queue is too small to hold what it would still expand: for high recall
+        with 'sorted' raise both.
+    cache : {'sorted', 'rings'}, default='sorted'
+        The layout of the search cache; both stop by the same rule (the 'sorted' buffer's kb-th entry is
+        d_k) and find about the same neighbours (not always the same: they forget different
+        candidates). 'rings' is the paper's (Fig. 2, Algorithm 2): a sorted best list, a sorted
+        priority-queue ring and a FIFO ring of visited ids, one thread block per query. 'sorted' is the
+        layout of the authors' later code (digest section 2: best list and queue in one sorted buffer,
+        each entry marked once expanded; here the visited ids in a hash table), run by the library's
+        fast searcher (:mod:`knngraph.song._beam_kernels`: the whole warp merges a chunk of
+        candidates by rank, lanes team up per distance, dp4a for 8-bit vectors). On sift-photos 20k
+        (CPU) 'sorted' with its default queue reaches the recall of 'rings' at each tau with 40-75% of
+        the distances; GPU speeds: ``benchmarks/ggnn_gpu.py``.
     cache_size : int, default=256
-        Ids in the whole cache: the best list (max(k, 10)), the priority queue and the visited ring,
-        which gets the rest (at least 32).
+        ``cache='rings'``: ids in the whole cache, the best list (max(k, 10)), the priority queue and
+        the visited ring, which gets the rest (at least 32). ``cache='sorted'`` sizes its visited
+        table itself.
     batch_size : int, default=0
         Queries per GPU launch (0: all, at most 2^20).
+    search_width : int, default=0
+        GPU, ``cache='sorted'``: warps that work on one query (1..8; 0: chosen from the batch size, as
+        :class:`knngraph.song.SearchParams` does; set it for results independent of the batch).
     """
 
     tau: float = 0.5
     max_iterations: int = 400
-    queue_size: int = 64
+    queue_size: int = 0
+    cache: str = "sorted"
     cache_size: int = 256
     batch_size: int = 0
+    search_width: int = 0
 
     _constraints = {"tau": Interval(0.0, 64.0, integer=False), "max_iterations": Interval(1, 1 << 20),
-                    "queue_size": Interval(1, MAX_CACHE_SIZE), "cache_size": Interval(16, MAX_CACHE_SIZE),
-                    "batch_size": Interval(0, None)}
+                    "queue_size": Interval(0, MAX_CACHE_SIZE), "cache": Options(("sorted", "rings")),
+                    "cache_size": Interval(16, MAX_CACHE_SIZE), "batch_size": Interval(0, None),
+                    "search_width": Interval(0, 8)}
+
+    @property
+    def queue(self) -> int:
+        """The queue's capacity: ``queue_size``, or for 0 the layout's default (64 'rings', 128 'sorted')."""
+        return self.queue_size or (128 if self.cache == "sorted" else 64)

@@ -66,9 +66,86 @@ def _shard_arrays(index, s: int, dev: Device):
     return index._cache[key]
 
 
+def _sorted_view(index, s: int):
+    """Shard s as a :class:`knngraph.song.Index` (its graph rows with shard-local ids, its vectors and
+    entry points): what the fast searcher reads for ``cache='sorted'``; made once and kept (with the
+    device copies it makes) in the index's cache."""
+    key = ("sorted", s)
+    if key in index._cache:
+        return index._cache[key]
+    from ..graph import Graph
+    from ..song._index import Index as SongIndex
+    from ..song._params import IndexParams as SongParams
+
+    a, b = int(index.shard_bounds[s]), int(index.shard_bounds[s + 1])
+    ea, eb = int(index.entry_bounds[s]), int(index.entry_bounds[s + 1])
+    if index.n_shards == 1:
+        g = index.graph
+    else:
+        ids = np.asarray(as_numpy(index.graph.indices)[a:b])
+        local = np.where(ids >= 0, ids - a, -1).astype(np.int32)
+        if ((local < -1) | (local >= b - a)).any():
+            raise ValueError(f"the graph of shard {s} links outside the shard")
+        g = Graph(local, np.ascontiguousarray(as_numpy(index.graph.distances)[a:b]), index.metric)
+    x = index.dataset if index.n_shards == 1 else as_numpy(index.dataset)[a:b]
+    view = SongIndex(x, SongParams(metric=index.metric), g, (index.entry_points[ea:eb] - a).astype(np.int32))
+    index._cache[key] = view
+    return view
+
+
+def _search_sorted(index, s: int, q, k: int, sp, dev: Device):
+    """GGNN search of shard s with the sorted cache: the fast searcher's list of ``sp.queue`` entries,
+    stopped by the slack rule (Eq. 2 with the shard's d+_nn1, d_k the list's max(k, 10)-th entry) or
+    ``max_iterations`` expansions. Returns (reported distances, shard-local ids, distances computed,
+    expansions per query)."""
+    from ..song import cpu as song_cpu
+    from ..song._index import _beam_search
+    from ..song._params import SearchParams as SongSearch
+
+    view = _sorted_view(index, s)
+    kb = max(k, 10)
+    slack = (kb, float(sp.tau) ** 2, float(index.nn1[s]), int(sp.max_iterations))
+    nq = q.shape[0]
+    batch = int(sp.batch_size) if sp.batch_size else max(nq, 1)
+    parts, nd, ne = [], 0.0, 0.0
+    for b0 in range(0, nq, batch):
+        qb = q[b0:b0 + batch]
+        st = {}
+        if dev.is_cuda:
+            sq = SongSearch(queue_size=sp.queue, search_width=sp.search_width)
+            parts.append(_beam_search(dev, view, qb, k, sq, stats=st, slack=slack))
+        else:
+            parts.append(song_cpu.index_search_beam(view, as_numpy(qb), k, sp.queue, stats=st, slack=slack))
+        nd += st["distances_per_query"] * qb.shape[0]
+        ne += st["expansions_per_query"] * qb.shape[0]
+    xp = np if isinstance(parts[0][1], np.ndarray) else __import__("cupy")
+    d = parts[0][0] if len(parts) == 1 else xp.concatenate([p[0] for p in parts])
+    i = parts[0][1] if len(parts) == 1 else xp.concatenate([p[1] for p in parts])
+    return d, i, nd / max(nq, 1), ne / max(nq, 1)
+
+
+def _search_rings(index, s: int, q, k: int, sp, dev: Device, kind: int):
+    """GGNN search of shard s with the paper's cache (:func:`knngraph.ggnn.cpu.search` or its GPU twin).
+    Returns (internal distances, shard-local ids, distances computed, expansions per query)."""
+    g, xb, inv, e = _shard_arrays(index, s, dev)
+    if dev.is_cuda:
+        import cupy as cp
+
+        qs = cp.asarray(q).astype(cp.float32)
+        inv_q = inverse_norms(qs, cp) if index.metric == "cosine" else cp.zeros(1, cp.float32)
+    else:
+        qs = np.ascontiguousarray(as_numpy(q), dtype=np.float32)
+        inv_q = inverse_norms(qs) if index.metric == "cosine" else np.zeros(1, np.float32)
+    out_d, out_i, nd, ne = implementation(__package__, dev).search(
+        g, xb, qs, inv, inv_q, kind, e, k, sp.tau, float(index.nn1[s]), sp.max_iterations, sp.queue,
+        sp.cache_size, batch_size=sp.batch_size)
+    return out_d, out_i, float(nd.mean()) if nd.size else 0.0, float(ne.mean()) if ne.size else 0.0
+
+
 def search_shards(index, q, k: int, sp, dev: Device, *, devices=None, memory_limit=None, verbose=False):
-    """Search every shard of ``index`` for the validated queries ``q``; returns (reported distances,
-    global ids, mean distances computed, mean vertices expanded) on the host or on ``dev``."""
+    """Search every shard of ``index`` for the validated queries ``q`` (with the cache layout
+    ``sp.cache``); returns (reported distances, global ids, mean distances computed, mean vertices
+    expanded) on the host or on ``dev``."""
     devs = [resolve_device(d) for d in devices] if devices else [dev]
     kind = distance_kind(index.metric)
     n_sh = index.n_shards
@@ -80,30 +157,21 @@ def search_shards(index, q, k: int, sp, dev: Device, *, devices=None, memory_lim
     nd_total = ne_total = 0.0
     for s in range(n_sh):
         d_s = devs[s % len(devs)]
-        impl = implementation(__package__, d_s)
         a = int(index.shard_bounds[s])
         kk = min(k, int(index.shard_bounds[s + 1]) - a)
-        g, xb, inv, e = _shard_arrays(index, s, d_s)
         with device_context(d_s):
-            if d_s.is_cuda:
-                import cupy as cp
-
-                qs = cp.asarray(q).astype(cp.float32)
-                inv_q = inverse_norms(qs, cp) if index.metric == "cosine" else cp.zeros(1, cp.float32)
+            if sp.cache == "sorted":
+                out_d, out_i, nd, ne = _search_sorted(index, s, q, kk, sp, d_s)
             else:
-                qs = np.ascontiguousarray(as_numpy(q), dtype=np.float32)
-                inv_q = inverse_norms(qs) if index.metric == "cosine" else np.zeros(1, np.float32)
-            out_d, out_i, nd, ne = impl.search(g, xb, qs, inv, inv_q, kind, e, kk, sp.tau, float(index.nn1[s]),
-                                               sp.max_iterations, sp.queue_size, sp.cache_size,
-                                               batch_size=sp.batch_size)
-            out_d = as_numpy(out_d) if (len(devs) > 1 or n_sh > 1) and d_s.is_cuda else out_d
-            out_i = as_numpy(out_i) if (len(devs) > 1 or n_sh > 1) and d_s.is_cuda else out_i
+                out_d, out_i, nd, ne = _search_rings(index, s, q, kk, sp, d_s, kind)
+            if (len(devs) > 1 or n_sh > 1) and d_s.is_cuda:
+                out_d, out_i = as_numpy(out_d), as_numpy(out_i)
             xp = np if isinstance(out_i, np.ndarray) else __import__("cupy")
             out_i = xp.where(out_i >= 0, out_i + a, -1).astype(xp.int32)
-            nd_total += float(nd.mean()) if nd.size else 0.0
-            ne_total += float(ne.mean()) if ne.size else 0.0
+            nd_total += nd
+            ne_total += ne
         if swap:
-            index._cache.pop((str(d_s), s), None)
+            index._cache.pop(("sorted", s) if sp.cache == "sorted" else (str(d_s), s), None)
         parts_d.append(out_d)
         parts_i.append(out_i)
     if n_sh == 1 and parts_d[0].shape[1] == k:
@@ -112,6 +180,8 @@ def search_shards(index, q, k: int, sp, dev: Device, *, devices=None, memory_lim
         pad = [(pd_, pi_) for pd_, pi_ in zip(parts_d, parts_i)]
         d, i = merge_topk([p[0] for p in pad], [p[1] for p in pad], k)
     xp = np if isinstance(d, np.ndarray) else __import__("cupy")
-    rep = report_distances(d, index.metric, xp)
+    # the sorted cache's searcher reports distances already (merge_topk orders reported distances as it
+    # orders internal ones: the report is monotone)
+    rep = d if sp.cache == "sorted" else report_distances(d, index.metric, xp)
     rep = xp.where(i < 0, xp.float32(np.inf), rep)
     return rep, i, nd_total, ne_total

@@ -80,15 +80,16 @@ def sync(xp=None) -> None:
 
 
 def _scratch(name, shape, dtype, xp, fill=None):
-    """A temporary array of at least ``shape`` (its leading part), allocated on first use / growth
-    (filled with ``fill`` then, when given: the caller keeps it so between calls)."""
+    """A temporary C-contiguous array of ``shape``, the leading part of a flat buffer allocated on first
+    use / growth (filled with ``fill`` then, when given: the caller keeps the whole buffer so between
+    calls, whatever the shapes it was viewed in)."""
     key = (*_scratch_owner(xp), name)
+    size = int(np.prod(shape, dtype=np.int64))
     have = _SCRATCH.get(key)
-    if have is None or have.dtype != np.dtype(dtype) or any(a < b for a, b in zip(have.shape, shape)) \
-            or have.ndim != len(shape) or not isinstance(have, xp.ndarray):
-        have = xp.empty(shape, dtype) if fill is None else xp.full(shape, fill, dtype)
+    if have is None or have.dtype != np.dtype(dtype) or have.size < size or not isinstance(have, xp.ndarray):
+        have = xp.empty(size, dtype) if fill is None else xp.full(size, fill, dtype)
         _SCRATCH[key] = have
-    return have[tuple(slice(0, b) for b in shape)]
+    return have[:size].reshape(shape)
 
 
 def _blocks(n, threads, xp):
@@ -162,50 +163,42 @@ def sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n
         return 0
     T = lk.THREADS if xp is not np else 32
     act = _scratch("act", (nq,), np.int32, xp)
-    fates = [_scratch(f"fates{b}", (nz, knn), np.int32, xp) for b in range(3)]
+    fates = _scratch("fates", (3, nz, knn), np.int32, xp)
     # the lists of the targets p (rows lo .. end), empty between calls
-    lists = [_scratch(f"lists{b}", (graph.shape[0] - lo, ksym), np.int32, xp, fill=lk.EMPTY) for b in range(3)]
-    flag = _scratch("flag", (3,), np.int32, xp)
-    flag[:] = 0
-    lk.active_kernel[_blocks(nq, T, xp), T](req_n, nz, knn, act, flag[2:])
-    na = int(flag[2])
+    lists = _scratch("lists", (3, graph.shape[0] - lo, ksym), np.int32, xp, fill=lk.EMPTY)
+    flags = _scratch("flags", (4,), np.int32, xp)
+    flags[:] = 0
+    lk.active_kernel[_blocks(nq, T, xp), T](req_n, nz, knn, act, flags[2:])
+    na = int(flags[2])
     if na == 0:
         return 0
-    for f in fates:
-        f.fill(-1)
-    grid = _blocks(na, T, xp)
     static = _scratch("static", (nq,), np.int32, xp)
-    # numba device views, made once: a launch with CuPy arrays converts each of them (about 0.3 ms a round)
-    graph_, sym_, sym_d_, cnt_, req_i_, req_d_, req_n_, act_, static_, flag_ = _views(
-        xp, graph, sym, sym_d, cnt, req_i, req_d, req_n, act, static, flag)
-    fates_ = _views(xp, *fates)
-    lists_ = _views(xp, *lists)
-    lk.static_kernel[grid, T](graph_, knn, ksym, sym_, cnt_, lo, z0, act_, na, req_i_, req_n_, static_)
-    rounds = 0
-    while True:
-        r = rounds % 3
-        cur, nxt, old = r, (r + 1) % 3, (r + 2) % 3
-        lk.round_kernel[grid, T](static_, ksym, cnt_, lo, knn, act_, na, req_i_, fates_[cur], lists_[cur], fates_[nxt],
-                                 lists_[nxt], fates_[old], lists_[old], flag_, rounds)
-        done = int(flag[rounds % 2]) == 0  # F(a) = a: the fixed point
-        rounds += 1
-        if done:
-            break
-    final_fates, final_lists = fates_[nxt], lists_[nxt]
-    lk.write_links_kernel[grid, T](act_, na, final_fates, final_lists, req_i_, req_d_, lo, z0, knn, ksym, sym_, sym_d_,
-                                   cnt_)
-    lk.count_links_kernel[grid, T](act_, na, final_fates, final_lists, req_i_, lo, knn, ksym, cnt_)
-    lk.empty_lists_kernel[grid, T](act_, na, knn, req_i_, lo, ksym, *fates_, *lists_)
-    return rounds
+    args = _views(xp, graph, knn, ksym, sym, sym_d, cnt, lo, z0, act, na, req_i, req_d, req_n, static, fates, lists,
+                  flags)
+    _cooperative_launch(lk.place_kernel, args, T, _blocks(na, T, xp), xp)
+    return int(flags[3])
+
+
+def _cooperative_launch(kernel, args, threads, want, xp):
+    """A cooperative launch of ``kernel`` (a grid barrier inside: every block resident at once) on at most
+    ``want`` blocks and at most what the device holds for it (one in the simulator, whose grid barrier
+    is the block's)."""
+    if xp is np:
+        kernel[1, threads](*args)
+        return
+    compiled = kernel.specialize(*args)  # compiled for these argument types once, then cached
+    blocks = next(iter(compiled.overloads.values())).max_cooperative_grid_blocks(threads)
+    compiled[max(1, min(want, blocks)), threads](*args)
 
 
 def _views(xp, *arrays):
-    """numba device views of CuPy arrays (the arrays themselves in the simulator)."""
+    """numba device views of CuPy arrays (the arrays themselves in the simulator; other arguments as
+    they are)."""
     if xp is np:
         return arrays
     from numba import cuda
 
-    return tuple(cuda.as_cuda_array(a) for a in arrays)
+    return tuple(cuda.as_cuda_array(a) if isinstance(a, xp.ndarray) else a for a in arrays)
 
 
 def sym_write(graph, gdist, lo, n_rows, knn, sym, sym_d, cnt, *, xp=None):

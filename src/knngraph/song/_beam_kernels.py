@@ -31,6 +31,12 @@ stage done by the whole warp:
   never forgets: the search is deterministic and matches the reference walk
   (``tests/song/test_beam_sim.py``).
 
+* **an optional slack stop** (``slack=True``, compile-time): the search also ends when the first
+  unexpanded entry lies beyond GGNN's bound d_kb + tau^2 min(|d_1|, nn1) (Groh et al., Eq. 2; d_kb the
+  kb-th entry of the list, open while the list holds fewer) or after ``max_exp`` expansions. The list
+  is then GGNN's cache in the authors' sorted-buffer layout (best list and priority queue in one sorted
+  buffer, an "expanded" mark per entry): :func:`knngraph.ggnn.search` with ``cache='sorted'``.
+
 A warp takes its next query from a global counter when it finishes one. Nothing is allocated in the
 kernel: the list, the chunk, the table and the query live in shared memory slices sized by compile-time
 capacities; per-thread state is a fixed number of scalars.
@@ -566,6 +572,16 @@ def _next_unexpanded(li, loff, qsize, lane, start):
 
 
 @device_function
+def _beyond_slack(lk, li, loff, pos, kb, tau2, nn1):
+    """Whether list entry ``pos`` lies beyond GGNN's bound d_kb + tau2 * min(|d_1|, nn1) (Eq. 2 on
+    internal distances, :func:`knngraph.ggnn.cpu.threshold_of`); never while the list holds fewer than
+    kb entries. tau2 and nn1 come as float64 arguments holding float32 values."""
+    if li[loff + kb - 1] == PAD:
+        return False
+    return lk[loff + pos] > lk[loff + kb - 1] + float32(tau2) * min(abs(lk[loff]), float32(nn1))
+
+
+@device_function
 def _reset_visited(ht, voff, hsize, li, loff, qsize, hmask, lane):
     """Empty the visited table and put the list's ids back (one warp; see the module docs)."""
     cuda.syncwarp(FULL_MASK)
@@ -648,7 +664,7 @@ def team_size(row_units: int, per_lane: int = 4) -> int:
 
 @functools.lru_cache(maxsize=None)
 def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize: int, wpb: int, per_lane: int,
-                width: int = 1):
+                width: int = 1, slack: bool = False):
     """The search kernel for list capacity ``qcap`` (runtime queue_size <= qcap), a visited table of
     ``hsize`` slots (a power of two), a staged query of ``qwords`` 4-byte words, a distance mode and kind
     (``primitives.distances.DIST_*``; compile-time, so that the distance loop holds only its arithmetic),
@@ -658,9 +674,12 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize:
     ``width`` 1: every warp of the ``wpb`` searches its own query. ``width == wpb`` > 1: the block
     searches one query at a time, its warps expanding the ``width`` first unexpanded vertices of the
     shared list together (a search width, as CAGRA's multi-parent steps): fewer sequential steps per
-    query, for batches too small to fill the GPU with one warp each."""
+    query, for batches too small to fill the GPU with one warp each.
+
+    ``slack``: the kernel also stops a query at GGNN's bound (the trailing arguments ``kb, tau2, nn1,
+    max_exp``, see the module docs); without it they are not read."""
     if width > 1:
-        return _block_kernel(qcap, hsize, qwords, mode, kind, tsize, per_lane, width)
+        return _block_kernel(qcap, hsize, qwords, mode, kind, tsize, per_lane, width, slack)
     LN = 2 * wpb * qcap
     HN = wpb * hsize
     CN = wpb * WARP
@@ -674,7 +693,8 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize:
     reset_at = hsize // 2 - WARP
 
     @cuda.jit
-    def kernel(graph, base, queries, norms, entries, k, qsize, report, counter, out_k, out_i, out_nd, out_ne):
+    def kernel(graph, base, queries, norms, entries, k, qsize, report, counter, out_k, out_i, out_nd, out_ne, kb,
+               tau2, nn1, max_exp):
         lk = cuda.shared.array(LN, dtype=float32)
         li = cuda.shared.array(LN, dtype=int32)
         ht = cuda.shared.array(HN, dtype=int32)
@@ -750,6 +770,8 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize:
                     pos = _next_unexpanded(li, loff, qsize, lane, int32(0))
                     if pos < 0:
                         break
+                    if slack and (nexp >= max_exp or _beyond_slack(lk, li, loff, pos, kb, tau2, nn1)):
+                        break
                     u = li[loff + pos]
                     cuda.syncwarp(FULL_MASK)
                     if lane == 0:
@@ -768,11 +790,13 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize:
     return kernel
 
 
-def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize: int, per_lane: int, width: int):
+def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize: int, per_lane: int, width: int,
+                  slack: bool):
     """Block-per-query kernel of :func:`beam_kernel` (``width`` warps). Every step: warp 0 marks the
-    ``width`` first unexpanded entries of the list as this step's parents; warp w reads parent w's
-    row 32 ids at a time, claims, computes and sorts them into its chunk; then warp 0 merges the
-    chunks into the list one after another. The visited table and the list are the block's."""
+    ``width`` first unexpanded entries of the list as this step's parents (with ``slack``, only those
+    within GGNN's bound and the expansion cap); warp w reads parent w's row 32 ids at a time, claims,
+    computes and sorts them into its chunk; then warp 0 merges the chunks into the list one after
+    another. The visited table and the list are the block's."""
     LN = 2 * qcap
     CN = width * WARP
     dp4a = mode in (MODE_DP4A_U8, MODE_DP4A_I8)
@@ -785,7 +809,8 @@ def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsiz
     reset_at = hsize // 2 - width * WARP
 
     @cuda.jit
-    def kernel(graph, base, queries, norms, entries, k, qsize, report, counter, out_k, out_i, out_nd, out_ne):
+    def kernel(graph, base, queries, norms, entries, k, qsize, report, counter, out_k, out_i, out_nd, out_ne, kb,
+               tau2, nn1, max_exp):
         lk = cuda.shared.array(LN, dtype=float32)
         li = cuda.shared.array(LN, dtype=int32)
         ht = cuda.shared.array(hsize, dtype=int32)
@@ -863,6 +888,9 @@ def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsiz
                     pos = int32(0)
                     for g in range(width):
                         pos = _next_unexpanded(li, loff, qsize, lane, pos)
+                        if slack and pos >= 0 and (nexp >= max_exp or _beyond_slack(lk, li, loff, pos, kb, tau2,
+                                                                                    nn1)):
+                            pos = int32(-1)  # the entries after it are no nearer
                         u = int32(-1)
                         if pos >= 0:
                             u = li[loff + pos]

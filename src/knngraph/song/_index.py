@@ -289,14 +289,15 @@ def _uses_beam(dev: Device, index: Index, sp: SearchParams, filtered: bool) -> b
 
 
 
-def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *, stats=None, out=None):
+def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *, stats=None, out=None, slack=None):
     """The fast GPU searcher (:mod:`knngraph.song._beam_kernels`) on ``queries`` (validated, host or
     device). Per call it only moves host queries to the GPU, converts them when the kernel needs
     another dtype and launches one kernel through a :class:`~knngraph.song.cuda.BeamPlan` kept in the
     index's cache: the graph, vectors, entry points, norms and the compiled launch stay on the GPU.
     Host queries are checked for NaN / inf on the host (ValueError); device queries are not copied back
     for that (it would stall the call): the kernel gives a row holding NaN or inf ids -1 and distances
-    NaN. Returns (reported distances, ids) on the GPU."""
+    NaN. ``slack``: None, or GGNN's slack stop ``(kb, tau2, nn1, max_exp)`` (:func:`knngraph.ggnn.search`
+    with ``cache='sorted'``). Returns (reported distances, ids) on the GPU."""
     import cupy as cp
 
     from .._cuda_launch import raw_launch_enabled
@@ -320,12 +321,12 @@ def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *
         regs = sp.max_registers or beam_max_registers(mode)
         width = search_width(nq, sm_count(dev.index), sp.search_width)
         if raw_launch_enabled():
-            key = (dev, "beam", sp.queue_size, k, mode, q.dtype.char, q.shape[1], regs, width)
+            key = (dev, "beam", sp.queue_size, k, mode, q.dtype.char, q.shape[1], regs, width, slack)
             plan = index._cache.get(key)
             if plan is None:
                 plan = BeamPlan(g_ids, xb, _beam_norms(dev, index, mode, kind, inv_b), entries, kind, k, sp.queue_size,
                                 mode, bk.report_code(index.metric), q.shape[1], sm_count(dev.index), regs, width,
-                                q.dtype)
+                                q.dtype, slack)
                 index._cache[key] = plan
             plan(q, d, i)
             nd, ne = plan.counts(nq) if stats is not None else (None, None)
@@ -333,7 +334,7 @@ def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *
             nd, ne = cp.empty(nq, cp.int32), cp.empty(nq, cp.int32)
             search_beam_device(g_ids, xb, q, _beam_norms(dev, index, mode, kind, inv_b), kind, entries, k,
                                sp.queue_size, mode, xp=cp, sm_count=sm_count(dev.index), out=(d, i, nd, ne),
-                               report=bk.report_code(index.metric), width=width)
+                               report=bk.report_code(index.metric), width=width, slack=slack)
         if stats is not None:
             stats["distances_per_query"] = float(nd.mean())
             stats["expansions_per_query"] = float(ne.mean())

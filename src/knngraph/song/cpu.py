@@ -450,7 +450,7 @@ def _beam_insert(lk, li, lx, m, cap, d, v):
 
 
 def _beam(graph, base, queries, inv_b, kind, entries, k, cap, stamps, gens, workers, out_k, out_i, out_nd,
-          out_ne):
+          out_ne, kb, tau2, nn1, max_exp):
     nq = queries.shape[0]
     deg = graph.shape[1]
     ne = entries.shape[0]
@@ -488,6 +488,10 @@ def _beam(graph, base, queries, inv_b, kind, entries, k, cap, stamps, gens, work
             nd += c
             p = lo
             while p < m:
+                # GGNN's slack stop (kb > 0): the first unexpanded vertex beyond d_kb + tau2 min(|d_1|, nn1), or
+                # the expansion cap
+                if kb > 0 and (ne_ >= max_exp or (m >= kb and lk[p] > lk[kb - 1] + tau2 * min(abs(lk[0]), nn1))):
+                    break
                 # expand the first unexpanded vertex; everything before it is expanded
                 u = li[p]
                 lx[p] = 1
@@ -623,13 +627,16 @@ def search(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, visite
     return search_cpu(graph_ids, base, q, inv_b, None, kind, entries, k, queue_size, visited, allowed, scratch)
 
 
-def search_beam(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, *, scratch=None, out=None):
+def search_beam(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, *, scratch=None, out=None,
+                slack=None):
     """The beam searcher on every query (host arrays, already validated): best-first over one sorted list
     of the ``queue_size`` nearest vertices seen, expanding the first unexpanded one until none is left,
     with a visited set that never forgets (the search of :mod:`knngraph.song._beam_kernels`, the same
     walk as ``reference_walk`` in ``tests/song/test_beam_sim.py``). ``queries``: any dtype (each row is
     read as float32) or uint32 codes with ``DIST_HAMMING``; ``scratch``: see :func:`search_cpu`;
-    ``out``: (float32, int32) C-contiguous [nq, k] arrays to write. Returns internal distances float32,
+    ``out``: (float32, int32) C-contiguous [nq, k] arrays to write; ``slack``: None, or ``(kb, tau2, nn1,
+    max_exp)`` to stop each query at GGNN's bound too (as the GPU kernel, :mod:`._beam_kernels`).
+    Returns internal distances float32,
     ids int32 (both [nq, k], -1 / inf where fewer than k were reached), distance computations and
     expansions per query."""
     q = queries if queries.flags.c_contiguous else np.ascontiguousarray(queries)
@@ -643,13 +650,15 @@ def search_beam(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, *
     if scratch is None:
         scratch = Scratch(base.shape[0])
     workers = _workers(nq, scratch)
+    kb, tau2, nn1, max_exp = (0, 0.0, 0.0, 0) if slack is None else slack
+    stop = (np.int64(kb), np.float32(tau2), np.float32(nn1), np.int64(max_exp))
     if workers == 1:
         _BEAM[1](graph_ids, base, q, inv_b, kind, entries, k, queue_size, scratch.stamps, scratch.gens, 1,
-                 out[0], out[1], out_nd, out_ne)
+                 out[0], out[1], out_nd, out_ne, *stop)
     else:
         with numba.parallel_chunksize(1):
             _BEAM[0](graph_ids, base, q, inv_b, kind, entries, k, queue_size, scratch.stamps, scratch.gens, workers,
-                     out[0], out[1], out_nd, out_ne)
+                     out[0], out[1], out_nd, out_ne, *stop)
     return out[0], out[1], out_nd, out_ne
 
 
@@ -691,16 +700,17 @@ def half_bits(index, xb):
     return bits
 
 
-def index_search_beam(index, queries, k, queue_size, *, stats=None, out=None):
+def index_search_beam(index, queries, k, queue_size, *, stats=None, out=None, slack=None):
     """The beam searcher over a SONG index's host arrays (made once per index: graph, vectors the kernel
-    reads, inverse norms, entry points, visited stamps). ``queries``: validated host vectors. Per call:
+    reads, inverse norms, entry points, visited stamps). ``queries``: validated host vectors; ``slack``: see
+    :func:`search_beam`. Per call:
     the kernel and the metric's reported distances, computed in place. Returns (distances, ids)."""
     t0 = time.perf_counter()
     g_ids, xb, inv_b, entries, _ = index._arrays(_CPU)
     metric = index.metric
     kind = distance_kind(metric)
     d, i, nd, ne = search_beam(g_ids, half_bits(index, xb), queries, inv_b, kind, entries, k, queue_size,
-                               scratch=index_scratch(index), out=out)
+                               scratch=index_scratch(index), out=out, slack=slack)
     if metric == "sqeuclidean" or metric == "euclidean":
         np.maximum(d, 0, out=d)
         if metric == "euclidean":

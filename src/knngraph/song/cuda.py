@@ -21,7 +21,7 @@ from . import _beam_kernels as bk
 from . import _kernels as kn
 from .cpu import DIST_HAMMING
 
-__all__ = ["search", "search_device", "search_beam_device", "beam_config", "BeamPlan", "search_width", "queue_capacity", "kernel_for",
+__all__ = ["search", "search_device", "search_beam_device", "beam_config", "slack_args", "BeamPlan", "search_width", "queue_capacity", "kernel_for",
            "distance_mode", "beam_mode", "square_norms"]
 
 #: queue_size is rounded up to one of these compile-time capacities (one kernel build per capacity)
@@ -208,9 +208,22 @@ def beam_max_registers(mode: int) -> int:
     return int(os.environ.get("KNNGRAPH_BEAM_MAX_REGISTERS") or MAX_REGISTERS.get(mode, 64))
 
 
-def beam_config(queue_size: int, dim: int, mode: int, kind: int, max_warps: int = 4, width: int = 1):
+def slack_args(slack) -> tuple:
+    """The kernel's trailing arguments ``(kb, tau2, nn1, max_exp)`` of GGNN's slack stop
+    (:mod:`._beam_kernels`); ``slack`` None (no slack stop) gives placeholders the kernel does not read.
+    tau2 and nn1 travel as float64 holding float32 values (a prepared launch passes 8-byte values
+    only); the kernel narrows them back, so its bound is the CPU's float32 one."""
+    if slack is None:
+        return 0, 0.0, 0.0, 0
+    kb, tau2, nn1, max_exp = slack
+    return int(kb), float(np.float32(tau2)), float(np.float32(nn1)), int(max_exp)
+
+
+def beam_config(queue_size: int, dim: int, mode: int, kind: int, max_warps: int = 4, width: int = 1,
+                slack: bool = False):
     """(kernel, warps per block) of the fast searcher for a queue size, dimension, distance mode and kind
-    (``DIST_*``) and search width (warps per query; > 1: the block-per-query kernel)."""
+    (``DIST_*``) and search width (warps per query; > 1: the block-per-query kernel); ``slack``: the
+    kernel with GGNN's slack stop."""
     qcap = queue_capacity(queue_size)
     hsize = pow2_at_least(4 * (qcap + (width * bk.WARP if width > 1 else 0)), 512)
     qwords = dim // 4 if _dp4a(mode) else dim  # the staged query: uint32 words or float32 values
@@ -224,17 +237,18 @@ def beam_config(queue_size: int, dim: int, mode: int, kind: int, max_warps: int 
             raise ValueError(f"queue_size={queue_size} with dim={dim} and search_width={width} needs {per} bytes of "
                              f"shared memory, more than the {bk.SHARED_BUDGET} a block may use; lower queue_size or "
                              "search_width")
-        return bk.beam_kernel(qcap, hsize, qwords, mode, kind, tsize, width, per_lane, width), width
+        return bk.beam_kernel(qcap, hsize, qwords, mode, kind, tsize, width, per_lane, width, slack), width
     per = bk.shared_bytes_per_warp(qcap, hsize, qwords)
     if per > bk.SHARED_BUDGET:
         raise ValueError(f"queue_size={queue_size} with dim={dim} needs {per} bytes of shared memory per warp, "
                          f"more than the {bk.SHARED_BUDGET} a block may use; lower queue_size")
     wpb = bk.warps_per_block(qcap, hsize, qwords, max_warps)
-    return bk.beam_kernel(qcap, hsize, qwords, mode, kind, tsize, wpb, per_lane), wpb
+    return bk.beam_kernel(qcap, hsize, qwords, mode, kind, tsize, wpb, per_lane, 1, slack), wpb
 
 
 def search_beam_device(graph_ids, base, queries, norms, kind, entries, k, queue_size, mode, *, xp,
-                       max_warps: int = 4, sm_count: int = 1, out=None, launch=None, report=0, width: int = 1):
+                       max_warps: int = 4, sm_count: int = 1, out=None, launch=None, report=0, width: int = 1,
+                       slack=None):
     """Search every query with the fast kernel; returns device arrays (internal distances, ids, number of
     distance computations, number of expanded vertices). ``queries`` is on the device, float32 or
     float16, or of the vectors' 8-bit dtype (dp4a modes); ``norms``: int32 squared norms (dp4a L2),
@@ -242,10 +256,11 @@ def search_beam_device(graph_ids, base, queries, norms, kind, entries, k, queue_
     distances NaN. ``out``: optional (distances, ids, distance counts, expansion counts) arrays to fill.
     ``launch(kernel, blocks, threads, args)``: how to launch (default: numba's launch, which the simulator
     runs). ``report``: :func:`_beam_kernels.report_code` of the metric to return reported distances
-    (default: internal ones)."""
+    (default: internal ones). ``slack``: None, or ``(kb, tau2, nn1, max_exp)`` to stop each query at
+    GGNN's bound too (see :mod:`._beam_kernels`)."""
     nq = queries.shape[0]
     dim = queries.shape[1]
-    kern, wpb = beam_config(queue_size, dim, mode, int(kind), max_warps, width)
+    kern, wpb = beam_config(queue_size, dim, mode, int(kind), max_warps, width, slack is not None)
     base_arg = _words(base, mode, xp)
     q_arg = queries.view(xp.uint32) if _dp4a(mode) else queries
     if out is None:
@@ -255,7 +270,7 @@ def search_beam_device(graph_ids, base, queries, norms, kind, entries, k, queue_
     counter = xp.zeros(1, xp.int32)
     blocks = _blocks(nq, wpb, width, sm_count)
     args = (graph_ids, base_arg, q_arg, norms, entries, int(k), int(queue_size), int(report), counter, out_k, out_i,
-            out_nd, out_ne)
+            out_nd, out_ne, *slack_args(slack))
     if launch is None:
         kern[blocks, wpb * bk.WARP](*args)
     else:
@@ -279,15 +294,16 @@ class BeamPlan:
     argument types with its arguments packed (:class:`~knngraph._cuda_launch.PreparedLaunch`), the launch
     shape and a ring of zeroed query counters. A call only rewrites the values of the queries, outputs and
     counter and launches, so a small batch costs little more than the launch itself
-    (``_index._beam_search`` keeps plans in the index's cache)."""
+    (``_index._beam_search`` keeps plans in the index's cache). ``slack``: None, or GGNN's slack stop
+    ``(kb, tau2, nn1, max_exp)``, fixed for the plan (:func:`search_beam_device`)."""
 
     def __init__(self, graph_ids, base, norms, entries, kind, k, queue_size, mode, report, dim, sm_count,
-                 max_registers=None, width: int = 1, query_dtype=np.float32):
+                 max_registers=None, width: int = 1, query_dtype=np.float32, slack=None):
         import cupy as cp
 
         from .._cuda_launch import PreparedLaunch
 
-        self.kern, self.wpb = beam_config(queue_size, dim, mode, int(kind), width=width)
+        self.kern, self.wpb = beam_config(queue_size, dim, mode, int(kind), width=width, slack=slack is not None)
         self.width = width
         self.qwords = dim // 4 if _dp4a(mode) else dim
         self.k = k
@@ -296,7 +312,7 @@ class BeamPlan:
         q_example = cp.empty((1, self.qwords), cp.uint32 if _dp4a(mode) else query_dtype)
         i1 = cp.zeros(1, cp.int32)
         example = (graph_ids, base_arg, q_example, norms, entries, int(k), int(queue_size), int(report), cp.zeros(1, cp.int32),
-                   cp.empty((1, k), cp.float32), cp.empty((1, k), cp.int32), i1, i1)
+                   cp.empty((1, k), cp.float32), cp.empty((1, k), cp.int32), i1, i1, *slack_args(slack))
         self.launch = PreparedLaunch(self.kern, example, max_registers)
         self._counts = cp.empty((2, 1024), cp.int32)  # distance computations and expansions per query
         # what a call rewrites: the query counter's pointer, then element count, pointer and row count of
