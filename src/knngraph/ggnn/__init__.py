@@ -14,8 +14,9 @@ The module contract (:mod:`knngraph.index`)::
 
 **The speed/recall knob is ``SearchParams.tau``** (tau_q): a query stops when the best unexpanded
 candidate is farther than d_k + tau^2 * min(d_1, d+_nn1) (squared distances, see below). Measured on the
-CPU, sift 20k, k=10, default build: tau 0 -> recall@10 0.86, 0.3 -> 0.93, 0.4 -> 0.97, 0.5 -> 0.98,
-0.6 -> 0.99 (``benchmarks/ggnn_cpu.py``; ``tests/ggnn`` holds recall@10 >= 0.95 at tau = 0.5).
+CPU, sift 20k, k=10, default build, default (sorted) cache: tau 0 -> recall@10 0.86, 0.3 -> 0.93, 0.5 ->
+0.98, 0.8 -> 0.99 (``benchmarks/ggnn_cpu.py``; ``tests/ggnn`` holds recall@10 >= 0.95 at tau = 0.5 with
+either cache). With the sorted cache ``queue_size`` bounds what a large tau can reach: raise both.
 
 **Build** (section 5, Algorithm 3): the n points in random order form g^(L-1) bottom segments of about s
 points; each upper layer l holds s * g^(L-1-l) points, segment j drawn from segments j*g .. j*g+g-1 of the
@@ -25,8 +26,10 @@ of each point found by a hierarchical query from its top segment, brute force in
 layer itself) and symmetrically linked; ``refinements`` passes repeat the merges from the final top. The
 bottom layer is ``index.graph``, a :class:`~knngraph.Graph` any searcher takes; the top layer gives the
 entry points. **Search** (sections 4.1 and 5.4): fetch the top layer's s points, then search the bottom
-layer only. On the GPU one block (one warp) per query keeps the cache (sorted best list, sorted priority
-queue, visited ring) in shared memory; the CPU runs the same cache per thread.
+layer only. On the GPU one block (one warp) per query keeps the cache in shared memory: by default the
+authors' later sorted buffer (``cache='sorted'``, the fast searcher's kernel), or the paper's sorted best
+list, sorted priority queue and visited ring (``cache='rings'``); the CPU runs the same caches per
+thread.
 
 **Sharding** (section 5.5): ``IndexParams(n_shards=m)`` builds m independent hierarchies over contiguous
 slices; a search runs on every shard and merges the per-shard top-k. On a GPU, shards that do not fit in
@@ -40,10 +43,15 @@ slices; a search runs on every shard and merges the per-shard top-k. On a GPU, s
   min(d_1^2, nn1^2); the paper's plain-distance Eq. 2 is several times looser at the same tau. The build
   uses the mean nearest-neighbour distance (Eq. 4), the search the maximum d+_nn1 (Eq. 3). Cosine uses
   1 - cos (half the squared distance of normalised vectors); inner product uses |d_1|.
-* A2: search cache: best list max(k, 10), queue ``queue_size`` (64), visited ring the rest of
-  ``cache_size`` (256, the authors' "fast" layout; 512 gave the same recall on sift 20k);
-  ``max_iterations`` (400) caps expansions. Build caches: best = graph_degree, queue 32, ring 64, at
-  most 100 expansions per layer of a merge query.
+* A2: search cache, two layouts (``SearchParams(cache=...)``) with the same stopping rule. 'sorted'
+  (default): the authors' later SortedBufferCache layout (digest section 2), one sorted buffer of
+  ``queue_size`` (128) entries whose head is the best list, each entry marked once expanded, visited
+  ids in a hash table; run by the library's fast searcher with the slack stop
+  (:mod:`knngraph.song._beam_kernels`). 'rings': the paper's Fig. 2, best list max(k, 10), queue
+  ``queue_size`` (64), visited ring the rest of ``cache_size`` (256, the authors' "fast" layout; 512
+  gave the same recall on sift 20k). ``max_iterations`` (400) caps expansions in both. Build caches
+  (always rings): best = graph_degree, queue 32, ring 64, at most 100 expansions per layer of a merge
+  query.
 * A4: a merge writes all k slots with nearest neighbours; symmetric linking then puts inverse links in
   the last k_sym slots ([NN | inverse | further NN], as the authors' code): rows stay full.
 * A5: random partition of the bottom layer (Fig. 1), seeded; WRS keys log(u)/w with u from a hash of
