@@ -256,6 +256,21 @@ def test_automatic_search_width_by_batch_size():
     assert search_width(10_000, 132, requested=3) == 3
 
 
+def test_automatic_width_fits_the_blocks_shared_memory():
+    """An automatic search width is narrowed (halving) until the block-per-query kernel, whose warps each
+    keep a copy of the query, fits a block's shared memory: 1536-d float32 queries take fewer than 8
+    warps, 128-d ones 8; what is chosen fits (beam_config accepts it) and twice it would not."""
+    from knngraph.song.cuda import beam_config, fitting_width
+
+    assert fitting_width(8, 128, 128, bk.MODE_F32X4) == 8
+    for dim, queue in ((1536, 128), (3072, 64), (128, 1000)):
+        w = fitting_width(8, queue, dim, bk.MODE_F32X4)
+        assert 1 <= w < 8
+        beam_config(queue, dim, bk.MODE_F32X4, DIST_L2SQ, width=w)  # fits: no error
+        with pytest.raises(ValueError, match="shared memory"):
+            beam_config(queue, dim, bk.MODE_F32X4, DIST_L2SQ, width=2 * w)
+
+
 def test_word_modes_need_aligned_addresses():
     # 16-byte loads (four floats), 8-byte words (two floats, four halves) and 4-byte words (two halves,
     # four 8-bit values) are read only from addresses aligned to them; an offset view falls back to

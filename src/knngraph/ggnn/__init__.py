@@ -26,10 +26,10 @@ of each point found by a hierarchical query from its top segment, brute force in
 layer itself) and symmetrically linked; ``refinements`` passes repeat the merges from the final top. The
 bottom layer is ``index.graph``, a :class:`~knngraph.Graph` any searcher takes; the top layer gives the
 entry points. **Search** (sections 4.1 and 5.4): fetch the top layer's s points, then search the bottom
-layer only. On the GPU one block (one warp) per query keeps the cache in shared memory: by default the
-authors' later sorted buffer (``cache='sorted'``, the fast searcher's kernel), or the paper's sorted best
-list, sorted priority queue and visited ring (``cache='rings'``); the CPU runs the same caches per
-thread.
+layer only. On the GPU one block per query keeps the cache in shared memory: by default the authors'
+later sorted buffer (``cache='sorted'``, the fast searcher's kernel: one warp per query, or up to 8 for
+small batches, ``search_width``), or the paper's sorted best list, sorted priority queue and visited ring
+(``cache='rings'``, one warp); the CPU runs the same caches, one thread per query.
 
 **Sharding** (section 5.5): ``IndexParams(n_shards=m)`` builds m independent hierarchies over contiguous
 slices; a search runs on every shard and merges the per-shard top-k. On a GPU, shards that do not fit in

@@ -302,7 +302,7 @@ def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *
 
     from .._cuda_launch import raw_launch_enabled
     from . import _beam_kernels as bk
-    from .cuda import BeamPlan, beam_max_registers, beam_mode, search_beam_device, search_width
+    from .cuda import BeamPlan, beam_max_registers, beam_mode, fitting_width, search_beam_device, search_width
 
     t0 = time.perf_counter()
     g_ids, xb, inv_b, entries, _ = index._arrays(dev)
@@ -320,6 +320,8 @@ def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *
         d, i = out if out is not None else (cp.empty((nq, k), cp.float32), cp.empty((nq, k), cp.int32))
         regs = sp.max_registers or beam_max_registers(mode)
         width = search_width(nq, sm_count(dev.index), sp.search_width)
+        if not sp.search_width:  # automatic: no wider than the block's shared memory holds
+            width = fitting_width(width, sp.queue_size, q.shape[1], mode)
         if raw_launch_enabled():
             key = (dev, "beam", sp.queue_size, k, mode, q.dtype.char, q.shape[1], regs, width, slack)
             plan = index._cache.get(key)

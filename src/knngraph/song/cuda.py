@@ -21,7 +21,7 @@ from . import _beam_kernels as bk
 from . import _kernels as kn
 from .cpu import DIST_HAMMING
 
-__all__ = ["search", "search_device", "search_beam_device", "beam_config", "slack_args", "BeamPlan", "search_width", "queue_capacity", "kernel_for",
+__all__ = ["search", "search_device", "search_beam_device", "beam_config", "slack_args", "fitting_width", "BeamPlan", "search_width", "queue_capacity", "kernel_for",
            "distance_mode", "beam_mode", "square_norms"]
 
 #: queue_size is rounded up to one of these compile-time capacities (one kernel build per capacity)
@@ -219,14 +219,31 @@ def slack_args(slack) -> tuple:
     return int(kb), float(np.float32(tau2)), float(np.float32(nn1)), int(max_exp)
 
 
+def _shared_shape(queue_size: int, dim: int, mode: int, width: int):
+    """(list capacity, visited-table slots, staged query words) of a kernel of search ``width``."""
+    qcap = queue_capacity(queue_size)
+    hsize = pow2_at_least(4 * (qcap + (width * bk.WARP if width > 1 else 0)), 512)
+    qwords = dim // 4 if _dp4a(mode) else dim  # the staged query: uint32 words or float32 values
+    return qcap, hsize, qwords
+
+
+def fitting_width(width: int, queue_size: int, dim: int, mode: int) -> int:
+    """The widest search width up to ``width`` (halving) whose block-per-query kernel fits the shared
+    memory a block may use (a query copy per warp: wide blocks of long vectors or queues do not); 1 when
+    none does (the warp-per-query kernel then decides). For an automatic width: a requested one that
+    does not fit is an error (:func:`beam_config`)."""
+    while width > 1 and bk.shared_bytes_per_block(*_shared_shape(queue_size, dim, mode, width), width) \
+            > bk.SHARED_BUDGET:
+        width //= 2
+    return width
+
+
 def beam_config(queue_size: int, dim: int, mode: int, kind: int, max_warps: int = 4, width: int = 1,
                 slack: bool = False):
     """(kernel, warps per block) of the fast searcher for a queue size, dimension, distance mode and kind
     (``DIST_*``) and search width (warps per query; > 1: the block-per-query kernel); ``slack``: the
     kernel with GGNN's slack stop."""
-    qcap = queue_capacity(queue_size)
-    hsize = pow2_at_least(4 * (qcap + (width * bk.WARP if width > 1 else 0)), 512)
-    qwords = dim // 4 if _dp4a(mode) else dim  # the staged query: uint32 words or float32 values
+    qcap, hsize, qwords = _shared_shape(queue_size, dim, mode, width)
     # loads per vector row: 4-byte words (dp4a, half2) or elements
     row_units = bk.row_units(mode, qwords)
     tsize = bk.team_size(row_units, TEAM_LOADS_PER_LANE.get(mode, 4))
