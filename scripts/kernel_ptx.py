@@ -28,8 +28,8 @@ sys.path.insert(0, os.environ.get("KNNGRAPH_SRC") or str(Path(__file__).resolve(
 from numba import cuda, types  # noqa: E402
 
 A = types.Array
-f32, f16, i32, i64, u8, u32, u64 = (types.float32, types.float16, types.int32, types.int64, types.uint8,
-                                    types.uint32, types.uint64)
+f64, f32, f16, i32, i64, u8, u32, u64 = (types.float64, types.float32, types.float16, types.int32, types.int64,
+                                         types.uint8, types.uint32, types.uint64)
 
 
 def arr(dtype, ndim=2):
@@ -99,7 +99,8 @@ def _grnnd_cases():
 def _beam_cases():
     """The fast searcher (``song/_beam_kernels``) in every distance mode: dp4a on 8-bit words (uint8, int8),
     float16 read four or two halves at a time (minilm-words' dim 384; an even dim) and element by element (an
-    odd dim), float32, 8-bit vectors with float queries; warp per query and block per query (width 4)."""
+    odd dim), float32, 8-bit vectors with float queries; warp per query and block per query (width 4); with
+    GGNN's slack stop on uint8."""
     import numpy as np
 
     from knngraph.primitives.distances import DIST_COS, DIST_L2SQ
@@ -118,11 +119,16 @@ def _beam_cases():
         base_t = arr({bk.MODE_DP4A_U8: u32, bk.MODE_DP4A_I8: u32, bk.MODE_HALF4: u64, bk.MODE_F32X2: u64, bk.MODE_HALF2: u32}.get(
             mode, {np.uint8: u8, np.int8: i8, np.float16: f16, np.float32: f32}[base_dtype]))
         q_t = arr(u32) if mode in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) else arr(f32)
-        for qs, width in ((24, 1), (64, 1), (24, 4)) if label in ("u8", "f16", "f32") else ((24, 1), (24, 4)):
-            kern, _ = beam_config(qs, dim, mode, DIST_COS if label.startswith("f16") else DIST_L2SQ, width=width)
-            out.append((f"beam_{label}_q{qs}_w{width}", kern.py_func,
+        cases = ((24, 1, False), (64, 1, False), (24, 4, False)) if label in ("u8", "f16", "f32") else \
+            ((24, 1, False), (24, 4, False))
+        if label == "u8":  # GGNN's slack stop (ggnn.search with cache='sorted')
+            cases += ((128, 1, True), (128, 4, True))
+        for qs, width, slack in cases:
+            kern, _ = beam_config(qs, dim, mode, DIST_COS if label.startswith("f16") else DIST_L2SQ, width=width,
+                                  slack=slack)
+            out.append((f"beam_{label}_q{qs}_w{width}" + ("_slack" if slack else ""), kern.py_func,
                         (arr(i32), base_t, q_t, arr(f32, 1), arr(i32, 1), i64, i64, i64, arr(i32, 1), arr(f32),
-                         arr(i32), arr(i32, 1), arr(i32, 1))))
+                         arr(i32), arr(i32, 1), arr(i32, 1), i64, f64, f64, i64)))  # ..., kb, tau, nn1, max_exp
     return out
 
 

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.sim
 
 def reference_walk(graph, x, q, kind, entries, k, queue_size, inv_b=None, inv_q=None, width=1, slack=None):
     """(distances, ids, distance computations, expansions) of one query, in plain Python; ``width``
-    vertices (the list's first unexpanded ones) are expanded together per step. ``slack``: (kb, tau2,
-    nn1, max_exp), GGNN's stop: only entries within d_kb + tau2 min(|d_1|, nn1) are expanded (any while
+    vertices (the list's first unexpanded ones) are expanded together per step. ``slack``: (kb, tau,
+    nn1, max_exp), GGNN's stop: only entries within d_kb + tau^2 min(|d_1|, nn1) are expanded (any while
     the list holds fewer than kb), at most max_exp in all."""
     xf = x.astype(np.float64)
     qf = q.astype(np.float64)
@@ -52,8 +52,8 @@ def reference_walk(graph, x, q, kind, entries, k, queue_size, inv_b=None, inv_q=
     while True:
         picked = [p for p, e in enumerate(lst) if not e[2]][:width]
         if slack is not None:
-            kb, tau2, nn1, max_exp = slack
-            bound = lst[kb - 1][0] + tau2 * min(abs(lst[0][0]), nn1) if len(lst) >= kb else np.inf
+            kb, tau, nn1, max_exp = slack
+            bound = lst[kb - 1][0] + tau * tau * min(abs(lst[0][0]), nn1) if len(lst) >= kb else np.inf
             picked = [p for p in picked if lst[p][0] <= bound][:max(0, max_exp - ne)]
         if not picked:
             break
@@ -213,11 +213,11 @@ def test_block_kernel_matches_reference_walk_of_that_width(dtype, metric, width,
         np.testing.assert_allclose(gk[j], rd, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("width,tau2,max_exp", [(1, 0.25, 100), (1, 0.0, 100), (1, 4.0, 5), (2, 0.25, 100),
-                                                 (3, 1.0, 7)])
-def test_slack_stop_matches_reference_walk_and_cpu(width, tau2, max_exp, rng):
+@pytest.mark.parametrize("width,tau,max_exp", [(1, 0.5, 100), (1, 0.0, 100), (1, 2.0, 5), (2, 0.5, 100),
+                                                (3, 1.0, 7)])
+def test_slack_stop_matches_reference_walk_and_cpu(width, tau, max_exp, rng):
     """GGNN's slack stop (``ggnn.search`` with cache='sorted'): the kernel (one warp, or ``width`` warps
-    per query) stops where the reference walk does, by the bound d_kb + tau2 min(|d_1|, nn1) or the
+    per query) stops where the reference walk does, by the bound d_kb + tau^2 min(|d_1|, nn1) or the
     expansion cap, and the CPU's beam search (width 1) with the same stop returns the same walk; the
     stop is real (fewer expansions than without it)."""
     from knngraph.song import cpu as song_cpu
@@ -228,7 +228,7 @@ def test_slack_stop_matches_reference_walk_and_cpu(width, tau2, max_exp, rng):
     g = _graph(x, "sqeuclidean", 8)
     entries = np.array([0, 7, 11, 250], np.int32)
     k, queue, kb, nn1 = 4, 24, 10, 6.0
-    slack = (kb, tau2, nn1, max_exp)
+    slack = (kb, tau, nn1, max_exp)
     _, (gk, gi, gn, ge) = _run(g.indices, x, q, "sqeuclidean", entries, k, queue, width=width, slack=slack)
     _, (_, _, _, ge_plain) = _run(g.indices, x, q, "sqeuclidean", entries, k, queue, width=width)
     if width == 1:

@@ -38,7 +38,7 @@ from numba import cuda, float32, int32, int64, uint32, uint64
 
 from ..primitives.compile import cuda_version, device_function
 from ..primitives.constants import FULL_MASK, INF, WARP
-from ..primitives.lists import sort_pairs
+from ..primitives.lists import slack_bound, sort_pairs
 from ..primitives.warp import finish_device as _finish
 from ..primitives.warp import less_device as _less
 from ..primitives.warp import warp_distance, warp_partials4, warp_sort32, warp_sum
@@ -68,7 +68,7 @@ def _jit(max_registers: int):
 
 
 _threshold = cuda_version(_cpu.threshold)
-_threshold_of = cuda_version(_cpu.threshold_of)
+_slack_bound = cuda_version(slack_bound)
 _sort_pairs = cuda_version(sort_pairs)
 _push = cuda_version(_cpu.push)
 _pop = cuda_version(_cpu.pop)
@@ -288,7 +288,7 @@ def _pushed_prefix(d, v, m, lane, tau, nn1, bd, bi, nb, kb, path):
         d1 = bd[0] if nb > 0 else d0
         if lane > 0 and d0 < d1:
             d1 = d0
-        thr = _threshold_of(dk, nn1 if path else d1, tau, nn1)
+        thr = _slack_bound(dk, nn1 if path else d1, tau, nn1)
     ok = lane < m and d <= thr
     fail = int64(cuda.ballot_sync(FULL_MASK, not ok)) & 0xFFFFFFFF
     return cuda.popc((fail & -fail) - 1) if fail != 0 else WARP
@@ -310,7 +310,7 @@ def _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, path, pd, pi, P, st, cand, ca
     kr = 1 if path else kb
     # no later bound of this chunk exceeds d_k + tau^2 nn1 (d_k only falls, min(|d_1|, nn1) <= nn1, for
     # every metric): a proposal beyond it now is never pushed
-    ok = lane < m and (nb < kr or myd <= _threshold_of(bd[kr - 1], nn1, tau, nn1))
+    ok = lane < m and (nb < kr or myd <= _slack_bound(bd[kr - 1], nn1, tau, nn1))
     live = int64(cuda.ballot_sync(FULL_MASK, ok)) & 0xFFFFFFFF
     m = cuda.popc(live)
     if m == 0:
@@ -418,6 +418,21 @@ def _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, path, pd, pi, P, st, cand, ca
 
 
 @device_function
+def _lane_pick(lane, c0, mine, e0, e1, e2, e3):
+    """e_c when ``lane`` is c0 + c (c < 4), else ``mine``: the lane that keeps the c-th of four values
+    computed together."""
+    if lane == c0:
+        return e0
+    if lane == c0 + 1:
+        return e1
+    if lane == c0 + 2:
+        return e2
+    if lane == c0 + 3:
+        return e3
+    return mine
+
+
+@device_function
 def _fetch(v, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, pd, pi, P, vi, st, cand, candd,
            use_trans, trans, hk, hc, bits):
     """fetch() of the chunk whose proposal of this lane is v (-1: none); every lane calls it. With
@@ -442,14 +457,7 @@ def _fetch(v, lane, kind, base, queries, j, inv_b, inv_q, tau, nn1, bd, bi, kb, 
         d1 = _finish(kind, warp_sum(a1), inv_b, u1, inv_q, j)
         d2 = _finish(kind, warp_sum(a2), inv_b, u2, inv_q, j)
         d3 = _finish(kind, warp_sum(a3), inv_b, u3, inv_q, j)
-        if lane == c0:
-            myd = d0
-        elif lane == c0 + 1:
-            myd = d1
-        elif lane == c0 + 2:
-            myd = d2
-        elif lane == c0 + 3:
-            myd = d3
+        myd = _lane_pick(lane, c0, myd, d0, d1, d2, d3)
     # (c) push, nearest first, those that meet the criterion
     _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, False, pd, pi, P, st, cand, candd, hk, hc, bits)
     return m
@@ -656,21 +664,6 @@ def _links_to(graph, knn, sym, cnt, ksym, a, z):
 
 
 @device_function
-def _lane_pick(lane, c0, mine, e0, e1, e2, e3):
-    """e_c when ``lane`` is c0 + c (c < 4), else ``mine``: the lane that keeps the c-th of four values
-    computed together."""
-    if lane == c0:
-        return e0
-    if lane == c0 + 1:
-        return e1
-    if lane == c0 + 2:
-        return e2
-    if lane == c0 + 3:
-        return e3
-    return mine
-
-
-@device_function
 def _in_sphere(dz, dx, dxz, rad2, t_mid):
     """dz when the point (squared distances dz to z, dx to x) lies in the sphere of section 5.2.1,
     ||p - q_m||^2 = (1 - t) dz + t dx - t (1 - t) dxz <= rad2, else INF."""
@@ -683,14 +676,15 @@ def _in_sphere(dz, dx, dxz, rad2, t_mid):
 def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
     """The path searches of sym(l) (section 5.2, Algorithm 5), :func:`knngraph.ggnn.cpu.sym_requests` with
     one block per row z: for each nearest neighbour x of z that does not link back, a search from x
-    towards z (the cache with best = kb, the criterion of a path search, proposals accepted inside the sphere around q_m = z + midpoint
-    (x - z) through x), at most ``max_pops`` pops; when z is not reached, the C best points are written
-    as the candidates of an inverse link (``req_i/req_d[z - z0, i, :req_n]``). The links are placed
-    between waves of rows in the CPU's row order (:mod:`._link_kernels`, the result of the sequential
-    :func:`knngraph.ggnn.cpu.sym_place`), so the GPU build places the CPU build's links (an earlier version placed them with atomics as they were found: the
-    order then depended on the scheduling, and on sift-photos 20k the graph searched at recall@10 0.89
-    against the CPU's 0.95). An expanded row is fetched in chunks of 32 as in the search (new proposals
-    found against the cache as it was at the chunk's start)."""
+    towards z (the cache with best = kb, the criterion of a path search, proposals accepted inside the
+    sphere around q_m = z + midpoint (x - z) through x), at most ``max_pops`` pops; when z is not reached,
+    the C best points are written as the candidates of an inverse link (``req_i/req_d[z - z0, i,
+    :req_n]``). The links are placed between waves of rows in the CPU's row order (:mod:`._link_kernels`,
+    the result of the sequential :func:`knngraph.ggnn.cpu.sym_place`), so the GPU build places the CPU
+    build's links (an earlier version placed them with atomics as they were found: the order then
+    depended on the scheduling, and on sift-photos 20k the graph searched at recall@10 0.89 against the
+    CPU's 0.95). An expanded row is fetched in chunks of 32 as in the search (new proposals found against
+    the cache as it was at the chunk's start)."""
     t_mid = float32(midpoint)
     bits = hash_bits(kb, P, V)
     H = 1 << bits if bits > 0 else 1
@@ -779,7 +773,7 @@ def sym_kernel(kb: int, P: int, V: int, C: int, max_pops: int, midpoint: float):
                             # later bound of the chunk is higher: the others are never pushed); outside the
                             # sphere INF, which never meets the criterion (an open one is the largest finite
                             # float32, see threshold)
-                            near = lane < m and myd <= _threshold_of(bd[0], nn1, tau, nn1)
+                            near = lane < m and myd <= _slack_bound(bd[0], nn1, tau, nn1)
                             b = int64(cuda.ballot_sync(FULL_MASK, near)) & 0xFFFFFFFF
                             m2 = cuda.popc(b)
                             rank = cuda.popc(b & ((int64(1) << lane) - 1)) if near else -1

@@ -35,19 +35,23 @@ def shard_bytes(index, s: int) -> int:
     return (b - a) * row
 
 
-def _shard_arrays(index, s: int, dev: Device):
-    """(graph with shard-local ids, vectors, inverse norms, local entry points) of shard s on ``dev``."""
-    key = (str(dev), s)
-    if key in index._cache:
-        return index._cache[key]
+def _shard_rows(index, s: int):
+    """(host graph rows with shard-local ids, host vectors, local entry points) of shard s."""
     a, b = int(index.shard_bounds[s]), int(index.shard_bounds[s + 1])
     ea, eb = int(index.entry_bounds[s]), int(index.entry_bounds[s + 1])
     ids = np.asarray(as_numpy(index.graph.indices)[a:b])
     local = np.where(ids >= 0, ids - a, -1).astype(np.int32)
     if ((local < -1) | (local >= b - a)).any():
         raise ValueError(f"the graph of shard {s} links outside the shard")
-    entries = (index.entry_points[ea:eb] - a).astype(np.int32)
-    x = as_numpy(index.dataset)[a:b]
+    return local, as_numpy(index.dataset)[a:b], (index.entry_points[ea:eb] - a).astype(np.int32)
+
+
+def _shard_arrays(index, s: int, dev: Device):
+    """(graph with shard-local ids, vectors, inverse norms, local entry points) of shard s on ``dev``."""
+    key = (str(dev), s)
+    if key in index._cache:
+        return index._cache[key]
+    local, x, entries = _shard_rows(index, s)
     cosine = index.metric == "cosine"
     if dev.is_cuda:
         import cupy as cp
@@ -77,18 +81,13 @@ def _sorted_view(index, s: int):
     from ..song._index import Index as SongIndex
     from ..song._params import IndexParams as SongParams
 
-    a, b = int(index.shard_bounds[s]), int(index.shard_bounds[s + 1])
-    ea, eb = int(index.entry_bounds[s]), int(index.entry_bounds[s + 1])
-    if index.n_shards == 1:
-        g = index.graph
+    if index.n_shards == 1:  # the index's own graph and vectors (device arrays used in place)
+        g, x, entries = index.graph, index.dataset, index.entry_points
     else:
-        ids = np.asarray(as_numpy(index.graph.indices)[a:b])
-        local = np.where(ids >= 0, ids - a, -1).astype(np.int32)
-        if ((local < -1) | (local >= b - a)).any():
-            raise ValueError(f"the graph of shard {s} links outside the shard")
+        local, x, entries = _shard_rows(index, s)
+        a, b = int(index.shard_bounds[s]), int(index.shard_bounds[s + 1])
         g = Graph(local, np.ascontiguousarray(as_numpy(index.graph.distances)[a:b]), index.metric)
-    x = index.dataset if index.n_shards == 1 else as_numpy(index.dataset)[a:b]
-    view = SongIndex(x, SongParams(metric=index.metric), g, (index.entry_points[ea:eb] - a).astype(np.int32))
+    view = SongIndex(x, SongParams(metric=index.metric), g, entries)
     index._cache[key] = view
     return view
 
@@ -104,7 +103,8 @@ def _search_sorted(index, s: int, q, k: int, sp, dev: Device):
 
     view = _sorted_view(index, s)
     kb = max(k, 10)
-    slack = (kb, float(sp.tau) ** 2, float(index.nn1[s]), int(sp.max_iterations))
+    slack = (kb, float(sp.tau), float(index.nn1[s]), int(sp.max_iterations))
+    sq = SongSearch(queue_size=sp.queue, search_width=sp.search_width)
     nq = q.shape[0]
     batch = int(sp.batch_size) if sp.batch_size else max(nq, 1)
     parts, nd, ne = [], 0.0, 0.0
@@ -112,7 +112,6 @@ def _search_sorted(index, s: int, q, k: int, sp, dev: Device):
         qb = q[b0:b0 + batch]
         st = {}
         if dev.is_cuda:
-            sq = SongSearch(queue_size=sp.queue, search_width=sp.search_width)
             parts.append(_beam_search(dev, view, qb, k, sq, stats=st, slack=slack))
         else:
             parts.append(song_cpu.index_search_beam(view, as_numpy(qb), k, sp.queue, stats=st, slack=slack))

@@ -25,7 +25,7 @@ from numba import prange
 from ..primitives.distances import DIST_IP, cpu_distance
 from ..primitives.compile import host_and_device
 from ..primitives.constants import INF
-from ..primitives.lists import less, sort_pairs
+from ..primitives.lists import less, slack_bound, sort_pairs
 
 __all__ = ["search", "brute_segments", "merge_queries", "sym_requests", "sym_place", "sym_write",
            "SYM_MAX_POPS", "SYM_CANDIDATES", "MIDPOINT"]
@@ -42,12 +42,6 @@ CHUNK = 32
 
 
 @host_and_device
-def threshold_of(dk, d1, tau, nn1):
-    """d_k + tau^2 * min(|d_1|, nn1): :func:`threshold` of a full best list whose ends are dk and d1."""
-    return np.float32(dk + tau * tau * min(abs(d1), nn1))
-
-
-@host_and_device
 def threshold(kind, bd, nb, kb, path, tau, nn1):
     """The criterion's bound on internal distances: d_k + tau^2 * min(d_1, nn1) (Eq. 2 on squared
     distances, as the authors' code applies it; ``nn1`` is internal too); while best holds fewer than
@@ -61,10 +55,10 @@ def threshold(kind, bd, nb, kb, path, tau, nn1):
     if path:
         if nb < 1:
             return np.float32(3.4028235e38)
-        return threshold_of(bd[0], nn1, tau, nn1)
+        return slack_bound(bd[0], nn1, tau, nn1)
     if nb < kb:
         return np.float32(3.4028235e38)
-    return threshold_of(bd[kb - 1], bd[0], tau, nn1)
+    return slack_bound(bd[kb - 1], bd[0], tau, nn1)
 
 
 @host_and_device
@@ -184,8 +178,8 @@ def fetch_chunk(cand, c, kind, base, Q, qj, inv_b, inv_q, tau, nn1, use_trans, t
 @host_and_device
 def push_sorted(cand, cd, m, bd, bi, kb, path, pd, pi, P, st, tau, nn1):
     """Step (c) of fetch() for the m proposals cand/cd[:m] of a chunk: sorted by (distance, id), each
-    pushed while it meets the criterion (:func:`threshold`) at its turn (the first that does not ends the chunk: the ones
-    after it are no nearer, and nothing changed). The GPU kernel computes the same prefix and merges it
+    pushed while it meets the criterion (:func:`threshold`) at its turn (the first that does not ends the
+    chunk: the ones after it are no nearer, and nothing changed). The GPU kernel computes the same prefix and merges it
     into the lists at once (the paper pushes proposals "one after another" in an order it leaves open)."""
     sort_pairs(cd, cand, 0, m)
     for t in range(m):
@@ -398,8 +392,9 @@ def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V,
     each of z's nearest neighbours x that does not link back to z, search from x towards z over the
     nearest-neighbour slots and the inverse links placed so far, accepting only points inside the
     sphere around q_m = z + 0.4 (x - z) through x (section 5.2.1, plus the slack tau^2 * mean nn1) and
-    within d_1 + tau^2 * mean nn1 of z (:func:`threshold` with ``path``), at most SYM_MAX_POPS pops. When z is not reached, the search's best list (nearest to z first) is kept as the
-    candidates for an inverse link: ``req_i/req_d[z - z0, i, :req_n]``."""
+    within d_1 + tau^2 * mean nn1 of z (:func:`threshold` with ``path``), at most SYM_MAX_POPS pops. When
+    z is not reached, the search's best list (nearest to z first) is kept as the candidates for an
+    inverse link: ``req_i/req_d[z - z0, i, :req_n]``."""
     C = req_i.shape[2]
     nz = z1 - z0
     ntasks = (nz + _TASK - 1) // _TASK
@@ -459,7 +454,7 @@ def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V,
                             v = cand[t]
                             vb = trans[v]
                             dz = cpu_distance(kind, base, vb, base, zb, inv, inv)
-                            if dz > threshold_of(bd[0], nn1, tau, nn1):
+                            if dz > slack_bound(bd[0], nn1, tau, nn1):
                                 continue  # beyond every bound of this chunk (d_1 only falls): never pushed
                             if kind != DIST_IP:
                                 # ||v - q_m||^2 = (1 - t) d(v, z) + t d(v, x) - t (1 - t) d(x, z)

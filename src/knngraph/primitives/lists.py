@@ -5,7 +5,7 @@ id on both targets, so results never depend on the order of equal keys. Each str
 a flat array starting at ``off``; sizes are held by the caller; nothing here allocates.
 
 * **Short sorted lists**: :func:`sort_pairs` (insertion sort: the lists are short and mostly sorted) and
-  :func:`dedup_sorted`.
+  :func:`dedup_sorted`; :func:`slack_bound`, GGNN's stopping bound over a sorted best list.
 * **Binary max-heap** (``maxheap_*``, root at ``off``): the best entries found so far, the root being the
   current worst (a search's stopping threshold, a k-NN scan's admission test); :func:`maxheap_sort`
   sorts it in place at the end.
@@ -19,9 +19,11 @@ a flat array starting at ``off``; sizes are held by the caller; nothing here all
 
 from __future__ import annotations
 
+import numpy as np
+
 from .compile import host_and_device
 
-__all__ = ["less", "sort_pairs", "dedup_sorted", "maxheap_push", "maxheap_replace_top", "maxheap_sort",
+__all__ = ["less", "slack_bound", "sort_pairs", "dedup_sorted", "maxheap_push", "maxheap_replace_top", "maxheap_sort",
            "maxheap_offer_unique", "smmh_push", "smmh_pop_min", "smmh_pop_max", "smmh_max_slot"]
 
 
@@ -29,6 +31,15 @@ __all__ = ["less", "sort_pairs", "dedup_sorted", "maxheap_push", "maxheap_replac
 def less(da, ia, db, ib):
     """(distance, id) lexicographic order: the total order every selector and list in knngraph uses."""
     return da < db or (da == db and ia < ib)
+
+
+@host_and_device
+def slack_bound(dk, d1, tau, nn1):
+    """GGNN's stopping bound over a sorted best list whose k-th and first keys are dk and d1 (Groh et al.,
+    Eq. 2 on internal distances, as the authors' code applies it): d_k + tau^2 * min(|d_1|, nn1), float32.
+    A candidate beyond it is neither pushed nor expanded (:mod:`knngraph.ggnn`'s caches and the fast
+    searcher's slack stop, :mod:`knngraph.song._beam_kernels`)."""
+    return np.float32(dk + tau * tau * min(abs(d1), nn1))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -33,7 +33,8 @@ stage done by the whole warp:
 
 * **an optional slack stop** (``slack=True``, compile-time): the search also ends when the first
   unexpanded entry lies beyond GGNN's bound d_kb + tau^2 min(|d_1|, nn1) (Groh et al., Eq. 2; d_kb the
-  kb-th entry of the list, open while the list holds fewer) or after ``max_exp`` expansions. The list
+  kb-th entry of the list, open while the list holds fewer; :func:`~knngraph.primitives.lists.slack_bound`)
+  or after ``max_exp`` expansions. The list
   is then GGNN's cache in the authors' sorted-buffer layout (best list and priority queue in one sorted
   buffer, an "expanded" mark per entry): :func:`knngraph.ggnn.search` with ``cache='sorted'``.
 
@@ -50,11 +51,14 @@ import math
 import numpy as np
 from numba import config, cuda, float32, int32, uint32, uint64
 
-from ..primitives.compile import device_function
+from ..primitives.compile import cuda_version, device_function
 from ..primitives.constants import FULL_MASK, WARP
 from ..primitives.distances import DIST_COS, DIST_IP, DIST_L2SQ
 from ..primitives.intrinsics import dp4a_i8, dp4a_u8
+from ..primitives.lists import slack_bound
 from ..primitives.warp import finish_query_device, less_device, warp_sort32
+
+_slack_bound = cuda_version(slack_bound)
 
 INF = float32(np.inf)
 NAN = float32(np.nan)
@@ -572,13 +576,13 @@ def _next_unexpanded(li, loff, qsize, lane, start):
 
 
 @device_function
-def _beyond_slack(lk, li, loff, pos, kb, tau2, nn1):
-    """Whether list entry ``pos`` lies beyond GGNN's bound d_kb + tau2 * min(|d_1|, nn1) (Eq. 2 on
-    internal distances, :func:`knngraph.ggnn.cpu.threshold_of`); never while the list holds fewer than
-    kb entries. tau2 and nn1 come as float64 arguments holding float32 values."""
+def _beyond_slack(lk, li, loff, pos, kb, tau, nn1):
+    """Whether list entry ``pos`` lies beyond GGNN's bound on the list's kb-th and first entries
+    (:func:`knngraph.primitives.lists.slack_bound`); never while the list holds fewer than kb entries.
+    tau and nn1 come as float64 arguments holding float32 values."""
     if li[loff + kb - 1] == PAD:
         return False
-    return lk[loff + pos] > lk[loff + kb - 1] + float32(tau2) * min(abs(lk[loff]), float32(nn1))
+    return lk[loff + pos] > _slack_bound(lk[loff + kb - 1], lk[loff], float32(tau), float32(nn1))
 
 
 @device_function
@@ -676,7 +680,7 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize:
     shared list together (a search width, as CAGRA's multi-parent steps): fewer sequential steps per
     query, for batches too small to fill the GPU with one warp each.
 
-    ``slack``: the kernel also stops a query at GGNN's bound (the trailing arguments ``kb, tau2, nn1,
+    ``slack``: the kernel also stops a query at GGNN's bound (the trailing arguments ``kb, tau, nn1,
     max_exp``, see the module docs); without it they are not read."""
     if width > 1:
         return _block_kernel(qcap, hsize, qwords, mode, kind, tsize, per_lane, width, slack)
@@ -694,7 +698,7 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize:
 
     @cuda.jit
     def kernel(graph, base, queries, norms, entries, k, qsize, report, counter, out_k, out_i, out_nd, out_ne, kb,
-               tau2, nn1, max_exp):
+               tau, nn1, max_exp):
         lk = cuda.shared.array(LN, dtype=float32)
         li = cuda.shared.array(LN, dtype=int32)
         ht = cuda.shared.array(HN, dtype=int32)
@@ -770,7 +774,7 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize:
                     pos = _next_unexpanded(li, loff, qsize, lane, int32(0))
                     if pos < 0:
                         break
-                    if slack and (nexp >= max_exp or _beyond_slack(lk, li, loff, pos, kb, tau2, nn1)):
+                    if slack and (nexp >= max_exp or _beyond_slack(lk, li, loff, pos, kb, tau, nn1)):
                         break
                     u = li[loff + pos]
                     cuda.syncwarp(FULL_MASK)
@@ -810,7 +814,7 @@ def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsiz
 
     @cuda.jit
     def kernel(graph, base, queries, norms, entries, k, qsize, report, counter, out_k, out_i, out_nd, out_ne, kb,
-               tau2, nn1, max_exp):
+               tau, nn1, max_exp):
         lk = cuda.shared.array(LN, dtype=float32)
         li = cuda.shared.array(LN, dtype=int32)
         ht = cuda.shared.array(hsize, dtype=int32)
@@ -888,7 +892,7 @@ def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsiz
                     pos = int32(0)
                     for g in range(width):
                         pos = _next_unexpanded(li, loff, qsize, lane, pos)
-                        if slack and pos >= 0 and (nexp >= max_exp or _beyond_slack(lk, li, loff, pos, kb, tau2,
+                        if slack and pos >= 0 and (nexp >= max_exp or _beyond_slack(lk, li, loff, pos, kb, tau,
                                                                                     nn1)):
                             pos = int32(-1)  # the entries after it are no nearer
                         u = int32(-1)

@@ -296,7 +296,7 @@ def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *
     index's cache: the graph, vectors, entry points, norms and the compiled launch stay on the GPU.
     Host queries are checked for NaN / inf on the host (ValueError); device queries are not copied back
     for that (it would stall the call): the kernel gives a row holding NaN or inf ids -1 and distances
-    NaN. ``slack``: None, or GGNN's slack stop ``(kb, tau2, nn1, max_exp)`` (:func:`knngraph.ggnn.search`
+    NaN. ``slack``: None, or GGNN's slack stop ``(kb, tau, nn1, max_exp)`` (:func:`knngraph.ggnn.search`
     with ``cache='sorted'``). Returns (reported distances, ids) on the GPU."""
     import cupy as cp
 

@@ -80,7 +80,7 @@ from ..primitives.compile import threaded_and_serial
 from .._device import Device
 from ..primitives.distances import DIST_COS, DIST_IP, DIST_L2SQ, cpu_distance, distance_kind
 from ..primitives.filters import is_allowed
-from ..primitives.lists import less, maxheap_offer_unique, maxheap_sort, sort_pairs
+from ..primitives.lists import less, maxheap_offer_unique, maxheap_sort, slack_bound, sort_pairs
 from ..primitives.visited import bloom_contains, bloom_insert, bloom_shape
 
 __all__ = ["search", "search_cpu", "search_beam", "index_search_beam", "index_scratch", "uses_beam", "rerank_cpu",
@@ -450,7 +450,7 @@ def _beam_insert(lk, li, lx, m, cap, d, v):
 
 
 def _beam(graph, base, queries, inv_b, kind, entries, k, cap, stamps, gens, workers, out_k, out_i, out_nd,
-          out_ne, kb, tau2, nn1, max_exp):
+          out_ne, kb, tau, nn1, max_exp):
     nq = queries.shape[0]
     deg = graph.shape[1]
     ne = entries.shape[0]
@@ -488,9 +488,8 @@ def _beam(graph, base, queries, inv_b, kind, entries, k, cap, stamps, gens, work
             nd += c
             p = lo
             while p < m:
-                # GGNN's slack stop (kb > 0): the first unexpanded vertex beyond d_kb + tau2 min(|d_1|, nn1), or
-                # the expansion cap
-                if kb > 0 and (ne_ >= max_exp or (m >= kb and lk[p] > lk[kb - 1] + tau2 * min(abs(lk[0]), nn1))):
+                # GGNN's slack stop (kb > 0): the first unexpanded vertex beyond the bound, or the expansion cap
+                if kb > 0 and (ne_ >= max_exp or (m >= kb and lk[p] > slack_bound(lk[kb - 1], lk[0], tau, nn1))):
                     break
                 # expand the first unexpanded vertex; everything before it is expanded
                 u = li[p]
@@ -634,11 +633,10 @@ def search_beam(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, *
     with a visited set that never forgets (the search of :mod:`knngraph.song._beam_kernels`, the same
     walk as ``reference_walk`` in ``tests/song/test_beam_sim.py``). ``queries``: any dtype (each row is
     read as float32) or uint32 codes with ``DIST_HAMMING``; ``scratch``: see :func:`search_cpu`;
-    ``out``: (float32, int32) C-contiguous [nq, k] arrays to write; ``slack``: None, or ``(kb, tau2, nn1,
+    ``out``: (float32, int32) C-contiguous [nq, k] arrays to write; ``slack``: None, or ``(kb, tau, nn1,
     max_exp)`` to stop each query at GGNN's bound too (as the GPU kernel, :mod:`._beam_kernels`).
-    Returns internal distances float32,
-    ids int32 (both [nq, k], -1 / inf where fewer than k were reached), distance computations and
-    expansions per query."""
+    Returns internal distances float32, ids int32 (both [nq, k], -1 / inf where fewer than k were
+    reached), distance computations and expansions per query."""
     q = queries if queries.flags.c_contiguous else np.ascontiguousarray(queries)
     if kind != DIST_HAMMING and q.dtype == np.float16:
         q = q.astype(np.float32)
@@ -650,8 +648,8 @@ def search_beam(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, *
     if scratch is None:
         scratch = Scratch(base.shape[0])
     workers = _workers(nq, scratch)
-    kb, tau2, nn1, max_exp = (0, 0.0, 0.0, 0) if slack is None else slack
-    stop = (np.int64(kb), np.float32(tau2), np.float32(nn1), np.int64(max_exp))
+    kb, tau, nn1, max_exp = (0, 0.0, 0.0, 0) if slack is None else slack
+    stop = (np.int64(kb), np.float32(tau), np.float32(nn1), np.int64(max_exp))
     if workers == 1:
         _BEAM[1](graph_ids, base, q, inv_b, kind, entries, k, queue_size, scratch.stamps, scratch.gens, 1,
                  out[0], out[1], out_nd, out_ne, *stop)

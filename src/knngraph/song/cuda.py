@@ -21,8 +21,8 @@ from . import _beam_kernels as bk
 from . import _kernels as kn
 from .cpu import DIST_HAMMING
 
-__all__ = ["search", "search_device", "search_beam_device", "beam_config", "slack_args", "fitting_width", "BeamPlan", "search_width", "queue_capacity", "kernel_for",
-           "distance_mode", "beam_mode", "square_norms"]
+__all__ = ["search", "search_device", "search_beam_device", "beam_config", "slack_args", "fitting_width", "BeamPlan",
+           "search_width", "queue_capacity", "kernel_for", "distance_mode", "beam_mode", "square_norms"]
 
 #: queue_size is rounded up to one of these compile-time capacities (one kernel build per capacity)
 _MIN_QCAP = 32
@@ -209,14 +209,14 @@ def beam_max_registers(mode: int) -> int:
 
 
 def slack_args(slack) -> tuple:
-    """The kernel's trailing arguments ``(kb, tau2, nn1, max_exp)`` of GGNN's slack stop
+    """The kernel's trailing arguments ``(kb, tau, nn1, max_exp)`` of GGNN's slack stop
     (:mod:`._beam_kernels`); ``slack`` None (no slack stop) gives placeholders the kernel does not read.
-    tau2 and nn1 travel as float64 holding float32 values (a prepared launch passes 8-byte values
-    only); the kernel narrows them back, so its bound is the CPU's float32 one."""
+    tau and nn1 travel as float64 holding float32 values (a prepared launch passes 8-byte values only);
+    the kernel narrows them back, so its bound is the CPU's float32 one."""
     if slack is None:
         return 0, 0.0, 0.0, 0
-    kb, tau2, nn1, max_exp = slack
-    return int(kb), float(np.float32(tau2)), float(np.float32(nn1)), int(max_exp)
+    kb, tau, nn1, max_exp = slack
+    return int(kb), float(np.float32(tau)), float(np.float32(nn1)), int(max_exp)
 
 
 def _shared_shape(queue_size: int, dim: int, mode: int, width: int):
@@ -230,8 +230,8 @@ def _shared_shape(queue_size: int, dim: int, mode: int, width: int):
 def fitting_width(width: int, queue_size: int, dim: int, mode: int) -> int:
     """The widest search width up to ``width`` (halving) whose block-per-query kernel fits the shared
     memory a block may use (a query copy per warp: wide blocks of long vectors or queues do not); 1 when
-    none does (the warp-per-query kernel then decides). For an automatic width: a requested one that
-    does not fit is an error (:func:`beam_config`)."""
+    none does (the warp-per-query kernel then decides). Used for automatic widths only: a width the
+    caller asks for that does not fit stays an error (:func:`beam_config`)."""
     while width > 1 and bk.shared_bytes_per_block(*_shared_shape(queue_size, dim, mode, width), width) \
             > bk.SHARED_BUDGET:
         width //= 2
@@ -273,7 +273,7 @@ def search_beam_device(graph_ids, base, queries, norms, kind, entries, k, queue_
     distances NaN. ``out``: optional (distances, ids, distance counts, expansion counts) arrays to fill.
     ``launch(kernel, blocks, threads, args)``: how to launch (default: numba's launch, which the simulator
     runs). ``report``: :func:`_beam_kernels.report_code` of the metric to return reported distances
-    (default: internal ones). ``slack``: None, or ``(kb, tau2, nn1, max_exp)`` to stop each query at
+    (default: internal ones). ``slack``: None, or ``(kb, tau, nn1, max_exp)`` to stop each query at
     GGNN's bound too (see :mod:`._beam_kernels`)."""
     nq = queries.shape[0]
     dim = queries.shape[1]
@@ -312,7 +312,7 @@ class BeamPlan:
     shape and a ring of zeroed query counters. A call only rewrites the values of the queries, outputs and
     counter and launches, so a small batch costs little more than the launch itself
     (``_index._beam_search`` keeps plans in the index's cache). ``slack``: None, or GGNN's slack stop
-    ``(kb, tau2, nn1, max_exp)``, fixed for the plan (:func:`search_beam_device`)."""
+    ``(kb, tau, nn1, max_exp)``, fixed for the plan (:func:`search_beam_device`)."""
 
     def __init__(self, graph_ids, base, norms, entries, kind, k, queue_size, mode, report, dim, sm_count,
                  max_registers=None, width: int = 1, query_dtype=np.float32, slack=None):
@@ -328,8 +328,9 @@ class BeamPlan:
         base_arg = _words(base, mode, cp)
         q_example = cp.empty((1, self.qwords), cp.uint32 if _dp4a(mode) else query_dtype)
         i1 = cp.zeros(1, cp.int32)
-        example = (graph_ids, base_arg, q_example, norms, entries, int(k), int(queue_size), int(report), cp.zeros(1, cp.int32),
-                   cp.empty((1, k), cp.float32), cp.empty((1, k), cp.int32), i1, i1, *slack_args(slack))
+        example = (graph_ids, base_arg, q_example, norms, entries, int(k), int(queue_size), int(report),
+                   cp.zeros(1, cp.int32), cp.empty((1, k), cp.float32), cp.empty((1, k), cp.int32), i1, i1,
+                   *slack_args(slack))
         self.launch = PreparedLaunch(self.kern, example, max_registers)
         self._counts = cp.empty((2, 1024), cp.int32)  # distance computations and expansions per query
         # what a call rewrites: the query counter's pointer, then element count, pointer and row count of
