@@ -7,7 +7,8 @@ searcher over queue sizes on the same graph, with the queries/s at recall@10 0.9
 off each curve (the points no other point beats).
 
     python benchmarks/ggnn_build_tradeoff.py [--device cuda|cpu] [--n 450000] [--refinements 2,0]
-        [--tau-builds 0.5] [--pops 100,50] [--waves 8] [--queries 10000] [--out out]
+        [--tau-builds 0.5] [--pops 100,50] [--waves 8] [--graph-degree 24] [--inverse-links 0] [--queries 10000]
+        [--out out]
 
 recall@10 counts an id at the true 10th distance as correct (DESIGN.md). On the CPU ``cpu_s`` is the
 process CPU time of the build (steadier than wall time on a shared machine). One JSON line per setting
@@ -49,6 +50,7 @@ def main():
     ap.add_argument("--pops", default="100")
     ap.add_argument("--waves", default="8")
     ap.add_argument("--graph-degree", type=int, default=24)
+    ap.add_argument("--inverse-links", default="0", help="IndexParams.inverse_links values (0: graph_degree // 2)")
     ap.add_argument("--queries", type=int, default=None, help="default 10,000 GPU, 2,000 CPU")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default="out")
@@ -70,21 +72,26 @@ def main():
 
         base, queries = cp.asarray(base), cp.asarray(queries)
     log = JsonLines(Path(args.out) / f"ggnn_build_tradeoff_{'gpu' if on_gpu else 'cpu'}.jsonl")
-    ggnn.build(ggnn.IndexParams(graph_degree=args.graph_degree), base[:5000], device=args.device,
-               verbose=False)  # compile
     defaults = _build.BUILD_MAX_POPS, _build.SYM_WAVES
     settings = itertools.product([int(r) for r in args.refinements.split(",")], _floats(args.tau_builds),
-                                 [int(p) for p in args.pops.split(",")], [int(w) for w in args.waves.split(",")])
+                                 [int(p) for p in args.pops.split(",")], [int(w) for w in args.waves.split(",")],
+                                 [int(v) for v in args.inverse_links.split(",")])
+    compiled = set()
     try:
-        for refinements, tau_b, pops, waves in settings:
+        for refinements, tau_b, pops, waves, inverse_links in settings:
             _build.BUILD_MAX_POPS, _build.SYM_WAVES = pops, waves
-            params = ggnn.IndexParams(graph_degree=args.graph_degree, refinements=refinements, tau_build=tau_b)
+            params = ggnn.IndexParams(graph_degree=args.graph_degree, refinements=refinements, tau_build=tau_b,
+                                      inverse_links=inverse_links)
+            if params.k_sym not in compiled:  # the kernels are compiled per row layout (k - k_sym, k_sym)
+                ggnn.build(params, base[:5000], device=args.device, verbose=False)
+                compiled.add(params.k_sym)
             sync()
             c0, w0 = time.process_time(), time.perf_counter()
             index = ggnn.build(params, base, device=args.device, verbose=False)
             sync()
             row = {"n": n, "graph_degree": args.graph_degree, "refinements": refinements, "tau_build": tau_b,
-                   "build_max_pops": pops, "sym_waves": waves, "wall_s": time.perf_counter() - w0,
+                   "build_max_pops": pops, "sym_waves": waves, "k_sym": params.k_sym,
+                   "wall_s": time.perf_counter() - w0,
                    "cpu_s": time.process_time() - c0, **(index.hierarchy or {}).get("timings", {})}
             curves = {"ggnn": [], "fast": []}
 

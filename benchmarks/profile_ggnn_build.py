@@ -3,7 +3,7 @@ merge(lt, lm), the path searches of the symmetric linking, the link placement an
 of the links) timed on its own, the device synchronised before and after it.
 
     python benchmarks/profile_ggnn_build.py [--n 450000] [--graph-degree 24] [--refinements 2] [--out DIR]
-        [--search-tau 0.5]
+        [--inverse-links 0] [--tau-build 0.5] [--pops 100] [--waves 8] [--host-profile] [--search-tau 0.5]
 
 The synchronisation adds a little to the total (the build itself synchronises only at phase ends); the
 point is the split. The graph's hash is logged (``profile_ggnn_registers.py`` logs it too): a change that
@@ -28,6 +28,12 @@ def main():
     ap.add_argument("--n", type=int, default=450_000)
     ap.add_argument("--graph-degree", type=int, default=24)
     ap.add_argument("--refinements", type=int, default=2)
+    ap.add_argument("--tau-build", type=float, default=None, help="IndexParams.tau_build (default: its default)")
+    ap.add_argument("--pops", type=int, default=None, help="the build's expansion cap (_build.BUILD_MAX_POPS)")
+    ap.add_argument("--waves", type=int, default=None, help="waves of the link placement (_build.SYM_WAVES)")
+    ap.add_argument("--inverse-links", type=int, default=0, help="IndexParams.inverse_links (0: graph_degree // 2)")
+    ap.add_argument("--host-profile", action="store_true",
+                    help="also a second, untimed-steps build under cProfile (host time per function, top 40)")
     ap.add_argument("--search-tau", type=float, default=None)
     ap.add_argument("--no-warmup", action="store_true",
                     help="no compiling build of 5,000 rows first (for a profiler counting launches)")
@@ -45,11 +51,19 @@ def main():
     from _common import JsonLines, load_sift
 
     from knngraph import ggnn
-    from knngraph.ggnn import _index
+    from knngraph.ggnn import _build, _index
+
+    if args.pops is not None:
+        _build.BUILD_MAX_POPS = args.pops
+    if args.waves is not None:
+        _build.SYM_WAVES = args.waves
 
     base, queries, _ = load_sift(args.n)
     xd = cp.asarray(base)
-    params = ggnn.IndexParams(graph_degree=args.graph_degree, refinements=args.refinements)
+    extra = {"inverse_links": args.inverse_links}
+    if args.tau_build is not None:
+        extra["tau_build"] = args.tau_build
+    params = ggnn.IndexParams(graph_degree=args.graph_degree, refinements=args.refinements, **extra)
     if not args.no_warmup:
         ggnn.build(params, xd[:5000], device="cuda", verbose=False)  # compile
     seconds = collections.defaultdict(float)
@@ -91,8 +105,23 @@ def main():
         log.write(part="step", step=key, seconds=seconds[key], calls=calls[key], rounds=rounds.get(key),
                   share=seconds[key] / total)
     rows = np.ascontiguousarray(cp.asnumpy(cp.asarray(index.graph.indices)))
-    log.write(part="total", n=args.n, graph_degree=args.graph_degree, refinements=args.refinements, seconds=total,
+    log.write(part="total", n=args.n, graph_degree=args.graph_degree, refinements=args.refinements,
+              tau_build=params.tau_build, build_max_pops=_build.BUILD_MAX_POPS, sym_waves=_build.SYM_WAVES,
+              k_sym=params.k_sym, seconds=total,
               timings=(index.hierarchy or {}).get("timings", {}), graph_sha1=hashlib.sha1(rows.tobytes()).hexdigest())
+    if args.host_profile:  # where the host spends the time outside the device steps
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        prof.enable()
+        ggnn.build(params, xd, device="cuda", verbose=False)
+        cp.cuda.Device().synchronize()
+        prof.disable()
+        log.write(part="host profile", seconds=time.perf_counter() - t0)
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
     if args.search_tau is not None:
         sp = ggnn.SearchParams(tau=args.search_tau)
         qd = cp.asarray(queries)

@@ -8,7 +8,7 @@ import pytest
 
 import knngraph
 from knngraph import ggnn, song
-from knngraph.ggnn._hierarchy import bottom_segment, plan
+from knngraph.ggnn._hierarchy import bottom_segment, plan, select_layer, selection_keys
 
 from .conftest import complete_graph, recall_at
 
@@ -55,6 +55,27 @@ def test_layers_are_selected_from_the_layer_below(small_index):
         c = np.arange(counts.size) % p.g
         assert np.array_equal(counts, (c + 1) * p.s // p.g - c * p.s // p.g)
     assert np.array_equal(np.sort(small_index.entry_points), np.sort(trans[off[-2]:off[-1]]))
+
+
+@pytest.mark.parametrize("n, s, layers, layer", [(450_000, 32, 4, 1), (450_000, 32, 4, 2), (20_000, 32, 4, 1),
+                                               (20_000, 32, 4, 3), (1000, 8, 3, 1), (240, 32, 4, 2)])
+def test_selection_keeps_the_largest_keys_of_each_segment(n, s, layers, layer):
+    """The weighted reservoir sample (largest key log(u) / w per segment, ties by row) against a sort of
+    every row by (segment, -key, row); weights with zeros, ties and a non-finite value."""
+    p = plan(n, s, layers)
+    m = p.sizes[layer - 1]
+    rng = np.random.default_rng(n + layer)
+    w = rng.choice(np.array([0.0, 0.5, 1.0, 2.0, 7.25], np.float32), size=m)
+    w[m // 3] = np.inf
+    w[:m // 4] = 0  # whole segments of equal keys: ties broken by row
+    picked = select_layer(p, layer, w, seed=5)
+    seg, key = selection_keys(p, layer, w, 5)
+    rows = np.arange(m)
+    order = np.lexsort((rows, -key, seg))
+    rank = np.arange(m) - np.searchsorted(seg[order], seg[order], side="left")
+    c = seg[order] % p.g
+    expected = order[rank < (c + 1) * p.s // p.g - c * p.s // p.g]
+    assert picked.shape == (p.sizes[layer],) and np.array_equal(picked, expected)
 
 
 def test_rows_have_no_self_loops_or_repeats(small_index):

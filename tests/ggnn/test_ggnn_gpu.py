@@ -45,7 +45,7 @@ def test_sift450k_recall_and_same_ids_as_cpu(sift_index, cache):
     np.testing.assert_array_equal(cp.asnumpy(d)[:300], dc)
 
 
-def test_gpu_build_is_the_cpu_build_on_a_slice(sift_index):
+def test_gpu_build_is_the_cpu_build_on_a_slice(sift_index, tmp_path):
     """The GPU build runs the merges and the linking's path searches as kernels and places the links on
     the host in the CPU's order: on integer data (exact distances) it is the CPU build, edge for edge."""
     from collections import deque
@@ -61,7 +61,18 @@ def test_gpu_build_is_the_cpu_build_on_a_slice(sift_index):
     np.testing.assert_array_equal(a.entry_points, b.entry_points)
     np.testing.assert_array_equal(a.graph.indices, b.graph.indices)
     np.testing.assert_array_equal(a.graph.distances, b.graph.distances)
+    # device vectors are built from on the device (no host round trip), and the index holding them
+    # searches on either device and saves
+    import cupy as cp
+
+    c = ggnn.build(p, cp.asarray(x), device="cuda", verbose=False)
+    np.testing.assert_array_equal(c.graph.indices, b.graph.indices)
+    np.testing.assert_array_equal(c.entry_points, b.entry_points)
     sp = ggnn.SearchParams(tau=0.5)
+    np.testing.assert_array_equal(ggnn.search(c, queries[:200], 10, sp, device="cpu").indices,
+                                  ggnn.search(b, queries[:200], 10, sp, device="cpu").indices)
+    ggnn.save(tmp_path / "c.ggnn", c)
+    np.testing.assert_array_equal(ggnn.load(tmp_path / "c.ggnn").dataset, x)
     ra = recall_at(ggnn.search(a, queries[:1000], 10, sp, device="cpu").indices, np.asarray(truth), 10)
     rb = recall_at(ggnn.search(b, queries[:1000], 10, sp, device="cpu").indices, np.asarray(truth), 10)
     assert ra == rb and ra >= 0.94, (ra, rb)  # 0.949 with these settings

@@ -14,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numba
 import numpy as np
 
-__all__ = ["Plan", "plan", "select_layer", "bottom_segment"]
+__all__ = ["Plan", "plan", "select_layer", "selection_keys", "bottom_segment"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +77,17 @@ def select_layer(p: Plan, layer: int, nn1_below, seed: int) -> np.ndarray:
     nearest neighbour, section 5.1: points in sparse regions are preferred). Key log(u) / w, the largest
     keys win; u is a hash of (seed, layer, row), so the choice is the same on every device."""
     below = layer - 1
+    seg, key = selection_keys(p, layer, nn1_below, seed)
+    seg_starts = np.searchsorted(seg, np.arange(p.segments(below) + 1), side="left")  # seg ascends with rows
+    picked = _pick_per_segment(key, seg_starts, p.s, p.g, p.sizes[layer])
+    if picked.shape[0] != p.sizes[layer]:  # pragma: no cover - the plan guarantees it
+        raise RuntimeError(f"GGNN selection picked {picked.shape[0]} rows for a layer of {p.sizes[layer]}")
+    return picked.astype(np.int32)
+
+
+def selection_keys(p: Plan, layer: int, nn1_below, seed: int):
+    """The segment of every row of layer ``layer - 1`` and its key for :func:`select_layer`."""
+    below = layer - 1
     m = p.sizes[below]
     rows = np.arange(m, dtype=np.int64)
     seg = bottom_segment(rows, p.n, p.n_seg0) if below == 0 else rows // p.s
@@ -88,13 +100,28 @@ def select_layer(p: Plan, layer: int, nn1_below, seed: int) -> np.ndarray:
     w = np.asarray(nn1_below, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         key = np.where(w > 0, np.log(u) / np.where(w > 0, w, 1.0), -np.inf)
-    order = np.lexsort((rows, -key, seg))
-    seg_sorted = seg[order]
-    starts = np.searchsorted(seg_sorted, np.arange(p.segments(below)), side="left")
-    rank = np.arange(m) - starts[seg_sorted]
-    c = seg_sorted % p.g
-    quota = (c + 1) * p.s // p.g - c * p.s // p.g
-    picked = order[rank < quota]
-    if picked.shape[0] != p.sizes[layer]:  # pragma: no cover - the plan guarantees it
-        raise RuntimeError(f"GGNN selection picked {picked.shape[0]} rows for a layer of {p.sizes[layer]}")
-    return picked.astype(np.int32)
+    return seg, key
+
+
+@numba.njit(cache=True)
+def _pick_per_segment(key, seg_starts, s, g, size):
+    """From each segment c (rows seg_starts[c] .. seg_starts[c + 1], contiguous) its ``(c % g + 1) * s // g -
+    (c % g) * s // g`` rows of largest key (ties: lower row first), segment by segment, each segment's
+    in that order: the rows a sort by (segment, -key, row) puts first in each segment, without the sort
+    (a segment holds about s rows, its quota is about s / g)."""
+    out = np.empty(size, np.int64)
+    taken = np.zeros(seg_starts[-1], np.bool_)
+    w = 0
+    for c in range(seg_starts.shape[0] - 1):
+        a, b = seg_starts[c], seg_starts[c + 1]
+        cg = c % g
+        quota = min((cg + 1) * s // g - cg * s // g, b - a)
+        for _ in range(quota):
+            best = -1
+            for r in range(a, b):
+                if not taken[r] and (best < 0 or key[r] > key[best]):
+                    best = r
+            taken[best] = True
+            out[w] = best
+            w += 1
+    return out[:w]

@@ -223,10 +223,10 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
     t0 = time.perf_counter()
     params = _check_params(params, IndexParams, "build")
     dev = resolve_device(device, dataset)
-    x = check_vectors(dataset, "dataset", on_gpu=False)
+    # device vectors stay on the device for a GPU build (no round trip through host memory)
+    x = check_vectors(dataset, "dataset", on_gpu=dev.is_cuda and is_device_array(dataset))
     check_finite(x, "dataset")
-    xh = as_numpy(x)
-    n = xh.shape[0]
+    n = x.shape[0]
     if n < 2:
         raise ValueError("a GGNN index needs at least 2 vectors")
     if params.n_shards > n // 2:
@@ -245,9 +245,10 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
                           UserWarning, stacklevel=2)
             params = dataclasses.replace(params, n_shards=shards)
     bounds = shard_bounds(n, params.n_shards)
-    # the CPU build reads float32 (one compiled specialisation of each build kernel instead of four)
-    xc = np.asarray(xh, np.float32)
-    inv = inverse_norms(xc) if params.metric == "cosine" else np.zeros(1, np.float32)
+    # the build reads float32 (one compiled specialisation of each build kernel instead of four)
+    xv = np if isinstance(x, np.ndarray) else __import__("cupy")
+    xc = x.astype(xv.float32, copy=False)
+    inv = inverse_norms(xc, xv) if params.metric == "cosine" else xv.zeros(1, xv.float32)
     impl = build_ops(dev)
     k = params.graph_degree
     chunk = _sort_chunk_rows(k)
@@ -262,7 +263,7 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
             xp = getattr(impl, "xp", np)
             for s in range(params.n_shards):
                 a, b = int(bounds[s]), int(bounds[s + 1])
-                part = np.ascontiguousarray(xc[a:b])
+                part = xv.ascontiguousarray(xc[a:b])
                 inv_p = inv[a:b] if params.metric == "cosine" else inv
                 timings = {}
                 h = build_hierarchy(impl, part, inv_p, kind, params, verbose=verbose, timings=timings)
