@@ -1,7 +1,9 @@
 """GGNN on the GPU: build time split and the recall@10 / QPS curve on sift-photos 450k (issue 13).
 
     python benchmarks/ggnn_gpu.py --out out/ [--quick] [--n 450000] [--shards 1] [--degrees 24,40]
-        [--refinements 2] [--no-fast] [--dataset minilm --minilm-dir /root/minilm]
+        [--refinements 2] [--builds 24/0/2,20/14/0] [--prepared] [--no-fast] [--no-rings]
+        [--sorted-queues 64,128] [--sorted-taus 0.5,1.0] [--search-widths 0,1]
+        [--dataset minilm --minilm-dir /root/minilm]
 
 Builds a GGNN index per degree and refinement count (default k=24 and k=40, s=32, L=4, tau_b=0.5, r=2)
 and reports the time of each build phase (select / merge / symmetric linking / refinement, the paper's
@@ -32,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import JsonLines, cagra_vectors, load_minilm, load_sift, qps_at, timed  # noqa: E402
+from _common import JsonLines, cagra_vectors, load_minilm, load_sift, qps_at, sync, timed  # noqa: E402
 from song_gpu import true_dist  # noqa: E402
 
 TAUS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.2]
@@ -63,8 +65,24 @@ def main(device="cuda", n_default=450_000, name="ggnn_gpu"):
     ap.add_argument("--degrees", default=None, help="graph degrees to build (default 24,40; --quick: 24)")
     ap.add_argument("--refinements", default="2", help="refinement passes to build each degree with (e.g. 2,0)")
     ap.add_argument("--no-fast", action="store_true", help="leave out the library's default searcher")
+    ap.add_argument("--builds", default=None,
+                    help="builds as DEGREE/INVERSE_LINKS/REFINEMENTS triples, comma-separated (e.g. 24/0/2,20/14/0; "
+                         "inverse links 0: degree // 2), instead of --degrees x --refinements")
+    ap.add_argument("--sorted-queues", default=None,
+                    help="queue sizes of the sorted-cache sweep (default " + ",".join(map(str, SORTED_QUEUES)) + ")")
+    ap.add_argument("--sorted-taus", default=None,
+                    help="taus of the sorted-cache sweep (default " + ",".join(map(str, SORTED_TAUS)) + ")")
+    ap.add_argument("--search-widths", default="0", help="SearchParams.search_width values of the sorted sweep (0: auto)")
+    ap.add_argument("--no-rings", action="store_true", help="leave out the paper's cache (rings)")
+    ap.add_argument("--replot", default=None, help="only plot this results file of the script again")
+    ap.add_argument("--prepared", action="store_true",
+                    help="also GGNN's search (sorted cache) on the library's prepared search graph (song.build's "
+                         "defaults: exact 96-NN, optimize_graph to degree 32) through ggnn.from_graph")
     args = ap.parse_args()
     on_gpu = args.device.startswith("cuda")
+    if args.replot:
+        replot(args.replot, "GPU" if on_gpu else "CPU")
+        return
     if on_gpu:
         import cupy as cp
 
@@ -106,6 +124,7 @@ def main(device="cuda", n_default=450_000, name="ggnn_gpu"):
         ggnn.search(index, qd[:1000], 10, sp, device=args.device, verbose=False, stats=st)
         r, r_ids = recall(i, d)
         log.write(part=name, tau=sp.tau, cache=sp.cache, cache_size=sp.cache_size, queue_size=sp.queue,
+                  search_width=sp.search_width,
                   qps=nq / sec, seconds=sec, first_call_s=first, **{"recall@10": r, "recall@10 ids": r_ids},
                   distances_per_query=st.get("distances_per_query"),
                   expansions_per_query=st.get("expansions_per_query"))
@@ -115,16 +134,21 @@ def main(device="cuda", n_default=450_000, name="ggnn_gpu"):
         curves[name] = [one(name, index, ggnn.SearchParams(tau=tau, cache="rings", cache_size=cache))
                         for tau in (TAUS[::2] if args.quick else TAUS)]
 
+    sorted_queues = [int(v) for v in args.sorted_queues.split(",")] if args.sorted_queues else \
+        (SORTED_QUEUES[1::2] if args.quick else SORTED_QUEUES)
+    sorted_taus = [float(v) for v in args.sorted_taus.split(",")] if args.sorted_taus else SORTED_TAUS
+    widths = [int(v) for v in args.search_widths.split(",")]
+
     def sweep_sorted(name, index):
-        pts = [one(name, index, ggnn.SearchParams(tau=tau, cache="sorted", queue_size=qs))
-               for qs in (SORTED_QUEUES[1::2] if args.quick else SORTED_QUEUES) for tau in SORTED_TAUS]
+        pts = [one(name, index, ggnn.SearchParams(tau=tau, cache="sorted", queue_size=qs, search_width=w))
+               for qs in sorted_queues for tau in sorted_taus for w in widths]
         curves[name] = frontier(pts)
 
     def sweep_fast(name, graph):
         """The library's default GPU searcher (song, algo='beam') on the GGNN graph, queue sizes swept."""
         from knngraph import song
 
-        sidx = song.from_graph(graph, cp.asarray(base), device=args.device, verbose=False)
+        sidx = song.from_graph(graph, xb, device=args.device, verbose=False)
         curves[name] = []
         # to queue 512: on sift-photos 100k the fast searcher reaches recall@10 0.99 on the GGNN k=24 graph
         # at queue 256 (benchmarks/grnnd_alpha_cpu.py --ggnn, CPU), past the GGNN searcher's reach
@@ -138,26 +162,43 @@ def main(device="cuda", n_default=450_000, name="ggnn_gpu"):
             curves[name].append((r, nq / sec))
 
     graphs = []
-    degrees = [int(g) for g in args.degrees.split(",")] if args.degrees else ([24] if args.quick else [24, 40])
-    for degree in degrees:
-        for refinements in (int(r) for r in args.refinements.split(",")):
-            params = ggnn.IndexParams(graph_degree=degree, n_shards=args.shards, metric=metric,
-                                      refinements=refinements)
-            ggnn.build(params, base[:5000], device=args.device, verbose=False)  # compile the kernels first
-            t0 = time.perf_counter()
-            index = ggnn.build(params, base, device=args.device, verbose=False)
-            build_s = time.perf_counter() - t0
-            timings = (index.hierarchy or {}).get("timings", {})
-            log.write(part="build", graph_degree=degree, refinements=refinements, n=args.n, shards=args.shards,
-                      seconds=build_s, **timings)
-            label = f"k={degree}" + ("" if refinements == 2 else f", r={refinements}")
-            for cache in ((512,) if args.quick else (256, 512)):
-                sweep(f"GGNN rings cache {cache}, {label}", index, cache)
-            sweep_sorted(f"GGNN sorted, {label}", index)
-            if on_gpu and not args.no_fast:
-                sweep_fast(f"fast searcher on GGNN {label}", index.graph)
-            graphs.append(index.graph)
-            del index
+    if args.builds:
+        builds = [tuple(int(v) for v in b.split("/")) for b in args.builds.split(",")]
+    else:
+        degrees = [int(g) for g in args.degrees.split(",")] if args.degrees else ([24] if args.quick else [24, 40])
+        builds = [(degree, 0, int(r)) for degree in degrees for r in args.refinements.split(",")]
+    xb = cp.asarray(base) if on_gpu else base  # device vectors: the build keeps them there
+    for degree, inverse_links, refinements in builds:
+        params = ggnn.IndexParams(graph_degree=degree, n_shards=args.shards, metric=metric,
+                                  refinements=refinements, inverse_links=inverse_links)
+        ggnn.build(params, xb[:5000], device=args.device, verbose=False)  # compile the kernels first
+        sync()
+        t0 = time.perf_counter()
+        index = ggnn.build(params, xb, device=args.device, verbose=False)
+        sync()
+        build_s = time.perf_counter() - t0
+        timings = (index.hierarchy or {}).get("timings", {})
+        log.write(part="build", graph_degree=degree, inverse_links=params.k_sym, refinements=refinements, n=args.n,
+                  shards=args.shards, seconds=build_s, **timings)
+        label = f"k={degree}" + ("" if refinements == 2 else f", r={refinements}") \
+            + ("" if not inverse_links else f", {params.k_sym} inverse")
+        for cache in (() if args.no_rings else (512,) if args.quick else (256, 512)):
+            sweep(f"GGNN rings cache {cache}, {label}", index, cache)
+        sweep_sorted(f"GGNN sorted, {label}", index)
+        if on_gpu and not args.no_fast:
+            sweep_fast(f"fast searcher on GGNN {label}", index.graph)
+        graphs.append(index.graph)
+        del index
+    if args.prepared:
+        from knngraph import song
+
+        t0 = time.perf_counter()
+        prepared = song.build(song.IndexParams(metric=metric), xb, device=args.device, verbose=False)
+        sync()
+        log.write(part="build", graph="prepared (song.build)", n=args.n, seconds=time.perf_counter() - t0)
+        sweep_sorted("GGNN sorted on the prepared graph", ggnn.from_graph(prepared.graph, xb, device=args.device,
+                                                                          verbose=False))
+        del prepared
     if on_gpu:  # last: a fault inside cuVS would end the process
         cagra_curves(log, curves, base, queries, gt, gt_d, metric, graphs[0], args.repeats)
     for curve, pts in curves.items():
@@ -210,6 +251,10 @@ def cagra_curves(log, curves, base, queries, gt, gt_d, metric, ggnn_graph, repea
             log.write(part="cagra", graph=name, error=f"{type(exc).__name__}: {exc}")
 
 
+#: the GGNN authors' code (v0.9.1) on an H200, sift-photos 450k, k=24 (issue 13): (recall@10, queries/s)
+AUTHORS_SIFT450K = ((0.95, 1.02e6), (0.97, 566e3))
+
+
 def plot(path, curves, n, where="GPU", dataset="sift-photos"):
     try:
         import matplotlib
@@ -219,18 +264,42 @@ def plot(path, curves, n, where="GPU", dataset="sift-photos"):
     except Exception:
         print("matplotlib not available: no plot")
         return
-    fig, ax = plt.subplots(figsize=(7, 5))
-    for name, pts in curves.items():
-        r, q = zip(*pts)
-        ax.plot(r, q, marker="o", label=name)
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    colors = plt.get_cmap("tab20").colors
+    markers = "os^vD<>pXh"
+    for j, (name, pts) in enumerate(curves.items()):
+        r, q = zip(*sorted(pts))
+        ax.plot(r, q, marker=markers[j % len(markers)], ms=4, color=colors[j % len(colors)], label=name)
+    if where == "GPU" and dataset == "sift-photos" and n == 450_000:
+        r, q = zip(*AUTHORS_SIFT450K)
+        ax.plot(r, q, "k*", ms=12, label="GGNN authors' code, k=24, H200 (issue 13)")
+    lowest = min((r for pts in curves.values() for r, _ in pts), default=0.0)
+    ax.set_xlim(left=max(lowest, 0.85) - 0.005, right=1.0)
     ax.set_yscale("log")
     ax.set_xlabel("recall@10")
     ax.set_ylabel("queries per second")
     ax.set_title(f"{where}, {dataset} {n // 1000}k, k=10 (GGNN, tau sweep)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def replot(jsonl, where="GPU"):
+    """The plot of a results file of this script again (``--replot``), next to it as .png: each curve's
+    points no other point of it beats (the sorted curves are logged in full)."""
+    import json
+
+    curves, n, dataset = {}, 0, "sift-photos"
+    for line in Path(jsonl).read_text().splitlines():
+        r = json.loads(line)
+        if r.get("part") == "build" and r.get("n"):
+            n = r["n"]
+        if r.get("metric") == "cosine" or "minilm" in Path(jsonl).name:
+            dataset = "minilm-words (cosine, float16)"
+        if "recall@10" in r and "qps" in r:
+            curves.setdefault(r["part"], []).append((r["recall@10"], r["qps"]))
+    plot(Path(jsonl).with_suffix(".png"), {k: frontier(v) for k, v in curves.items()}, n, where, dataset)
 
 
 if __name__ == "__main__":

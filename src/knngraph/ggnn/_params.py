@@ -27,7 +27,10 @@ class IndexParams(Params):
         k, the out-degree of every node of every layer (the paper's KBuild).
     inverse_links : int, default=0
         k_sym, the slots of each row that symmetric linking may fill with inverse links (section 5.2);
-        0: graph_degree // 2. The other graph_degree - k_sym slots always hold nearest neighbours.
+        0: graph_degree // 2. The other graph_degree - k_sym slots always hold nearest neighbours. More
+        slots mean fewer path searches (one per nearest-neighbour slot): a faster build. On sift-photos
+        450k (H200) ``graph_degree=20, inverse_links=14, refinements=0`` builds in 1.65 s a graph GGNN's
+        search takes to recall@10 0.95 at 1.80M queries/s (the defaults: 4.4 s, 2.36M; README).
     segment_size : int, default=32
         s, the points of a segment (of the bottom layer: about that many) and of the top layer.
     layers : int, default=4
