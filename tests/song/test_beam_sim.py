@@ -249,11 +249,15 @@ def test_slack_stop_matches_reference_walk_and_cpu(width, tau, max_exp, rng):
 
 def test_automatic_search_width_by_batch_size():
     """Warps per query for 0 (auto) on 132 SMs: 8 for a few queries, 4 for 1000 (measured faster than 2
-    at equal recall on an H100), 1 once the batch fills 32 warps per SM; a requested width is kept."""
+    at equal recall on an H100), 1 once the batch fills 32 warps per SM, but at least 2 / 4 for queues of
+    128 / 512; a requested width is kept."""
     from knngraph.song.cuda import search_width
 
     assert [search_width(nq, 132) for nq in (1, 100, 300, 1000, 2000, 3000, 10_000)] == [8, 8, 8, 4, 2, 1, 1]
     assert search_width(10_000, 132, requested=3) == 3
+    # long queues: at least 2 warps per query from 128, 4 from 512, whatever the batch; never narrower
+    assert [search_width(10_000, 132, queue_size=q) for q in (64, 127, 128, 511, 512, 1024)] == [1, 1, 2, 2, 4, 4]
+    assert search_width(100, 132, queue_size=512) == 8 and search_width(10_000, 132, 1, queue_size=512) == 1
 
 
 def test_automatic_width_fits_the_blocks_shared_memory():

@@ -319,7 +319,7 @@ def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *
         nq = q.shape[0]
         d, i = out if out is not None else (cp.empty((nq, k), cp.float32), cp.empty((nq, k), cp.int32))
         regs = sp.max_registers or beam_max_registers(mode)
-        width = search_width(nq, sm_count(dev.index), sp.search_width)
+        width = search_width(nq, sm_count(dev.index), sp.search_width, sp.queue_size)
         if not sp.search_width:  # automatic: no wider than the block's shared memory holds
             width = fitting_width(width, sp.queue_size, q.shape[1], mode)
         if raw_launch_enabled():

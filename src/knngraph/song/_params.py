@@ -96,7 +96,8 @@ class SearchParams(Params):
         GPU fast searcher only: warps that work on one query, each expanding one of the list's first
         ``search_width`` unexpanded vertices per step (1..8). Wider steps finish a query in fewer
         sequential steps (lower latency for small batches) at the price of some extra distances.
-        0: chosen from the batch size (8 for a few queries, 1 for batches that fill the GPU) and
+        0: chosen from the batch size (8 for a few queries, 1 for batches that fill the GPU), at least
+        2 for queues of 128 and 4 from 512 (faster at equal or higher recall; ``song.cuda``), and
         narrowed to what a block's shared memory holds (each warp keeps a copy of the query: long
         vectors or queues take fewer warps), so a query's result can depend on the batch it comes in;
         set it for results independent of that (a width that does not fit is then an error).

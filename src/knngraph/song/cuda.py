@@ -174,15 +174,31 @@ def square_norms(base, xp):
 WARPS_PER_SM = 32
 
 
-def search_width(nq: int, sm_count: int, requested: int = 0) -> int:
+#: the narrowest automatic width by queue size (queue_size >= key: at least that many warps per query): a
+#: long queue's step (merging the expanded rows into it) is long, and wider steps take fewer of them, which
+#: pays even when the batch fills the GPU. H200, sift-photos 450k, 10k queries, one run: the prepared graph
+#: (``profile_search_width.py --queues 64,128,256,512 --batches 10000``) at widths 1 / 2 / 4 answered 4.17 /
+#: 3.88 / 3.34M queries/s at queue 64, 2.02 / 2.07 / 1.72M at 128, 0.84 / 0.94 / 0.86M at 256 and 0.23 /
+#: 0.27 / 0.37M at 512 (recall equal or higher the wider); GGNN's sorted search on its k=24 graph
+#: (``ggnn_gpu.py --search-widths 1,2,4``) at queue 128, tau 1.0: 2.29M at recall@10 0.963 at width 1, 2.44M at
+#: 0.970 at 2, 1.94M at 0.971 at 4; at queue 512, tau 2.0: 0.37M at 0.988, 0.38M at 0.992, 0.48M at 0.992
+#: (``results/search_width_queues_h200.jsonl``)
+MIN_WIDTH_BY_QUEUE = ((512, 4), (128, 2))
+
+
+def search_width(nq: int, sm_count: int, requested: int = 0, queue_size: int = 0) -> int:
     """Warps per query of the fast searcher: ``requested`` (1..8), or for 0 the widest (a power of two up
-    to 8) that keeps ``nq * width`` within :data:`WARPS_PER_SM` warps per SM: 8 for a few queries, 4 for
-    1000 on 132 SMs, 1 from about 16 x SMs queries on."""
+    to 8) that keeps ``nq * width`` within :data:`WARPS_PER_SM` warps per SM (8 for a few queries, 4 for
+    1000 on 132 SMs, 1 from about 16 x SMs queries on), at least :data:`MIN_WIDTH_BY_QUEUE`'s for
+    ``queue_size``."""
     if requested:
         return int(requested)
     width = 1
     while width < 8 and nq * width * 2 <= sm_count * WARPS_PER_SM:
         width *= 2
+    for least_queue, least_width in MIN_WIDTH_BY_QUEUE:
+        if queue_size >= least_queue:
+            return max(width, least_width)
     return width
 
 
