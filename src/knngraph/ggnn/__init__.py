@@ -5,7 +5,7 @@ same algorithm.
 For a fast build: ``ggnn.IndexParams(graph_degree=20, inverse_links=14, refinements=0)`` (1.65 s on
 sift-photos 450k on an H200, a graph searched further than the authors' k=24 graph; README). For recall@10
 0.99 at high throughput: a larger degree (k=48, r=2: 0.9925 at 1.5M queries/s there, with
-``SearchParams(queue_size=128, tau=1.0, search_width=2)``).
+``SearchParams(queue_size=128, tau=1.0)``, two warps per query: the automatic width at that queue).
 
 The module contract (:mod:`knngraph.index`)::
 
