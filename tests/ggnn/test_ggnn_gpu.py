@@ -66,13 +66,33 @@ def test_gpu_build_is_the_cpu_build_on_a_slice(sift_index, tmp_path):
     import cupy as cp
 
     c = ggnn.build(p, cp.asarray(x), device="cuda", verbose=False)
+    assert isinstance(c.dataset, cp.ndarray)
     np.testing.assert_array_equal(c.graph.indices, b.graph.indices)
     np.testing.assert_array_equal(c.entry_points, b.entry_points)
     sp = ggnn.SearchParams(tau=0.5)
     np.testing.assert_array_equal(ggnn.search(c, queries[:200], 10, sp, device="cpu").indices,
                                   ggnn.search(b, queries[:200], 10, sp, device="cpu").indices)
+    for cache in ("sorted", "rings"):
+        sc = ggnn.SearchParams(tau=0.5, cache=cache)
+        np.testing.assert_array_equal(cp.asnumpy(ggnn.search(c, cp.asarray(queries[:500]), 10, sc).indices),
+                                      ggnn.search(b, queries[:500], 10, sc, device="cuda").indices)
     ggnn.save(tmp_path / "c.ggnn", c)
     np.testing.assert_array_equal(ggnn.load(tmp_path / "c.ggnn").dataset, x)
+    # sharded from device vectors: each shard converted on its own, the host build's graph; searched on the CPU
+    p2 = ggnn.IndexParams(graph_degree=16, refinements=0, n_shards=2)
+    c2 = ggnn.build(p2, cp.asarray(x), device="cuda", verbose=False)
+    b2 = ggnn.build(p2, x, device="cpu", verbose=False)
+    np.testing.assert_array_equal(c2.graph.indices, b2.graph.indices)
+    np.testing.assert_array_equal(ggnn.search(c2, queries[:200], 10, sp, device="cpu").indices,
+                                  ggnn.search(b2, queries[:200], 10, sp, device="cpu").indices)
+    # float16 cosine vectors on the device: the inverse norms made there, recall against the exact cosine top-10
+    x16 = cp.asarray(x.astype(np.float16))
+    c16 = ggnn.build(ggnn.IndexParams(graph_degree=16, refinements=0, metric="cosine"), x16, device="cuda",
+                     verbose=False)
+    q16 = cp.asarray(queries[:500].astype(np.float16))
+    exact = cp.asnumpy(knngraph.knn(x16, q16, 10, metric="cosine", device="cuda").indices)
+    found = cp.asnumpy(ggnn.search(c16, q16, 10, ggnn.SearchParams(tau=1.0)).indices)
+    assert recall_at(found, exact, 10) >= 0.9
     ra = recall_at(ggnn.search(a, queries[:1000], 10, sp, device="cpu").indices, np.asarray(truth), 10)
     rb = recall_at(ggnn.search(b, queries[:1000], 10, sp, device="cpu").indices, np.asarray(truth), 10)
     assert ra == rb and ra >= 0.94, (ra, rb)  # 0.949 with these settings

@@ -106,6 +106,11 @@ def test_device_queries_out_arrays_small_batches_and_errors(sample):
     assert stats["search_width"] == 8
     assert recall_at_k(iw, sample.gt_indices[:100], 10, distances=dw,
                        true_distances=sample.gt_distances[:100]) >= r1 - 0.005
+    # long queues take at least 2 warps per query (4 from 512) even in a batch that fills the GPU
+    many = np.tile(sample.queries, (10, 1))
+    for queue, width in ((64, 1), (128, 2), (512, 4)):
+        index.search(many, 10, song.SearchParams(queue_size=queue), device="cuda", verbose=False, stats=stats)
+        assert stats["search_width"] == width, (queue, stats["search_width"])
     # float queries against uint8 vectors: float arithmetic, same results on this integral data
     df, i_f = index.search(sample.queries.astype(np.float32), 10, sp, device="cuda", verbose=False)
     assert recall_at_k(i_f, i, 10) >= 0.999

@@ -223,8 +223,10 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
     t0 = time.perf_counter()
     params = _check_params(params, IndexParams, "build")
     dev = resolve_device(device, dataset)
-    # device vectors stay on the device for a GPU build (no round trip through host memory)
+    # device vectors stay on the device for a GPU build on their GPU (no round trip through host memory)
     x = check_vectors(dataset, "dataset", on_gpu=dev.is_cuda and is_device_array(dataset))
+    if not isinstance(x, np.ndarray) and x.device.id != dev.index:
+        x = as_numpy(x)  # on another GPU: through host memory, one shard at a time
     check_finite(x, "dataset")
     n = x.shape[0]
     if n < 2:
@@ -245,10 +247,9 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
                           UserWarning, stacklevel=2)
             params = dataclasses.replace(params, n_shards=shards)
     bounds = shard_bounds(n, params.n_shards)
-    # the build reads float32 (one compiled specialisation of each build kernel instead of four)
+    # the build reads float32 (one compiled specialisation of each build kernel instead of four), made shard
+    # by shard (on the device: within the memory one shard's build is budgeted)
     xv = np if isinstance(x, np.ndarray) else __import__("cupy")
-    xc = x.astype(xv.float32, copy=False)
-    inv = inverse_norms(xc, xv) if params.metric == "cosine" else xv.zeros(1, xv.float32)
     impl = build_ops(dev)
     k = params.graph_degree
     chunk = _sort_chunk_rows(k)
@@ -263,8 +264,8 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
             xp = getattr(impl, "xp", np)
             for s in range(params.n_shards):
                 a, b = int(bounds[s]), int(bounds[s + 1])
-                part = xv.ascontiguousarray(xc[a:b])
-                inv_p = inv[a:b] if params.metric == "cosine" else inv
+                part = xv.ascontiguousarray(x[a:b]).astype(xv.float32, copy=False)
+                inv_p = inverse_norms(part, xv) if params.metric == "cosine" else xv.zeros(1, xv.float32)
                 timings = {}
                 h = build_hierarchy(impl, part, inv_p, kind, params, verbose=verbose, timings=timings)
                 for r0 in range(0, b - a, chunk):

@@ -113,9 +113,10 @@ class SearchParams(Params):
     batch_size : int, default=0
         Queries per GPU launch (0: all, at most 2^20).
     search_width : int, default=0
-        GPU, ``cache='sorted'``: warps that work on one query (1..8; 0: chosen from the batch size and
-        the shared memory a block holds, as :class:`knngraph.song.SearchParams` does; set it for results
-        independent of the batch, 1 for those of the CPU).
+        GPU, ``cache='sorted'``: warps that work on one query (1..8; 0: chosen from the batch size, the
+        queue (at least 2 from 128, the default, and 4 from 512) and the shared memory a block holds, as
+        :class:`knngraph.song.SearchParams` does; set it for results independent of the batch, 1 for
+        those of the CPU).
     """
 
     tau: float = 0.5

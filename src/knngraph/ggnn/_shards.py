@@ -43,7 +43,7 @@ def _shard_rows(index, s: int):
     local = np.where(ids >= 0, ids - a, -1).astype(np.int32)
     if ((local < -1) | (local >= b - a)).any():
         raise ValueError(f"the graph of shard {s} links outside the shard")
-    return local, as_numpy(index.dataset)[a:b], (index.entry_points[ea:eb] - a).astype(np.int32)
+    return local, as_numpy(index.dataset[a:b]), (index.entry_points[ea:eb] - a).astype(np.int32)
 
 
 def _shard_arrays(index, s: int, dev: Device):
