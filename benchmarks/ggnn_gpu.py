@@ -35,21 +35,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import JsonLines, cagra_vectors, load_minilm, load_sift, qps_at, sync, timed  # noqa: E402
+from runner.report import pareto as frontier  # noqa: E402  (the points no other point beats in both)
 from song_gpu import true_dist  # noqa: E402
 
 TAUS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.2]
 #: the sorted cache's grid: queue sizes, and the taus swept at each
 SORTED_QUEUES = (16, 32, 64, 128, 256, 512)
 SORTED_TAUS = (0.3, 0.4, 0.5, 0.7, 1.0, 1.5, 3.0)
-
-
-def frontier(points):
-    """The (recall, qps) points no other point beats in both, by recall."""
-    best = []
-    for r, q in sorted(points, key=lambda p: (-p[0], -p[1])):
-        if not best or q > best[-1][1]:
-            best.append((r, q))
-    return sorted(best)
 
 
 def main(device="cuda", n_default=450_000, name="ggnn_gpu"):

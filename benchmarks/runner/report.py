@@ -228,7 +228,7 @@ def _styled(groups: dict):
         yield label, rs, _COLOURS.get(m), *_STYLES[i % len(_STYLES)]
 
 
-def _pareto(points):
+def pareto(points):
     """Points (recall, qps) not dominated by another (higher recall and higher qps), by recall."""
     front = []
     for p in sorted(points, key=lambda p: (-p[0], -p[1])):
@@ -256,7 +256,7 @@ def draw(fig: Figure, rows, path: Path) -> Path:
         for label, rs, colour, ls, marker in _styled(groups):
             pts = [(r[f"recall@{r['k']}"], r["qps"]) for r in rs]
             ax.scatter(*zip(*pts), color=colour, alpha=0.35, s=14)
-            front = _pareto(pts)
+            front = pareto(pts)
             ax.plot(*zip(*front), marker=marker, color=colour, label=label, ls=ls if len(front) > 1 else "none")
         ax.set_yscale("log")
         ax.set_xlabel("recall@10")

@@ -208,6 +208,11 @@ class PreparedLaunch:
         at = self._starts[arg]
         return at + 2, at + 4, at + 5
 
+    def scalar_slots(self, *args: int) -> list:
+        """The positions in :attr:`values` of scalar arguments ``args`` (one value each; write a new value
+        as its 8-byte pattern, e.g. ``np.float64(x).view(np.uint64)``)."""
+        return [self._starts[a] for a in args]
+
     def __call__(self, blocks: int, threads: int, stream) -> None:
         """Launch with the current :attr:`values` on CuPy ``stream``."""
         from cupy_backends.cuda.api import driver

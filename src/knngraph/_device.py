@@ -197,6 +197,11 @@ def is_device_array(x) -> bool:
     return _cuda_device_of(x) is not None
 
 
+def is_on(x, device: Device) -> bool:
+    """Whether ``x`` is a device array on GPU ``device`` (False for host arrays and the CPU)."""
+    return device.is_cuda and _cuda_device_of(x) == device.index
+
+
 def as_numpy(x) -> np.ndarray:
     """A host NumPy view (or copy, for device arrays) of ``x``; memory maps stay memory maps."""
     if isinstance(x, np.ndarray):

@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 
 from .._device import (Device, array_kind, as_numpy, default_memory_limit, device_context, implementation,
-                       is_device_array, parse_memory, resolve_device, return_as)
+                       is_device_array, is_on, parse_memory, resolve_device, return_as)
 from .._validate import check_finite, check_k, check_same_dim, check_vectors
 from ..graph import Graph
 from ..graphops import default_entry_points
@@ -223,10 +223,9 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
     t0 = time.perf_counter()
     params = _check_params(params, IndexParams, "build")
     dev = resolve_device(device, dataset)
-    # device vectors stay on the device for a GPU build on their GPU (no round trip through host memory)
-    x = check_vectors(dataset, "dataset", on_gpu=dev.is_cuda and is_device_array(dataset))
-    if not isinstance(x, np.ndarray) and x.device.id != dev.index:
-        x = as_numpy(x)  # on another GPU: through host memory, one shard at a time
+    # vectors on the build's GPU stay there (no round trip through host memory); others go through the host,
+    # a shard at a time
+    x = check_vectors(dataset, "dataset", on_gpu=is_on(dataset, dev))
     check_finite(x, "dataset")
     n = x.shape[0]
     if n < 2:

@@ -323,14 +323,15 @@ def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *
         if not sp.search_width:  # automatic: no wider than the block's shared memory holds
             width = fitting_width(width, sp.queue_size, q.shape[1], mode)
         if raw_launch_enabled():
-            key = (dev, "beam", sp.queue_size, k, mode, q.dtype.char, q.shape[1], regs, width, slack)
+            # one plan per configuration: GGNN's slack values (tau, nn1, ...) are written per call
+            key = (dev, "beam", sp.queue_size, k, mode, q.dtype.char, q.shape[1], regs, width, slack is not None)
             plan = index._cache.get(key)
             if plan is None:
                 plan = BeamPlan(g_ids, xb, _beam_norms(dev, index, mode, kind, inv_b), entries, kind, k, sp.queue_size,
                                 mode, bk.report_code(index.metric), q.shape[1], sm_count(dev.index), regs, width,
-                                q.dtype, slack)
+                                q.dtype, slack is not None)
                 index._cache[key] = plan
-            plan(q, d, i)
+            plan(q, d, i, slack)
             nd, ne = plan.counts(nq) if stats is not None else (None, None)
         else:
             nd, ne = cp.empty(nq, cp.int32), cp.empty(nq, cp.int32)

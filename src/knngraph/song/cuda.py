@@ -327,16 +327,16 @@ class BeamPlan:
     argument types with its arguments packed (:class:`~knngraph._cuda_launch.PreparedLaunch`), the launch
     shape and a ring of zeroed query counters. A call only rewrites the values of the queries, outputs and
     counter and launches, so a small batch costs little more than the launch itself
-    (``_index._beam_search`` keeps plans in the index's cache). ``slack``: None, or GGNN's slack stop
-    ``(kb, tau, nn1, max_exp)``, fixed for the plan (:func:`search_beam_device`)."""
+    (``_index._beam_search`` keeps plans in the index's cache). ``slack``: whether the kernel has GGNN's
+    slack stop; its values ``(kb, tau, nn1, max_exp)`` come with each call, like the queries."""
 
     def __init__(self, graph_ids, base, norms, entries, kind, k, queue_size, mode, report, dim, sm_count,
-                 max_registers=None, width: int = 1, query_dtype=np.float32, slack=None):
+                 max_registers=None, width: int = 1, query_dtype=np.float32, slack: bool = False):
         import cupy as cp
 
         from .._cuda_launch import PreparedLaunch
 
-        self.kern, self.wpb = beam_config(queue_size, dim, mode, int(kind), width=width, slack=slack is not None)
+        self.kern, self.wpb = beam_config(queue_size, dim, mode, int(kind), width=width, slack=bool(slack))
         self.width = width
         self.qwords = dim // 4 if _dp4a(mode) else dim
         self.k = k
@@ -346,8 +346,10 @@ class BeamPlan:
         i1 = cp.zeros(1, cp.int32)
         example = (graph_ids, base_arg, q_example, norms, entries, int(k), int(queue_size), int(report),
                    cp.zeros(1, cp.int32), cp.empty((1, k), cp.float32), cp.empty((1, k), cp.int32), i1, i1,
-                   *slack_args(slack))
+                   *slack_args(None))
         self.launch = PreparedLaunch(self.kern, example, max_registers)
+        self.slack = bool(slack)
+        self._slack_slots = np.array(self.launch.scalar_slots(13, 14, 15, 16), np.intp)
         self._counts = cp.empty((2, 1024), cp.int32)  # distance computations and expansions per query
         # what a call rewrites: the query counter's pointer, then element count, pointer and row count of
         # the queries, the outputs and the counts
@@ -364,9 +366,10 @@ class BeamPlan:
         """(distance computations, expansions) per query of the last call of ``nq`` queries."""
         return self._counts[0, :nq], self._counts[1, :nq]
 
-    def __call__(self, queries, out_k, out_i) -> None:
+    def __call__(self, queries, out_k, out_i, slack=None) -> None:
         """Search C-contiguous device ``queries`` (of the plan's query dtype, or the vectors' 8-bit dtype in
-        dp4a modes) into the C-contiguous outputs, on the current stream.
+        dp4a modes) into the C-contiguous outputs, on the current stream; ``slack``: the values ``(kb,
+        tau, nn1, max_exp)`` of a plan with the slack stop (required there, refused otherwise).
 
         Calls from several threads are serialised from the counter's reset to the launch, so the packed
         arguments of one call never mix with another's, and calls queued on one stream are correct from
@@ -375,11 +378,18 @@ class BeamPlan:
         each, and ``counts`` belongs to the last call."""
         import cupy as cp
 
+        if (slack is not None) != self.slack:
+            raise ValueError("a plan with GGNN's slack stop needs its values, a plan without it takes none")
         nq = queries.shape[0]
         k = self.k
         blocks = _blocks(nq, self.wpb, self.width, self.sm_count)
         stream = cp.cuda.get_current_stream()
         with self._lock:
+            if self.slack:
+                kb, tau, nn1, max_exp = slack_args(slack)
+                self.launch.values[self._slack_slots] = (np.int64(kb).view(np.uint64), np.float64(tau).view(np.uint64),
+                                                         np.float64(nn1).view(np.uint64),
+                                                         np.int64(max_exp).view(np.uint64))
             if nq > self._counts.shape[1]:
                 self._counts = cp.empty((2, nq), cp.int32)
             cptr = self._counts.data.ptr
