@@ -98,6 +98,8 @@ def main():
 
     import knngraph
     from knngraph import song
+    from knngraph._device import sm_count
+    from knngraph.beam import cuda as beam_cuda
 
     base, queries, _ = load_sift(450_000)
     xb = cp.asarray(base)
@@ -116,7 +118,7 @@ def main():
                 qb = xq[:b]
                 song.search(index, qb, 10, sp, device="cuda", verbose=False, out=out)
                 plan = [v for k, v in index._cache.items() if isinstance(k, tuple) and "beam" in k
-                        and k[2] == qs and k[-2] == song.cuda.search_width(b, song.cuda.device_sm_count(0), 0, qs)][0]
+                        and k[2] == qs and k[-2] == beam_cuda.search_width(b, sm_count(0), 0, qs)][0]
                 whole = host_ms(lambda: song.search(index, qb, 10, sp, device="cuda", verbose=False, out=out),
                                 args.calls)
                 launch = host_ms(lambda: plan(qb, out[0], out[1]), args.calls)

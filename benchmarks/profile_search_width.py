@@ -43,10 +43,10 @@ def main():
 
     import knngraph
     from knngraph import _cuda_launch, song
-    from knngraph.song import cuda as song_cuda
+    from knngraph.beam import cuda as beam_cuda
 
-    blocks_of = song_cuda._blocks
-    team_size_of = song_cuda.bk.team_size
+    blocks_of = beam_cuda._blocks
+    team_size_of = beam_cuda.bk.team_size
 
     base, queries, gt, gt_d, metric, _ = load(args)
     xb = cp.asarray(base)
@@ -59,9 +59,9 @@ def main():
               for r in ints(args.registers) for b in ints(args.batches) for cap in ints(args.warp_caps)
               for pl in ints(args.per_lane)]
     for qs, width, regs, b, cap, pl in points:
-        song_cuda.bk.team_size = (lambda units, per_lane=4, pl=pl: team_size_of(units, pl or per_lane))
+        beam_cuda.bk.team_size = (lambda units, per_lane=4, pl=pl: team_size_of(units, pl or per_lane))
         index._cache.clear()
-        song_cuda._blocks = (lambda nq_, wpb, w, sm, cap=cap: max(1, min(blocks_of(nq_, wpb, w, sm), cap // wpb))
+        beam_cuda._blocks = (lambda nq_, wpb, w, sm, cap=cap: max(1, min(blocks_of(nq_, wpb, w, sm), cap // wpb))
                              if cap and w == 1 else blocks_of(nq_, wpb, w, sm))
         xq = cp.asarray(queries[np.arange(b) % nq])
         sp = song.SearchParams(queue_size=qs, search_width=width, max_registers=regs)

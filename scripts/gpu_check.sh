@@ -30,39 +30,44 @@ fi
 # name:command pairs; each benchmark writes its JSON/PNG under $OUT
 GPU_BENCHMARKS=(
   # the speed guard of refactors: exact k-NN k=10/100, exact graph, NN-Descent 6 iterations, SONG sweep
-  "regression:python3 benchmarks/gpu_regression.py --out $OUT ${BENCH_ARGS:-}"
-  "exact:python3 benchmarks/exact_gpu.py --out $OUT ${BENCH_ARGS:-}"
-  "profile_select:python3 benchmarks/profile_select.py --out $OUT"
-  "nndescent:python3 benchmarks/nndescent_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  "regression:python3 benchmarks/studies/gpu_regression.py --out $OUT ${BENCH_ARGS:-}"
+  "exact:python3 benchmarks/studies/exact_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  "profile_select:python3 benchmarks/studies/profile_select.py --out $OUT"
+  # first and second calls of fresh processes with warm and empty kernel caches (knn, NN-Descent, SONG, GRNND,
+  # GGNN on the bundled sample; knngraph demo)
+  "first_call:python3 benchmarks/studies/first_call.py --out $OUT"
+  "nndescent:python3 benchmarks/studies/nndescent_gpu.py --out $OUT ${BENCH_ARGS:-}"
   # GNND time against iterations from random lists and from cluster windows (JSON lines on stdout)
-  "profile_join:python3 benchmarks/profile_join.py --sample-size 32 --iterations 5,6,7 --repeat 3 --recall && python3 benchmarks/profile_join.py --init cluster_windows --sample-size 32 --iterations 1,3,4,7 --repeat 2 --recall"
-  "song:python3 benchmarks/song_gpu.py --out $OUT ${BENCH_ARGS:-}"
-  # the fast searcher against cuVS CAGRA on the same graph (source /root/cuvs-env.sh first; without cuVS
-  # the CAGRA parts are skipped): sift-photos 450k, and minilm-words from /root/minilm (copied there from
-  # a carried .minilm folder)
-  "search_sift:python3 benchmarks/search_gpu.py --out $OUT ${BENCH_ARGS:-}"
-  "search_minilm:python3 benchmarks/search_gpu.py --dataset minilm --out $OUT ${BENCH_ARGS:-}"
+  "profile_join:python3 benchmarks/studies/profile_join.py --sample-size 32 --iterations 5,6,7 --repeat 3 --recall && python3 benchmarks/studies/profile_join.py --init cluster_windows --sample-size 32 --iterations 1,3,4,7 --repeat 2 --recall"
+  # SONG's parameters on sift-photos 450k, as runner specs (register caps, fill, hashing, Bloom, batches)
+  "song:python3 benchmarks/studies/song_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  # the fast searcher against cuVS CAGRA on the same graph (source $CUVS_ENV first; without cuVS the CAGRA
+  # parts are skipped): sift-photos 450k, and minilm-words from $KNNGRAPH_MINILM_DIR (a carried .minilm
+  # folder) or the shared datasets
+  "search_sift:python3 benchmarks/studies/search_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  "search_minilm:python3 benchmarks/studies/search_gpu.py --dataset minilm --out $OUT ${BENCH_ARGS:-}"
   # GRNND and GGNN builds, CPU against GPU step by step on sift-photos (must agree exactly; fails otherwise)
   "compare_builders:python3 scripts/compare_builders.py"
-  "grnnd:python3 benchmarks/grnnd_gpu.py --out $OUT ${BENCH_ARGS:-}"
-  "ggnn:python3 benchmarks/ggnn_gpu.py --out $OUT ${BENCH_ARGS:-}"
-  "ggnn_minilm:python3 benchmarks/ggnn_gpu.py --dataset minilm --out $OUT ${BENCH_ARGS:-}"
+  "grnnd:python3 benchmarks/studies/grnnd_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  "ggnn:python3 benchmarks/studies/ggnn_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  "ggnn_minilm:python3 benchmarks/studies/ggnn_gpu.py --dataset minilm --out $OUT ${BENCH_ARGS:-}"
   # GGNN sharded: sift-photos 770k (carry .dataz770 in a second call, see prepare_device_data.py --rest770) and
   # a 20M x 96 set within a quarter of its size; BENCH_ARGS="--parts synthetic-cut" etc. splits it over calls
-  "ggnn_sharded:python3 benchmarks/ggnn_sharded_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  "ggnn_sharded:python3 benchmarks/studies/ggnn_sharded_gpu.py --out $OUT ${BENCH_ARGS:-}"
   # seconds per step of the GRNND rounds (propose / group / merge / reverse / final prune)
-  "profile_grnnd:python3 benchmarks/profile_grnnd_rounds.py --out $OUT ${BENCH_ARGS:-}"
-  # Dask on one GPU: needs the wheels listed in benchmarks/distributed_gpu.py in .whl/ (or on PYTHONPATH)
-  "distributed:python3 benchmarks/distributed_gpu.py --out $OUT --part search ${BENCH_ARGS:-}"
+  "profile_grnnd:python3 benchmarks/studies/profile_grnnd_rounds.py --out $OUT ${BENCH_ARGS:-}"
+  # Dask on one GPU: needs the wheels listed in benchmarks/studies/distributed_gpu.py in .whl/ (or on PYTHONPATH)
+  "distributed:python3 benchmarks/studies/distributed_gpu.py --out $OUT --part search ${BENCH_ARGS:-}"
   # the benchmark runner's whole GPU suite, within the lent machine's 10 minutes: sift-photos 450k and the
   # in-memory scaling series took about 5 minutes on an H200, the clustered out-of-core builds at 1M and
-  # 10M about 1.5 more; BENCH_ARGS="--parts ooc" runs only the out-of-core part (the last --parts wins)
-  "suite:python3 -m benchmarks suite gpu --out $OUT/bench_gpu.jsonl --plots --parts sift,scaling,ooc --ooc-sizes 1m,10m --ooc-time-limit 300 ${BENCH_ARGS:-}"
+  # 10M about 1.5 more, the search graphs of GGNN and GRNND (new, not yet timed there) come on top;
+  # BENCH_ARGS="--parts ooc" runs only the out-of-core part (the last --parts wins)
+  "suite:python3 -m benchmarks suite gpu --out $OUT/bench_gpu.jsonl --plots --parts sift,search_graphs,scaling,ooc --ooc-sizes 1m,10m --ooc-time-limit 300 ${BENCH_ARGS:-}"
 )
 
 # groups of GPU test files for tests-parallel, of similar run times
 GPU_TEST_GROUPS=(
-  "tests/bruteforce" "tests/nndescent" "tests/song/test_beam_gpu.py" "tests/song/test_song_gpu.py"
+  "tests/bruteforce" "tests/nndescent" "tests/beam" "tests/song/test_song_gpu.py"
   "tests/grnnd" "tests/ggnn" "tests/distributed"
   "tests/test_handoff.py tests/test_bench_runner.py tests/test_cpu_search_speedpath.py"
 )

@@ -97,15 +97,15 @@ def _grnnd_cases():
 
 
 def _beam_cases():
-    """The fast searcher (``song/_beam_kernels``) in every distance mode: dp4a on 8-bit words (uint8, int8),
+    """The fast searcher (``beam/_kernels``) in every distance mode: dp4a on 8-bit words (uint8, int8),
     float16 read four or two halves at a time (minilm-words' dim 384; an even dim) and element by element (an
     odd dim), float32, 8-bit vectors with float queries; warp per query and block per query (width 4); with
     GGNN's slack stop on uint8."""
     import numpy as np
 
     from knngraph.primitives.distances import DIST_COS, DIST_L2SQ
-    from knngraph.song import _beam_kernels as bk
-    from knngraph.song.cuda import beam_config, beam_mode
+    from knngraph.beam import _kernels as bk
+    from knngraph.beam.cuda import beam_config, beam_mode
 
     i8 = types.int8
     out = []

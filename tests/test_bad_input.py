@@ -17,7 +17,7 @@ RNG = np.random.default_rng(0)
 X = RNG.random((60, 4), dtype=np.float32)
 Q = RNG.random((5, 4), dtype=np.float32)
 G = knngraph.knn_graph(X, 6, device="cpu", verbose=False)
-SONG = song.from_graph(G, X, device="cpu")
+SONG = song.from_graph(knngraph.optimize_graph(G, X, 6, device="cpu", verbose=False), X, device="cpu")
 
 
 def _nan_row():
@@ -89,9 +89,9 @@ ERRORS = [
     ("device cuda:x", lambda: knngraph.knn(X, Q, 1, device="cuda:x"), ValueError, "expected 'cuda:N' with an integer N"),
     ("device cuda without GPU", lambda: knngraph.knn(X, Q, 1, device="cuda"), RuntimeError, "no GPU is usable"),
     ("method unknown", lambda: knngraph.knn_graph(X, 2, method="magic", device="cpu"), ValueError,
-     "unknown algorithm 'magic'; available: exact, nndescent, "),
+     "method='magic' is not a graph builder; graph builders: exact, nndescent, grnnd, ggnn"),
     ("method not a builder", lambda: knngraph.knn_graph(X, 2, method="song", device="cpu"), ValueError,
-     "does not build k-NN graphs"),
+     "method='song' does not build k-NN graphs; graph builders: exact, nndescent"),
     ("method param unknown", lambda: knngraph.knn_graph(X, 2, method="nndescent", magic=1, device="cpu"), TypeError,
      "unexpected keyword argument 'magic'"),
     ("memory_limit 0.5", lambda: knngraph.knn(X, Q, 1, memory_limit=0.5, device="cpu"), ValueError,
@@ -278,3 +278,88 @@ def test_edge_cases_with_exact_results():
     z[5] = 0
     d, i = knngraph.knn(z, z[5:6], 3, metric="cosine", device="cpu")
     assert (d == 1).all() and i.tolist() == [[0, 1, 2]]
+
+
+# --------------------------------------------------------------------------------------------------
+# graphs whose ids leave [-1, n): refused where they are made and where they are converted
+
+
+@pytest.mark.parametrize("bad", [-7, 60, 10**6])
+def test_graph_ids_out_of_range_are_refused_at_construction(bad):
+    ids = G.indices.copy()
+    ids[9, 2] = bad
+    with pytest.raises(ValueError, match=rf"graph row 9 holds neighbour ids outside \[-1, 60\): \[{bad}\]"):
+        knngraph.Graph(ids, G.distances.copy())
+
+
+def test_graph_ids_changed_in_place_are_refused_by_the_converters():
+    from knngraph.handoff import umap_knn
+
+    pytest.importorskip("scipy")
+    g = knngraph.Graph(G.indices.copy(), G.distances.copy())
+    g.indices[3, 0] = 10**6  # SciPy would write out of bounds through such a CSR matrix
+    with pytest.raises(ValueError, match=r"graph row 3 holds neighbour ids outside \[-1, 60\)"):
+        g.to_csr()
+    g.indices[3, 0] = 500
+    with pytest.raises(ValueError, match=r"graph row 3 holds neighbour ids outside \[-1, 60\): \[500\]"):
+        umap_knn(g)
+
+
+def test_graph_components_and_block_rows():
+    ids = np.array([[1, -1], [0, -1], [3, -1], [2, 4], [3, -1]], np.int32)
+    g = knngraph.Graph(ids, np.where(ids >= 0, 1.0, np.inf).astype(np.float32))
+    count, labels = g.components(return_labels=True)
+    assert count == 2 and labels.tolist() == [0, 0, 1, 1, 1]
+    # a block of rows of a larger graph (sharded builds) may hold ids up to info["n"]
+    block = knngraph.Graph(np.array([[7]], np.int32), np.ones((1, 1), np.float32), info={"rows": [3, 4], "n": 8})
+    assert block.n_nodes == 8
+    with pytest.raises(ValueError, match=r"outside \[-1, 8\)"):
+        knngraph.Graph(np.array([[8]], np.int32), np.ones((1, 1), np.float32), info={"rows": [3, 4], "n": 8})
+
+
+def test_damaged_hdf5_file_that_hangs_libhdf5_is_refused_within_seconds(tmp_path, monkeypatch):
+    """Four flipped bytes in the root attributes of a file written by write_ann_benchmarks make libhdf5 loop
+    forever on open; read_ann_benchmarks must give a ValueError naming the file instead of hanging."""
+    import time
+
+    from knngraph import io
+
+    pytest.importorskip("h5py")
+    path = tmp_path / "good-euclidean.hdf5"
+    x = RNG.random((500, 16), dtype=np.float32)
+    io.write_ann_benchmarks(path, x, x[:10], np.zeros((10, 1), np.int32), np.zeros((10, 1), np.float32), "euclidean")
+    blob = bytearray(path.read_bytes())
+    for offset in (1999, 2096, 2193, 2290):
+        blob[offset] ^= 169
+    bad = tmp_path / "bad-euclidean.hdf5"
+    bad.write_bytes(bytes(blob))
+    monkeypatch.setenv("KNNGRAPH_HDF5_PROBE_SECONDS", "3")
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=r"bad-euclidean\.hdf5: .*(corrupt|not a readable HDF5)"):
+        io.read_ann_benchmarks(bad)
+    assert time.perf_counter() - t0 < 30
+    assert io.read_ann_benchmarks(path)["train"].shape == (500, 16)  # the intact file still reads
+
+
+@pytest.mark.parametrize("nq, metric", [(2, "sqeuclidean"), (5, "sqeuclidean"), (2, "cosine"), (1, "euclidean")])
+def test_warp_filter_above_1024_is_refused_whatever_the_input_size(nq, metric):
+    x = RNG.random((1100, 2), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"select='warp_filter' supports k <= 1024, got k=1025"):
+        knngraph.knn(x, x[:nq], 1025, select="warp_filter", metric=metric, device="cpu")
+
+
+def test_messages_name_the_argument_and_the_arrays():
+    big = RNG.random((50, 4), dtype=np.float32) * np.float32(1e20)
+    with pytest.raises(ValueError, match=r"^queries against base: sqeuclidean distances .* exceed the float32"):
+        knngraph.knn(big, big[:3], 3, device="cpu")
+    with pytest.raises(ValueError, match=r"^base \(the distances of its k-NN graph\): sqeuclidean distances"):
+        knngraph.knn_graph(big, 3, device="cpu")
+    with pytest.raises(ValueError, match=r"graph_degree must be smaller than the number of vectors .* "
+                                         r"graph_degree=30, n=30"):
+        nndescent.build(nndescent.IndexParams(graph_degree=30), X[:30], device="cpu")
+    from knngraph import grnnd
+
+    with pytest.raises(MemoryError, match=r"grnnd needs about \d+\.\d (KiB|MiB) of working memory .* "
+                                          r"memory_limit allows 1\.0 KiB"):
+        grnnd.build(grnnd.IndexParams(graph_degree=16), RNG.random((3000, 16), dtype=np.float32), device="cpu",
+                    memory_limit="1KB")

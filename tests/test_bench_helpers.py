@@ -1,15 +1,18 @@
-"""Helpers of the GPU benchmarks that decide what a figure means (they run without a GPU)."""
+"""The studies (benchmarks/studies) and what they share (benchmarks/_common.py): the helpers that decide
+what a figure means (they run without a GPU), and that every study still imports and names its command."""
 
-import sys
+import importlib
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from benchmarks import _common
+from benchmarks.studies import search_gpu
 
-import _common  # noqa: E402
-import search_gpu  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+STUDIES = sorted(p.stem for p in (ROOT / "benchmarks" / "studies").glob("*.py") if p.stem != "__init__")
 
 
 def test_same_distances_in_another_dtype():
@@ -38,3 +41,47 @@ def test_qps_at_a_recall_interpolates_between_queue_sizes():
     assert _common.qps_at(sweep, 0.99) == pytest.approx(3.49e6 - 0.96e6 * (0.0078 / 0.0088))
     assert _common.qps_at(sweep, 0.999) is None
     assert _common.qps_at([(0.995, 1.0e6)], 0.99) == 1.0e6  # the sweep starts past the target
+
+
+def test_search_gpu_scores_by_the_runners_recall():
+    """``load`` / ``score`` (what benchmarks/profile_search_width.py imports): the dataset in another
+    dtype keeps its ground truth, and the recall of its own true ids is 1, of shifted ids lower."""
+    import argparse
+
+    args = argparse.Namespace(dataset="sift", dtype="int8", metric="", minilm_dir="")
+    try:
+        base, queries, gt, gt_d, metric, row_bytes = search_gpu.load(args)
+    except FileNotFoundError:
+        pytest.skip("sift-photos not found (../shared/datasets or $KNNGRAPH_DATASETS)")
+    assert base.dtype == np.int8 and (metric, row_bytes) == ("sqeuclidean", 128) and gt.shape[1] == 10
+    assert search_gpu.score(gt[:50]) == 1.0
+    assert search_gpu.score(np.roll(gt[:50], 1, axis=1)[:, :10]) == 1.0  # order within the top 10 is free
+    assert search_gpu.score(gt[:50, ::-1] * 0 + gt[:50, :1]) == pytest.approx(0.1)  # one true id, counted once
+    np.testing.assert_allclose(gt_d[:, 0], ((base[gt[:, 0]].astype(np.float64) - queries) ** 2).sum(-1))
+
+
+def test_clustered_sets_are_seeded():
+    a = _common.clustered(3000, 8, seed=1, xp=np)
+    assert a.shape == (3000, 8) and a.dtype == np.float32
+    np.testing.assert_array_equal(a, _common.clustered(3000, 8, seed=1, xp=np))
+    assert not np.array_equal(a, _common.clustered(3000, 8, seed=1, overlapping=True, xp=np))
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_every_study_imports_and_names_its_command(name):
+    """A study imports without a GPU (its heavy imports are inside ``main``), documents itself, and its
+    docstring names the command that runs it from its new place."""
+    module = importlib.import_module(f"benchmarks.studies.{name}")
+    assert module.__doc__ and f"benchmarks/studies/{name}.py" in module.__doc__
+    assert callable(getattr(module, "main"))
+    text = (ROOT / "benchmarks" / "studies" / f"{name}.py").read_text()
+    assert not re.search(r"issue \d+|DESIGN\.md|/root/", text), name
+
+
+def test_gpu_check_runs_studies_that_exist():
+    """Every script scripts/gpu_check.sh's GPU_BENCHMARKS names exists."""
+    text = (ROOT / "scripts" / "gpu_check.sh").read_text()
+    block = text[text.index("GPU_BENCHMARKS=("):text.index("\n)", text.index("GPU_BENCHMARKS=("))]
+    scripts = re.findall(r"python3 (benchmarks/\S+\.py)", block)
+    assert scripts and all((ROOT / s).exists() for s in scripts), scripts
+    assert all(s.startswith("benchmarks/studies/") for s in scripts)

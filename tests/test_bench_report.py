@@ -60,6 +60,8 @@ def test_report_embeds_plots_and_numbers_from_the_lines(results, tmp_path):
     # the skipped baseline is named with its note, and where and how it ran is stated
     assert "absent-baseline: skipped: absent-baseline is not installed" in text
     assert "Command: `python -m benchmarks" in text and "Versions:" in text and "Ran on:" in text
+    # recall is cited where it is defined
+    assert "`knngraph.evaluate`" in text and "DESIGN" not in text
 
 
 def test_missing_required_method_fails_and_writes_nothing(results, tmp_path):
@@ -111,7 +113,7 @@ def test_out_of_core_strategies_are_separate_points():
 
 
 # ----------------------------------------------------------------------------------------------------
-# cuVS baselines and time per call (issue 12): hand-made lines as the GPU suite writes them
+# cuVS baselines and time per call: hand-made lines as the GPU suite writes them
 
 from benchmarks.runner import report  # noqa: E402
 
@@ -234,3 +236,108 @@ def test_time_per_call_of_lines_written_before_call_s():
         old.pop(key, None)
     assert report.call_seconds(old) == pytest.approx(old["search_s"] / 100)  # 10,000 queries in 100 calls
     assert report.call_seconds({**old, "call_s": 0.002}) == 0.002
+
+
+# ----------------------------------------------------------------------------------------------------
+# the search graphs of GGNN and GRNND: rows, figures, and a new figure not yet measured
+
+SIFT100K = "sift-photos-100k"
+
+
+def _cpu_line(method, recall, qps, search, build_s, **extra):
+    line = {**_gpu_line(method, recall, qps, search=search, tag="search-graphs"), "device": "cpu",
+            "device_name": "AMD EPYC", "threads": 2, "input": None, "dataset": SIFT100K, "n": 100_000,
+            "build_s": build_s, "build_repeats": 1, "peak_gpu_bytes": None, "suite": "cpu",
+            "command": "python -m benchmarks suite cpu --parts search_graphs --threads 2",
+            "info": {"graph_degree": 24 if "ggnn" in method else 32, **extra}}
+    line["env"] = {**line["env"], "gpu": None, "cpu": "AMD EPYC", "cpu_count": 2}
+    return line
+
+
+def _search_graph_lines():
+    return [
+        _cpu_line("knngraph-ggnn", 0.9317, 31_506, {"tau": 0.5, "queue_size": 32}, 89.3),
+        _cpu_line("knngraph-ggnn", 0.9923, 5_296, {"tau": 0.7, "queue_size": 512}, 89.3),
+        _cpu_line("knngraph-song-on-ggnn", 0.9617, 23_293, {"queue_size": 64}, 91.5, from_graph_s=0.01),
+        _cpu_line("knngraph-song-on-grnnd", 0.9670, 25_475, {"queue_size": 64}, 8.9, mean_degree=9.9),
+        {**_cpu_line("knngraph-song", 0.9735, 6_236, {"queue_size": 32}, 21.5),
+         "build_params": {"graph": "nndescent", "graph_k": 64, "degree": 32}},  # in the earlier vocabulary
+        {**_cpu_line("hnswlib", 0.99, 9_000, {"ef": 80}, 30.0), "tag": ""},  # the comparison part: not drawn here
+    ]
+
+
+def _figure(name):
+    return next(f for f in report.FIGURES if f.name == name)
+
+
+def test_report_rows_of_the_search_graphs(tmp_path):
+    """The CPU figure of the search graphs draws GGNN's own search and the fast searcher on GGNN's and
+    GRNND's graphs, with their build times in the table and their best QPS in the summary, and the same
+    searcher on its prepared graph measured in the same run; lines of other runs (tags) stay out."""
+    path = tmp_path / "bench_cpu.jsonl"
+    path.write_text("\n".join(json.dumps(ln) for ln in _search_graph_lines()) + "\n")
+    fig = _figure("search_graphs_cpu_sift100k")
+    text = generate([path], tmp_path / "REPORT.md", tmp_path / "fig", figures=(fig,)).read_text()
+    assert (tmp_path / "fig" / "search_graphs_cpu_sift100k.png").stat().st_size > 1000
+    cells = _cells(text, "| knngraph-song-on-grnnd |")
+    assert cells[2] == "queue_size=64" and cells[4] == "0.967" and cells[6] == "25,475" and cells[10] == "8.9 (1x)"
+    assert "mean_degree=9.9" in cells[1]
+    ggnn = [ln for ln in text.splitlines() if ln.startswith("| knngraph-ggnn |")]
+    assert len(ggnn) == 2 and "tau=0.7, queue_size=512" in ggnn[1] and "89.3 (1x)" in ggnn[1]
+    # summary: the fastest setting reaching each recall floor, per method
+    summary = _cells(text, f"| {SIFT100K} (search-graphs) | CPU | knngraph-ggnn |")
+    assert summary[3:] == ["31,506 (tau=0.5, queue_size=32)", "5,296 (tau=0.7, queue_size=512)",
+                           "5,296 (tau=0.7, queue_size=512)"]
+    assert _cells(text, f"| {SIFT100K} (search-graphs) | CPU | knngraph-song-on-grnnd |")[3:] == (
+        ["25,475 (queue_size=64)"] * 2 + ["-"])
+    # SONG's line written with the earlier parameter names reads in today's
+    song = _cells(text, "| knngraph-song |")
+    assert song[1] == "build_algo=nndescent, intermediate_graph_degree=64, graph_degree=32 (graph_degree=32)"
+    assert "hnswlib" not in text
+
+
+def test_required_search_graph_method_missing_refuses(tmp_path):
+    path = tmp_path / "bench_cpu.jsonl"
+    lines = [ln for ln in _search_graph_lines() if ln["method"] != "knngraph-song-on-grnnd"]
+    path.write_text("\n".join(json.dumps(ln) for ln in lines) + "\n")
+    with pytest.raises(MissingDataError, match="search_graphs_cpu_sift100k: no measurement of knngraph-song-on-grnnd"):
+        generate([path], tmp_path / "REPORT.md", tmp_path / "fig", figures=(_figure("search_graphs_cpu_sift100k"),))
+
+
+def test_new_gpu_figure_is_not_yet_measured_until_the_gpu_suite_runs(tmp_path):
+    """The GPU figure of the search graphs was added before the GPU suite ran with it: the report says
+    so in its place (no plot) instead of refusing; once any of its methods is measured it is checked like
+    every figure. The figures that existed before keep refusing."""
+    fig = _figure("search_graphs_gpu_sift450k")
+    assert fig.allow_unmeasured and not any(f.allow_unmeasured for f in report.FIGURES if f is not fig)
+    cpu = tmp_path / "bench_cpu.jsonl"
+    cpu.write_text("\n".join(json.dumps(ln) for ln in _search_graph_lines()) + "\n")
+    gpu = tmp_path / "bench_gpu.jsonl"
+    gpu.write_text("\n".join(json.dumps(ln) for ln in _gpu_lines()) + "\n")
+    figs = (_figure("search_graphs_cpu_sift100k"), fig)
+    text = generate([cpu, gpu], tmp_path / "REPORT.md", tmp_path / "fig", figures=figs).read_text()
+    assert f"## {fig.title}\n\nNot yet measured: the results hold no line of knngraph-ggnn" in text
+    assert "`python -m benchmarks suite gpu`" in text
+    assert not (tmp_path / "fig" / f"{fig.name}.png").exists()
+    assert "| sift-photos-450k (search-graphs) | GPU |" not in text
+    # one of its methods measured, the others not: refused like any figure
+    partial = [{**_gpu_line("knngraph-ggnn", 0.95, 2e6, search={"tau": 0.5}), "tag": "search-graphs"}]
+    gpu.write_text("\n".join(json.dumps(ln) for ln in _gpu_lines() + partial) + "\n")
+    with pytest.raises(MissingDataError, match="search_graphs_gpu_sift450k: no measurement of knngraph-song-on-ggnn"):
+        generate([cpu, gpu], tmp_path / "R2.md", tmp_path / "fig2", figures=figs)
+    # an existing figure without its data still refuses
+    with pytest.raises(MissingDataError, match="pareto_gpu_sift450k: no measurement of knngraph-exact"):
+        generate([cpu], tmp_path / "R3.md", tmp_path / "fig3", figures=(_figure("pareto_gpu_sift450k"),))
+
+
+def test_earlier_song_parameters_and_machine_paths_read_in_todays_terms():
+    old = {**_gpu_line("knngraph-song", 0.95, 1e6, search={"queue_size": 64}),
+           "build_params": {"graph": "exact", "graph_k": 96, "degree": 32}, "date": "2026-11-01T00:00:00+00:00"}
+    new = {**old, "build_params": {"build_algo": "exact", "intermediate_graph_degree": 96, "graph_degree": 32},
+           "qps": 2e6, "date": "2026-12-01T00:00:00+00:00"}
+    kept = latest([report._upgrade(dict(old)), report._upgrade(dict(new))])
+    assert [ln["qps"] for ln in kept] == [2e6]  # the same point: the later measurement replaces the earlier
+    other = {**old, "method": "hnswlib", "build_params": {"graph": "x"}}
+    assert report._upgrade(dict(other))["build_params"] == {"graph": "x"}  # only SONG's parameters are renamed
+    assert report._command_text("python -m benchmarks suite gpu --out /root/out/bench_gpu.jsonl --plots") == (
+        "python -m benchmarks suite gpu --out $OUT/bench_gpu.jsonl --plots")

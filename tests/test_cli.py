@@ -296,14 +296,14 @@ def test_choice_options_are_checked_by_argparse(capsys):
 @pytest.mark.slow
 def test_warmup_leaves_nothing_to_compile(capsys, sample):
     """After ``knngraph warmup``, building and searching (threaded and serial kernels) compiles nothing."""
-    from knngraph.cli import _Timer
+    from knngraph.cli.common import Timer
     from knngraph.primitives.compile import SERIAL_BELOW
 
     code, out, _ = run(capsys, "warmup", "--dtype", "uint8", "--device", "cpu", "--json")
     res = json.loads(out)
     assert code == 0 and res["task"] == "warmup" and res["dtypes"] == ["uint8"] and res["compile_seconds"] >= 0
     x = np.asarray(sample.base[:SERIAL_BELOW + 500])
-    with _Timer() as t:
+    with Timer() as t:
         for rows in (x[:700], x):
             g = knngraph.knn_graph(rows, 12, method="nndescent", device="cpu", verbose=False)
             knngraph.knn(rows, sample.queries[:20], 5, device="cpu", verbose=False)
@@ -333,7 +333,7 @@ def test_first_run_compiles_nndescent_kernels_in_a_second_process(monkeypatch):
     import sys
 
     from knngraph import _firstrun
-    from knngraph.cli import _Timer
+    from knngraph.cli.common import Timer
     from knngraph.nndescent import cpu
 
     child = subprocess.run([sys.executable, "-m", "knngraph._firstrun", "uint8"], capture_output=True, text=True,
@@ -351,7 +351,7 @@ def test_first_run_compiles_nndescent_kernels_in_a_second_process(monkeypatch):
     from knngraph.primitives.compile import SERIAL_BELOW
 
     base = np.ascontiguousarray(load_sample().base[: SERIAL_BELOW + 200])
-    with _Timer() as t:
+    with Timer() as t:
         knngraph.knn_graph(base, 8, method="nndescent", device="cpu", verbose=False, init="random",
                            max_iterations=1)
     assert t.compiled == 0

@@ -5,12 +5,15 @@ graph, results have one form, files round-trip. CPU only (the GPU tests run the 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import numpy as np
 import pytest
 
 import knngraph
+from knngraph.graphops import UnreachableVerticesWarning
 from knngraph import registry
+from knngraph.index import SEARCH_KEYWORDS
 from knngraph.metrics import METRICS, pairwise_distances
 
 DTYPES = ("float32", "float16", "uint8", "int8")
@@ -66,6 +69,10 @@ def test_every_algorithm_has_the_contract_names(name):
         assert "k" not in names, "the graph degree is graph_degree; k is neighbours per query"
     if algorithm.builds_graphs:
         assert "graph_degree" in {f.name for f in dataclasses.fields(mod.IndexParams)}
+    if algorithm.searches:  # one set of search keywords (honoured or refused: test_search_keywords_...)
+        names = inspect.signature(mod.search).parameters
+        assert {"device", "verbose", *SEARCH_KEYWORDS} <= set(names), set(SEARCH_KEYWORDS) - set(names)
+        assert all(names[kw].kind is inspect.Parameter.KEYWORD_ONLY for kw in SEARCH_KEYWORDS)
 
 
 @pytest.mark.parametrize("name", list(registry.ALGORITHMS))
@@ -124,6 +131,8 @@ def _check_search_graph(method, g, x, ref, metric):
     d(n1, n2) >= d(v, n2)); and every graph searcher finds most true neighbours on it at its default
     search settings (a degree-6 RNG graph of 240 points keeps about 3 edges per node)."""
     tol = 2e-3 * (1 + np.abs(ref).max())
+    # edges the connectivity step added to reach what the rule's approximation left unreachable
+    linked = {tuple(e) for e in (g.info.get("connect") or {}).get("links", [])}
     for v, row in enumerate(g.indices):
         kept = row[row >= 0]
         assert len(kept) >= 1 and len(set(kept.tolist())) == len(kept) and v not in kept
@@ -131,6 +140,8 @@ def _check_search_graph(method, g, x, ref, metric):
             continue
         for a in range(len(kept)):
             for b in range(a + 1, len(kept)):
+                if (v, int(kept[a])) in linked or (v, int(kept[b])) in linked:
+                    continue
                 assert ref[kept[a], kept[b]] >= ref[v, kept[b]] - tol, (v, kept[a], kept[b])
     q = _data(x.dtype.name, n=20, seed=9)
     truth = np.sort(pairwise_distances(q.astype(np.float64), x.astype(np.float64), metric), axis=1)[:, 4]
@@ -233,6 +244,56 @@ def test_searcher_round_trips_and_gives_the_same_results(name, tmp_path):
         mod.load(path, metric="cosine")
 
 
+def _keyword_value(keyword, n, n_queries, k):
+    return {"filter": np.arange(n) % 3 == 0, "stats": {}, "memory_limit": "64MB",
+            "out": (np.empty((n_queries, k), np.float32), np.empty((n_queries, k), np.int32)),
+            "n_threads": 1}[keyword]
+
+
+@pytest.mark.parametrize("keyword", SEARCH_KEYWORDS)
+@pytest.mark.parametrize("name", SEARCHERS)
+def test_search_keywords_are_honoured_or_refused_by_name(name, keyword):
+    """Every searcher takes every search keyword of the contract (knngraph.index.SEARCH_KEYWORDS): a call
+    with it does what the keyword says (checked against brute force and the call without it), or is refused
+    with a ValueError naming the searcher and the keyword; never accepted and ignored."""
+    x = _data("float32", n=240)
+    q = _data("float32", n=12, seed=9)
+    mod, index = _search_index(name, x, "sqeuclidean")
+    plain_d, plain_i = mod.search(index, q, 5, device="cpu", verbose=False)
+    value = _keyword_value(keyword, 240, 12, 5)
+    searcher = registry.get(name).module.rsplit(".", 1)[1]
+    try:
+        d, i = mod.search(index, q, 5, device="cpu", verbose=False, **{keyword: value})
+    except ValueError as exc:
+        assert f"{searcher}.search does not support {keyword}=" in str(exc), exc
+        return
+    _check_result_form(d, i, 12, 5, 240)
+    if keyword == "filter":  # only allowed ids, (close to) the nearest allowed ones
+        assert value[i[i >= 0]].all()
+        ref = pairwise_distances(q, x)
+        ref[:, ~value] = np.inf
+        truth = np.sort(ref, axis=1)[:, 4]
+        hit = d <= truth[:, None] * (1 + 1e-4) + 1e-4
+        assert hit.mean() >= (1.0 if name == "exact" else 0.9), hit.mean()
+        return
+    np.testing.assert_array_equal(i, plain_i)  # the other keywords leave the answer as it is
+    np.testing.assert_allclose(d, plain_d, rtol=1e-6)
+    if keyword == "stats":
+        assert isinstance(value["seconds"], float) and value["seconds"] >= 0
+        if registry.get(name).searches_graphs:
+            assert 5 <= value["distances_per_query"] <= 240 and value["expansions_per_query"] >= 1
+    elif keyword == "out":
+        assert d is value[0] and i is value[1]
+        with pytest.raises(ValueError, match=r"out\[0\] \(distances\) must have shape \(12, 5\)"):
+            mod.search(index, q, 5, device="cpu", out=(np.empty((12, 4), np.float32), value[1]))
+    elif keyword == "memory_limit":
+        with pytest.raises(ValueError, match="memory_limit must be"):
+            mod.search(index, q, 5, device="cpu", memory_limit="lots")
+    else:
+        with pytest.raises(ValueError, match="n_threads must be a positive integer"):
+            mod.search(index, q, 5, device="cpu", n_threads=0)
+
+
 @pytest.mark.parametrize("builder", BUILDERS)
 @pytest.mark.parametrize("searcher", GRAPH_SEARCHERS)
 def test_every_graph_searcher_takes_every_builders_graph(searcher, builder):
@@ -254,7 +315,8 @@ def test_graph_searcher_pads_with_minus_one_and_inf(searcher):
     x = _data("float32", n=50)
     empty = knngraph.Graph(np.full((50, 4), -1, np.int32), np.full((50, 4), np.inf, np.float32))
     mod = registry.get(searcher).load()
-    index = mod.from_graph(empty, x, entry_points=np.array([7]), device="cpu")
+    with pytest.warns(UnreachableVerticesWarning, match="49 of 50 vertices"):
+        index = mod.from_graph(empty, x, entry_points=np.array([7]), device="cpu")
     d, i = mod.search(index, x[:3], 3, device="cpu")
     _check_result_form(d, i, 3, 3, 50)
     assert (i[:, 0] == 7).all() and (i[:, 1:] == -1).all()

@@ -1,33 +1,23 @@
-"""CPU query paths (issue 15): the beam searcher behind ``song.search`` on the CPU, its single-query and
-batch paths, ``n_threads``, the visited stamps reused across calls, any builder's graph (NN-Descent), and the
-few-query exact path of ``knngraph.knn``. Results are checked against brute force, the plain-Python
-reference walk of the beam search, and the GEMM exact path."""
+"""CPU query paths of ``song.search``: the fast searcher behind it on the CPU (its own tests are in
+tests/beam/test_search_cpu.py), its single-query and batch paths, ``n_threads``, any builder's graph
+(NN-Descent), filters, and the few-query exact path of ``knngraph.knn``. Results are checked against brute
+force and the GEMM exact path."""
 
 import numpy as np
 import pytest
 
 import knngraph
-from knngraph import metrics, nndescent, song
+from knngraph import metrics, song
 from knngraph.evaluate import recall_at_k
-from knngraph.primitives.distances import DIST_IP, DIST_L2SQ
-from knngraph.song import cpu
 
+from .beam.conftest import nnd_index  # noqa: F401 (the fixture)
 from .song.conftest import complete_graph, random_vectors
-from .song.test_beam_sim import reference_walk
 
 
 def _brute(base, queries, k, metric):
     full = metrics.pairwise_distances(queries, base, metric)
     order = np.array([np.lexsort((np.arange(base.shape[0]), row))[:k] for row in full])
     return np.take_along_axis(full, order, 1), order
-
-
-@pytest.fixture(scope="module")
-def nnd_index(sample):
-    """A SONG index over an NN-Descent graph of the 20k sample, prepared (the ``query()`` recipe)."""
-    g = nndescent.build(nndescent.IndexParams(graph_degree=32), sample.base, device="cpu", verbose=False).graph
-    prepared = knngraph.optimize_graph(g, sample.base, graph_degree=24, device="cpu", verbose=False)
-    return song.from_graph(prepared, sample.base, device="cpu", verbose=False)
 
 
 @pytest.mark.parametrize("algo", ["beam", "song"])
@@ -47,25 +37,6 @@ def test_complete_graph_is_exact(algo, dtype, metric, rng):
     got = np.take_along_axis(metrics.pairwise_distances(queries, base, metric), i.astype(np.int64), 1)
     assert recall_at_k(i, ref_i, 5, distances=got, true_distances=ref_d) == 1.0
     np.testing.assert_allclose(d, ref_d, rtol=1e-4, atol=1e-3 * max(1.0, float(np.abs(ref_d).max())))
-
-
-@pytest.mark.parametrize("kind", [DIST_L2SQ, DIST_IP])
-def test_beam_kernel_equals_reference_walk(kind, rng):
-    """Ids, distances, distance computations and expansions equal the plain-Python walk exactly (small
-    integers: every distance is exact), including rows with -1 and repeated entry points."""
-    x = rng.integers(0, 8, (300, 16)).astype(np.uint8)
-    q = rng.integers(0, 8, (12, 16)).astype(np.uint8)
-    ids = knngraph.optimize_graph(knngraph.knn_graph(x, 12, device="cpu", verbose=False), x, graph_degree=8,
-                                  fill=False, device="cpu").indices
-    assert (ids < 0).any()
-    entries = np.array([0, 7, 7, 100], np.int32)
-    for queue in (4, 11, 40):
-        d, i, nd, ne = cpu.search_beam(ids, x, q, np.zeros(1, np.float32), kind, entries, 4, queue)
-        for j in range(len(q)):
-            rd, ri, rn, rexp = reference_walk(ids, x, q[j], kind, entries, 4, queue)
-            np.testing.assert_array_equal(i[j], ri)
-            np.testing.assert_array_equal(d[j], rd.astype(np.float32))
-            assert (nd[j], ne[j]) == (rn, rexp)
 
 
 def test_recall_floor_on_nndescent_graph(sample, nnd_index):
@@ -95,25 +66,6 @@ def test_single_query_and_batch_paths_agree(sample, nnd_index):
     np.testing.assert_array_equal(d1, np.take_along_axis(full, i1.astype(np.int64), 1).astype(np.float32))
 
 
-def test_same_seed_same_result_and_stamps_wrap(sample, nnd_index):
-    """Two indexes from the same graph and seed answer identically; the visited stamps kept in an index
-    across calls (cleared when their generation counter wraps) never change a result."""
-    g = nnd_index.graph
-    sp = song.SearchParams(queue_size=16)
-    q = sample.queries[:64]
-    a = song.search(song.from_graph(g, sample.base, song.IndexParams(seed=3), device="cpu"), q, 10, sp,
-                    device="cpu", verbose=False)
-    other = song.from_graph(g, sample.base, song.IndexParams(seed=3), device="cpu")
-    b = song.search(other, q, 10, sp, device="cpu", verbose=False)
-    np.testing.assert_array_equal(a.indices, b.indices)
-    sc = cpu.index_scratch(other)
-    sc.gens[:] = 65534  # the next queries cross the wrap-around
-    c = song.search(other, q, 10, sp, device="cpu", verbose=False, n_threads=2)
-    np.testing.assert_array_equal(a.indices, c.indices)
-    np.testing.assert_array_equal(a.distances, c.distances)
-    assert (sc.gens <= 65535).all()
-
-
 def test_out_and_padding_and_bad_arguments(sample, nnd_index, rng):
     q = sample.queries[:3]
     out = (np.empty((3, 5), np.float32), np.empty((3, 5), np.int32))
@@ -125,7 +77,9 @@ def test_out_and_padding_and_bad_arguments(sample, nnd_index, rng):
     base = rng.standard_normal((10, 3)).astype(np.float32)
     ids = np.full((10, 2), -1, np.int32)
     ids[0] = [1, 2]
-    small = song.from_graph(knngraph.Graph(ids, np.zeros((10, 2), np.float32)), base, entry_points=[0], device="cpu")
+    with pytest.warns(knngraph.graphops.UnreachableVerticesWarning, match="7 of 10 vertices"):
+        small = song.from_graph(knngraph.Graph(ids, np.zeros((10, 2), np.float32)), base, entry_points=[0],
+                                device="cpu")
     d, i = song.search(small, base[:1], 5, song.SearchParams(queue_size=5), device="cpu", verbose=False)
     assert sorted(i[0, :3].tolist()) == [0, 1, 2] and i[0, 3:].tolist() == [-1, -1] and np.isinf(d[0, 3:]).all()
     for bad in (0, -1, 1.5, True):
@@ -182,52 +136,3 @@ def test_few_query_exact_path_matches_gemm_path(dtype, metric, rng):
         np.testing.assert_array_equal(few[1], ref_i)
 
 
-@pytest.mark.gpu
-def test_cpu_beam_returns_the_gpu_beams_ids(sample, nnd_index):
-    """On uint8 data every distance is an exact integer on both sides, so the CPU beam searcher and the
-    GPU's (song/_beam_kernels.py) walk identically: same ids, distances and work per query."""
-    pytest.importorskip("cupy")
-    for queue in (16, 64):
-        sp = song.SearchParams(queue_size=queue, algo="beam", search_width=1)  # the CPU expands one at a time
-        sc, sg = {}, {}
-        dc, ic = song.search(nnd_index, sample.queries, 10, sp, device="cpu", verbose=False, stats=sc)
-        dg, ig = song.search(nnd_index, sample.queries, 10, sp, device="cuda", verbose=False, stats=sg)
-        np.testing.assert_array_equal(ic, ig)
-        np.testing.assert_array_equal(dc, dg)
-        assert sc["expansions_per_query"] == sg["expansions_per_query"]
-
-
-def test_half_bits_widen_every_finite_float16_exactly():
-    import numba
-
-    @numba.njit
-    def widen(bits):
-        out = np.empty(bits.shape[0], np.float32)
-        for t in range(bits.shape[0]):
-            out[t] = cpu.half_bits_to_float32(bits[t])
-        return out
-
-    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-    halves = bits.view(np.float16)
-    finite = np.isfinite(halves)
-    got = widen(bits[finite])
-    want = halves[finite].astype(np.float32)
-    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))  # signed zeros and subnormals too
-
-
-@pytest.mark.parametrize("metric", metrics.METRICS)
-def test_float16_index_searches_its_bits_as_the_float32_copy(metric, rng):
-    """A float16 index's CPU beam search reads the float16 bit patterns (half the bytes); it walks and
-    answers as the float32 copy of the same vectors does."""
-    base = (rng.standard_normal((2000, 48)) * np.where(rng.random((2000, 48)) < 0.1, 1e-6, 1.0)).astype(np.float16)
-    queries = rng.standard_normal((40, 48)).astype(np.float16)
-    g = knngraph.knn_graph(base, 16, metric=metric, device="cpu", verbose=False)
-    half = song.from_graph(g, base, device="cpu", verbose=False)
-    single = song.from_graph(g, base.astype(np.float32), device="cpu", verbose=False)
-    sp = song.SearchParams(queue_size=32)
-    stats = {}
-    dh, ih = half.search(queries, 10, sp, device="cpu", verbose=False, stats=stats)
-    assert stats["algo"] == "beam" and half._cache["cpu-half-bits"].dtype == np.uint16
-    ds, is_ = single.search(queries.astype(np.float32), 10, sp, device="cpu", verbose=False)
-    np.testing.assert_array_equal(ih, is_)
-    np.testing.assert_allclose(dh, ds, rtol=1e-5, atol=1e-5)

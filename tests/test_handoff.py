@@ -193,20 +193,29 @@ def test_hdbscan_on_the_sparse_graph_finds_the_clusters(rng):
     assert (found == -1).mean() < 0.1
 
 
-def test_tsne_on_the_sparse_graph(rng):
+@pytest.mark.slow
+def test_tsne_at_the_default_perplexity_needs_3_perplexity_plus_1_neighbours_and_self(rng):
+    """scikit-learn's TSNE (perplexity 30) on the sparse graph: each row must hold the point itself and
+    3 * 30 + 1 = 91 neighbours, so a k=91 graph with include_self=True embeds as well as TSNE's own
+    neighbour search and keeps the clusters apart, and a k=90 one is refused by scikit-learn."""
     from sklearn.manifold import TSNE, trustworthiness
 
     x, labels = _blobs(rng, n_per=100, centers=((0, 0, 0), (8, 0, 0), (0, 8, 0)))
-    g = knngraph.knn_graph(x, 16, device="cpu", verbose=False)  # sqeuclidean: t-SNE's affinities use it
+    tsne = TSNE(perplexity=30, metric="precomputed", init="random", max_iter=500, random_state=0)
+    g = knngraph.knn_graph(x, 91, device="cpu", verbose=False)  # sqeuclidean: t-SNE's affinities use it
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # rows sorted by distance: no EfficiencyWarning
-        emb = TSNE(perplexity=5, metric="precomputed", init="random", max_iter=250, random_state=0).fit_transform(
-            g.to_csr(include_self=True))  # scikit-learn counts the sample: 3 * perplexity + 1 entries
-    assert trustworthiness(x, emb, n_neighbors=5) >= 0.9
+        emb = tsne.fit_transform(g.to_csr(include_self=True))
+    own = TSNE(perplexity=30, init="random", max_iter=500, random_state=0).fit_transform(x)
+    t_ours, t_own = trustworthiness(x, emb, n_neighbors=5), trustworthiness(x, own, n_neighbors=5)
+    assert t_ours >= 0.95 and t_ours >= t_own - 0.01, (t_ours, t_own)
     centroids = np.array([emb[labels == c].mean(0) for c in range(3)])
     spread = max(np.linalg.norm(emb[labels == c] - centroids[c], axis=1).mean() for c in range(3))
     gaps = min(np.linalg.norm(centroids[a] - centroids[b]) for a in range(3) for b in range(a + 1, 3))
     assert gaps > 2 * spread  # three separate groups
+    short = knngraph.knn_graph(x, 90, device="cpu", verbose=False)
+    with pytest.raises(ValueError, match="92 neighbors per samples are required, but some samples have only 91"):
+        tsne.fit_transform(short.to_csr(include_self=True))
 
 
 @pytest.mark.gpu

@@ -109,7 +109,7 @@ def test_bad_select_option(base):
 
 
 def test_unknown_graph_method(base):
-    with pytest.raises(ValueError, match="unknown algorithm 'magic'; available: .*exact"):
+    with pytest.raises(ValueError, match="method='magic' is not a graph builder; graph builders: .*exact"):
         knngraph.knn_graph(base, 3, method="magic")
 
 
@@ -151,7 +151,10 @@ def test_graph_rejects_bad_arrays():
         knngraph.Graph(np.zeros((3, 2), np.int64), np.zeros((3, 2), np.float32))
     with pytest.raises(ValueError, match="same 2-D shape"):
         knngraph.Graph(np.zeros((3, 2), np.int32), np.zeros((3, 3), np.float32))
-    g = knngraph.Graph(np.array([[1], [5]], np.int32), np.zeros((2, 1), np.float32))
+    with pytest.raises(ValueError, match="graph row 1 holds neighbour ids outside \\[-1, 2\\)"):
+        knngraph.Graph(np.array([[1], [5]], np.int32), np.zeros((2, 1), np.float32))
+    g = knngraph.Graph(np.array([[1], [0]], np.int32), np.zeros((2, 1), np.float32))
+    g.indices[1, 0] = 5  # changed in place: validate_ids (every converter calls it) says so
     with pytest.raises(ValueError, match="graph row 1 holds neighbour ids outside \\[-1, 2\\)"):
         g.validate_ids()
 

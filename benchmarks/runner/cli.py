@@ -3,6 +3,8 @@
     python -m benchmarks list                                   # datasets, methods, what is installed
     python -m benchmarks run --dataset sift-photos-100k --task search \\
         --method knngraph-song --method hnswlib --set hnswlib.ef=10,40,160 --out out/mine.jsonl
+    python -m benchmarks run --dataset sift-photos-100k --method knngraph-ggnn --method knngraph-song-on-grnnd \\
+        --set knngraph-ggnn.tau=0.3,0.5,1.0 --set knngraph-ggnn.graph_degree=40 --out out/graphs.jsonl
     python -m benchmarks run --dataset sift-photos-450k --device cuda --method knngraph-song --method cuvs-cagra \\
         --batch-sizes 1,10,100,1000 --max-calls 1000 --out out/batches.jsonl   # time per call, small batches
     python -m benchmarks run --dataset synth:n=1m,d=128,nq=0 --task graph --method knngraph-nndescent \\
@@ -12,6 +14,9 @@
     python -m benchmarks report                                 # benchmarks/REPORT.md from benchmarks/results
 
 Every run appends one JSON line per measured point to ``--out`` (fields: :mod:`benchmarks.runner.run`).
+knngraph's methods (``knngraph-<algorithm>``, and ``knngraph-song-on-<builder>`` for the search graphs of
+GGNN and GRNND) take the fields of the algorithm's ``IndexParams`` and ``SearchParams`` as ``--set``
+parameters; a ``SearchParams`` field is a search parameter, any other a build parameter.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["main", "parse_value", "parse_sets"]
+__all__ = ["main", "parse_value", "parse_sets", "split_params"]
 
 _REPO = Path(__file__).resolve().parents[2]
 
@@ -53,6 +58,14 @@ def parse_sets(items) -> dict:
     return out
 
 
+def split_params(method, own: dict) -> tuple[dict, dict]:
+    """(build, search) parameter lists of ``--set`` values for ``method``: a parameter the method sweeps
+    at search time or lists among its search parameters (``search_keys``: a knngraph method's
+    ``SearchParams`` fields) is a search parameter, any other a build parameter."""
+    search = {p: v for p, v in own.items() if p in method.search_sweep or p in method.search_keys}
+    return {p: v for p, v in own.items() if p not in search}, search
+
+
 def _batch_sizes(text: str) -> list:
     """'1,10,all' -> [1, 10, None]; '' -> [None] (all queries in one call)."""
     if not text:
@@ -76,10 +89,12 @@ def _threads(value) -> int:
 def cmd_list(args) -> int:
     from .methods import METHODS
 
-    print("methods (task, devices, installed):")
+    print("methods (task, devices, search knob swept by default, installed):")
     for m in METHODS.values():
         miss = m.missing()
-        print(f"  {m.name:<24} {','.join(m.tasks):<14} {','.join(m.devices):<10} {'yes' if not miss else miss}")
+        knob = ",".join(m.search_sweep) or "-"
+        print(f"  {m.name:<24} {','.join(m.tasks):<14} {','.join(m.devices):<10} {knob:<18} "
+              f"{'yes' if not miss else miss}")
     print("datasets: sample, sift-photos-{20k,100k,450k,770k}, minilm-words, hdf5:PATH, "
           "bigann:base=P,query=Q,gt=G[,metric=M], synth:n=N,d=D[,seed=S,nq=Q]; options nq=, n=")
     return 0
@@ -96,8 +111,7 @@ def cmd_run(args) -> int:
             method = get(name)
             own = sets.get(name, {})
             if args.task == "search":
-                search = {p: v for p, v in own.items() if p in method.search_sweep or p in method.search_keys}
-                build = {p: v for p, v in own.items() if p not in search}
+                build, search = split_params(method, own)
                 spec = RunSpec(ds, "search", name, device=args.device, k=args.k,
                                build={**method.build_sweep, **build} if own else None,
                                search={**method.search_sweep, **search} if own else None)
@@ -117,16 +131,17 @@ def cmd_run(args) -> int:
 
 def cmd_suite(args) -> int:
     from .run import Runner
-    from .suites import DEFAULT_GPU_PARTS, GPU_PARTS, cpu_suite, gpu_suite
+    from .suites import CPU_PARTS, DEFAULT_GPU_PARTS, GPU_PARTS, cpu_suite, gpu_suite
 
+    known, default = (CPU_PARTS, CPU_PARTS) if args.which == "cpu" else (GPU_PARTS, DEFAULT_GPU_PARTS)
+    parts = tuple(args.parts.split(",")) if args.parts else default
+    unknown = set(parts) - set(known)
+    if unknown:
+        raise SystemExit(f"unknown {args.which} parts {sorted(unknown)}; parts: {', '.join(known)}")
     if args.which == "cpu":
-        specs = cpu_suite(quick=args.quick)
+        specs = cpu_suite(parts, quick=args.quick)
         out = args.out or (_REPO / "benchmarks" / "results" / "bench_cpu.jsonl")
     else:
-        parts = tuple(args.parts.split(",")) if args.parts else DEFAULT_GPU_PARTS
-        unknown = set(parts) - set(GPU_PARTS)
-        if unknown:
-            raise SystemExit(f"unknown parts {sorted(unknown)}; parts: {', '.join(GPU_PARTS)}")
         sizes = tuple(int(float(s.lower().replace("m", "e6").replace("k", "e3"))) for s in args.ooc_sizes.split(","))
         specs = gpu_suite(parts, quick=args.quick, device=args.device or "cuda", ooc_sizes=sizes,
                           ooc_time_limit_s=args.ooc_time_limit)
@@ -194,8 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("which", choices=("cpu", "gpu"))
     p.add_argument("--out", default=None, help="JSON-lines file (cpu: benchmarks/results/bench_cpu.jsonl, "
                                                "gpu: $OUT/bench_gpu.jsonl)")
-    p.add_argument("--parts", default="", help="GPU parts, comma-separated, of sift,scaling,ooc,ooc_probe "
-                                               "(default sift,scaling,ooc)")
+    p.add_argument("--parts", default="", help="parts, comma-separated: cpu of compare,search_graphs (default both); "
+                                               "gpu of sift,search_graphs,scaling,ooc,ooc_probe (default all but "
+                                               "ooc_probe)")
     p.add_argument("--ooc-sizes", default="1m,10m", help="GPU out-of-core sizes (default 1m,10m)")
     p.add_argument("--ooc-time-limit", type=float, default=None,
                    help="seconds after which an out-of-core build is abandoned with a 'timeout' line")

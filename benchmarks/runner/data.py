@@ -1,13 +1,17 @@
-"""Datasets for the runner, named by a spec string ``NAME[:key=value,...]``.
+"""Datasets for the runner and the studies, named by a spec string ``NAME[:key=value,...]``.
 
 =======================  ==========================================================================
 spec                     data
 =======================  ==========================================================================
 ``sample``               the bundled sample: 20k SIFT descriptors (uint8), 1k queries, exact top-100
 ``sift-photos-100k``     ``../shared/datasets/sift-photos`` with the first N base rows, N in 20k, 100k,
-                         450k, 770k (``sift-photos-770k`` = all 770,533); 10k queries. On the GPU
-                         machine 450k is read from ``.data/`` when the shared folder is absent.
-``minilm-words``         ``../shared/datasets/minilm-words``: 60k x 384 float16, cosine, 5k queries
+                         450k, 770k (``sift-photos-770k`` = all 770,533); 10k queries. On a GPU
+                         machine without the shared folder the rows come from ``.data/`` (or
+                         ``$KNNGRAPH_DEVICE_DATA``, cut by ``scripts/prepare_device_data.py``): the 450k
+                         base, its prefixes, and the whole base where the rest was unpacked beside it.
+``minilm-words``         minilm-words: 60k x 384 float16, cosine, 5k queries, from
+                         ``$KNNGRAPH_MINILM_DIR`` (a folder with ``base.npy``, ``query.npy`` and
+                         ``gt100-cosine.ibin``) when set, else ``../shared/datasets/minilm-words``
 ``hdf5:PATH``            an ann-benchmarks HDF5 file (train / test / neighbors, metric attribute)
 ``bigann:base=P,query=Q,gt=G[,metric=M]``  big-ann-benchmarks binary files (``.u8bin``, ``.fbin``, ...;
                          ground truth ``.ibin``); metric default sqeuclidean
@@ -18,27 +22,32 @@ spec                     data
 Options for every spec: ``nq=`` keeps the first nq queries; ``n=`` keeps the first n base rows (the
 ground truth is then recomputed). Where a dataset has no ground truth (``synth``, ``n=``), it is computed
 when a search run first needs it, by knngraph's own exact k-NN (:func:`knngraph.knn`), on the GPU when
-one is usable.
+one is usable. :func:`sift_photos` names the spec of any number of sift-photos rows.
 
 Returned distances are never trusted from files: :func:`exact_distances` recomputes the distance of every
 true and every returned id in float64 under the dataset's metric, so ties are judged the same way for
-every method (DESIGN.md: an id at the true k-th distance counts as correct).
+every method (:mod:`knngraph.evaluate`: an id at the true k-th distance counts as correct; scoring is
+:mod:`benchmarks.runner.quality`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Dataset", "load", "parse_spec", "exact_distances", "GT_K"]
+__all__ = ["Dataset", "load", "parse_spec", "exact_distances", "host", "sift_photos", "device_data_dir", "GT_K",
+           "SIFT_ROWS"]
 
 #: neighbours per query kept in the ground truth the runner computes itself
 GT_K = 100
 
-_SIFT_SIZES = {"20k": 20_000, "100k": 100_000, "450k": 450_000, "770k": 770_533}
+#: rows of the whole sift-photos base
+SIFT_ROWS = 770_533
+_SIFT_SIZES = {"20k": 20_000, "100k": 100_000, "450k": 450_000, "770k": SIFT_ROWS}
 
 
 @dataclasses.dataclass
@@ -133,9 +142,9 @@ def _int(options: dict, key: str, default=None):
 
 def exact_distances(base, queries, ids, metric: str, chunk: int = 2048) -> np.ndarray:
     """float64 distance of ``queries[r]`` to ``base[ids[r, j]]`` under ``metric`` (inf where id < 0)."""
-    base = np.asarray(base) if not hasattr(base, "__cuda_array_interface__") else _host(base)
-    queries = _host(queries)
-    ids = _host(ids).astype(np.int64, copy=False)
+    base = host(base)
+    queries = host(queries)
+    ids = host(ids).astype(np.int64, copy=False)
     out = np.full(ids.shape, np.inf)
     for s in range(0, ids.shape[0], chunk):
         e = min(ids.shape[0], s + chunk)
@@ -161,11 +170,14 @@ def exact_distances(base, queries, ids, metric: str, chunk: int = 2048) -> np.nd
     return out
 
 
-def _host(a):
+def host(a) -> np.ndarray:
+    """``a`` (NumPy, CuPy, PyTorch, anything with ``__cuda_array_interface__``) as a NumPy array."""
     if hasattr(a, "__cuda_array_interface__"):
         import cupy
 
         return cupy.asnumpy(cupy.asarray(a))
+    if type(a).__module__.startswith("torch"):
+        return a.detach().cpu().numpy()
     return np.asarray(a)
 
 
@@ -174,7 +186,7 @@ def _truth(base, queries, metric: str, k: int) -> np.ndarray:
     import knngraph
 
     _, ids = knngraph.knn(base, queries, min(k, base.shape[0]), metric=metric, device="auto", verbose=False)
-    return _host(ids).astype(np.int64)
+    return host(ids).astype(np.int64)
 
 
 def _finish(name, base, queries, metric, gt_ids, source, options) -> Dataset:
@@ -205,8 +217,7 @@ def load(spec: str) -> Dataset:
             raise ValueError(f"sift-photos sizes with ground truth: {', '.join(_SIFT_SIZES)}; got {name!r}")
         return _load_sift(spec, _SIFT_SIZES[m.group(1)], options)
     if name == "minilm-words":
-        s = datasets.load_minilm_words()
-        return _finish(spec, s.base, s.queries, s.metric, s.gt_indices, "../shared/datasets/minilm-words", options)
+        return _load_minilm(spec, options)
     if name == "hdf5":
         d = io.read_ann_benchmarks(options["path"])
         return _finish(spec, d["train"], d["test"], d["metric"], d["neighbors"], f"ann-benchmarks file {options['path']}",
@@ -224,6 +235,25 @@ def load(spec: str) -> Dataset:
                      "hdf5:PATH, bigann:base=...,query=...,gt=..., synth:n=N,d=D")
 
 
+def device_data_dir() -> Path | None:
+    """Where a GPU run finds the cut real data: ``$KNNGRAPH_DEVICE_DATA``, else the repository's ``.data/``
+    (carried to the GPU machine), if either exists."""
+    for cand in (os.environ.get("KNNGRAPH_DEVICE_DATA"), Path(__file__).resolve().parents[2] / ".data"):
+        if cand and Path(cand).is_dir():
+            return Path(cand)
+    return None
+
+
+def sift_photos(n: int, nq: int | None = None) -> str:
+    """The spec of the first ``n`` rows of sift-photos (and first ``nq`` queries): a size with ground truth
+    files where ``n`` is one, else the next larger one cut to ``n`` rows (ground truth recomputed)."""
+    if not 1 <= n <= SIFT_ROWS:
+        raise ValueError(f"sift-photos has {SIFT_ROWS} rows, asked for n={n}")
+    name, size = next((k, v) for k, v in _SIFT_SIZES.items() if v >= n)
+    opts = ([f"n={n}"] if n != size else []) + ([f"nq={nq}"] if nq is not None else [])
+    return f"sift-photos-{name}" + (":" + ",".join(opts) if opts else "")
+
+
 def _load_sift(spec: str, n_base: int, options: dict) -> Dataset:
     from knngraph import datasets, io
 
@@ -231,15 +261,35 @@ def _load_sift(spec: str, n_base: int, options: dict) -> Dataset:
     if shared is not None and (shared / "sift-photos" / "base.u8bin").exists():
         s = datasets.load_sift_photos(n_base)
         return _finish(spec, s.base, s.queries, s.metric, s.gt_indices, "../shared/datasets/sift-photos", options)
-    from benchmarks._common import device_data_dir
-
     dd = device_data_dir()
-    if n_base == 450_000 and dd is not None and (dd / "sift450k-base.u8bin").exists():
-        return _finish(spec, io.read(dd / "sift450k-base.u8bin", mmap=False), io.read(dd / "sift-query.u8bin", mmap=False),
-                       "sqeuclidean", io.read(dd / "sift450k-gt32.ibin", mmap=False),
-                       "sift-photos 450k cut into .data/ by scripts/prepare_device_data.py (exact top-32)", options)
+    if dd is not None and (dd / "sift450k-base.u8bin").exists():
+        queries = io.read(dd / "sift-query.u8bin", mmap=False)
+        source = "sift-photos cut into .data/ by scripts/prepare_device_data.py (exact top-32)"
+        if n_base == SIFT_ROWS and (dd / "sift770k-rest.u8bin").exists():
+            # the rows past 450k and the whole base's ground truth come in a second carry
+            # (scripts/prepare_device_data.py --rest770)
+            base = np.concatenate([io.read(dd / "sift450k-base.u8bin"), io.read(dd / "sift770k-rest.u8bin")])
+            return _finish(spec, base, queries, "sqeuclidean", io.read(dd / "sift770k-gt32.ibin", mmap=False), source,
+                           options)
+        if n_base <= 450_000:
+            base = io.read(dd / "sift450k-base.u8bin", mmap=False, rows=(0, n_base))
+            gt = io.read(dd / "sift450k-gt32.ibin", mmap=False) if n_base == 450_000 else None
+            return _finish(spec, base, queries, "sqeuclidean", gt,
+                           source if gt is not None else f"first {n_base} rows of the 450k cut in .data/", options)
     raise FileNotFoundError(f"{spec}: sift-photos not found in ../shared/datasets (or $KNNGRAPH_DATASETS)"
-                            + (" nor .data/sift450k-*" if n_base == 450_000 else ""))
+                            " nor in .data/ (or $KNNGRAPH_DEVICE_DATA)")
+
+
+def _load_minilm(spec: str, options: dict) -> Dataset:
+    from knngraph import datasets, io
+
+    folder = os.environ.get("KNNGRAPH_MINILM_DIR")
+    if folder:
+        d = Path(folder)
+        return _finish(spec, np.load(d / "base.npy"), np.load(d / "query.npy"), "cosine",
+                       io.read(d / "gt100-cosine.ibin", mmap=False), "minilm-words from $KNNGRAPH_MINILM_DIR", options)
+    s = datasets.load_minilm_words()
+    return _finish(spec, s.base, s.queries, s.metric, s.gt_indices, "../shared/datasets/minilm-words", options)
 
 
 def _load_synth(spec: str, options: dict) -> Dataset:

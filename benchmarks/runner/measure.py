@@ -1,8 +1,14 @@
-"""Timing protocol, peak memory, and the description of the machine and library versions.
+"""Timing protocol, peak memory, the description of the machine and library versions, and the JSON lines
+that carry them: what the runner and every study measure with.
 
-Timing protocol (issue 5): one warm-up call whose time is reported separately (``first_call_s``: JIT
-compilation and first-use caches land here), then the median of ``repeats`` timed calls; before each clock
-read, GPU work (CuPy and PyTorch) is synchronised.
+Timing protocol: one warm-up call whose time is reported separately (``first_call_s``: JIT compilation
+and first-use caches land here), then the median of ``repeats`` timed calls (:func:`time_calls`); before
+each clock read, GPU work (CuPy and PyTorch) is synchronised. :func:`host_seconds` is the one other clock:
+the host time of a call that returns before its GPU work ends (the device is synchronised before the
+call, not after).
+
+Every JSON line (:class:`JsonLines`, :class:`benchmarks.runner.run.Runner`) ends with ``date`` (UTC),
+``command`` (the command line that wrote it) and ``env`` (:func:`environment`).
 """
 
 from __future__ import annotations
@@ -10,21 +16,24 @@ from __future__ import annotations
 import datetime
 import importlib
 import importlib.metadata
+import json
 import os
 import platform
+import shlex
 import statistics
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
-__all__ = ["sync", "Timing", "time_calls", "HostPeak", "GpuPeak", "environment", "library_versions"]
+__all__ = ["sync", "Timing", "time_calls", "host_seconds", "HostPeak", "GpuPeak", "environment", "library_versions",
+           "now", "command_line", "json_default", "JsonLines"]
 
 
 def sync() -> None:
     """Wait for all queued GPU work (CuPy and PyTorch), if either is loaded and has a GPU."""
-    import sys
-
     if "cupy" in sys.modules:
         try:
             sys.modules["cupy"].cuda.runtime.deviceSynchronize()
@@ -41,13 +50,17 @@ def sync() -> None:
 
 class Timing:
     """Result of :func:`time_calls`: ``median_s``, every timed call's ``all_s``, ``first_call_s`` (None
-    without warm-up) and the last call's return value ``result``."""
+    without warm-up), the last call's return value ``result``, and the process CPU seconds of each timed
+    call ``cpu_all_s`` with their median ``cpu_median_s`` (all threads of the process: on a machine shared
+    with other work, the steadier measure of a CPU call's work)."""
 
-    def __init__(self, median_s, all_s, first_call_s, result):
+    def __init__(self, median_s, all_s, first_call_s, result, cpu_all_s=None):
         self.median_s = median_s
         self.all_s = all_s
         self.first_call_s = first_call_s
         self.result = result
+        self.cpu_all_s = cpu_all_s or []
+        self.cpu_median_s = statistics.median(self.cpu_all_s) if self.cpu_all_s else None
 
 
 def time_calls(fn, repeats: int = 3, warmup: bool = True) -> Timing:
@@ -60,15 +73,32 @@ def time_calls(fn, repeats: int = 3, warmup: bool = True) -> Timing:
         result = fn()
         sync()
         first = time.perf_counter() - t0
-    times = []
+    times, cpu = [], []
     for _ in range(max(1, repeats)):
         result = None  # let the previous result go before the next call allocates its own
         sync()
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         result = fn()
         sync()
         times.append(time.perf_counter() - t0)
-    return Timing(statistics.median(times), times, first, result)
+        cpu.append(time.process_time() - c0)
+    return Timing(statistics.median(times), times, first, result, cpu)
+
+
+def host_seconds(fn, calls: int, warmup: int = 1) -> list[float]:
+    """Host seconds of each of ``calls`` calls of ``fn()`` after ``warmup`` untimed ones: the device is
+    synchronised before each call and after its clock stops, so a call that only queues GPU work is
+    timed for its host part alone (launch overhead, argument checks)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(calls):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        sync()
+    return times
 
 
 class HostPeak:
@@ -166,8 +196,6 @@ class GpuPeak:
             pass
 
     def reset(self) -> None:
-        import sys
-
         sync()
         if "cupy" in sys.modules and self.available:
             if self._cupy_peak is None:
@@ -182,8 +210,6 @@ class GpuPeak:
                 torch.cuda.reset_peak_memory_stats()
 
     def peak_bytes(self) -> int | None:
-        import sys
-
         if not self.available:
             return None
         total = 0
@@ -292,3 +318,62 @@ def as_float(x) -> float | None:
     if x is None:
         return None
     return float(np.asarray(x))
+
+
+def command_line() -> str:
+    """This process's command line as it would be typed (``python -m benchmarks ...`` for the runner,
+    ``python benchmarks/studies/NAME.py ...`` for a study)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:
+        head = ["python", "-m", spec.name.removesuffix(".__main__")]
+    else:
+        script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+        root = Path(__file__).resolve().parents[2]
+        head = ["python", str(script.relative_to(root)) if script and script.is_relative_to(root) else sys.argv[0]]
+    return shlex.join(head + sys.argv[1:])
+
+
+def json_default(o):
+    """JSON form of NumPy scalars and arrays, paths, and anything else (its repr)."""
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    return repr(o)
+
+
+class JsonLines:
+    """Append one JSON object per measurement to ``path`` (flushed at once) and echo it without ``env``.
+
+    Every line gets ``date``, ``command`` and ``env`` after its own fields, as the runner's lines do; the
+    environment is described once per file object.
+
+    Parameters
+    ----------
+    path : path
+    command : str, optional
+        Default: :func:`command_line`.
+    echo : bool, default=True
+    """
+
+    def __init__(self, path, command: str | None = None, echo: bool = True):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.command = command or command_line()
+        self.env = environment()
+        self.echo = echo
+        self.rows: list[dict] = []
+
+    def write(self, **row) -> dict:
+        row = {**row, "date": now(), "command": self.command, "env": self.env}
+        text = json.dumps(row, default=json_default)
+        with open(self.path, "a") as fh:
+            fh.write(text + "\n")
+        self.rows.append(row)
+        if self.echo:
+            print(json.dumps({k: v for k, v in row.items() if k not in ("env", "command")}, default=json_default),
+                  flush=True)
+        return row

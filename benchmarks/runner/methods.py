@@ -10,6 +10,11 @@ values for each (``build_sweep`` / ``search_sweep`` / ``graph_sweep`` hold the d
 command line override them). A baseline whose library is not installed reports why in :meth:`missing`
 and the runner writes a ``skipped`` line with that note: nothing is ever substituted for it.
 
+knngraph's methods are its registry (:mod:`knngraph.registry`) through one adapter,
+:class:`KnngraphMethod`: ``knngraph-<algorithm>`` for every algorithm, and ``knngraph-song-on-<builder>``
+for the builders of search graphs (GGNN, GRNND), whose graphs the fast searcher searches as built. Only
+their public API is used (``build``, ``search``, ``from_graph``, ``knngraph.knn_graph``).
+
 Inputs: on ``device="cuda"`` knngraph and PyTorch receive the base and queries already on the GPU (CuPy
 arrays, uploaded once per dataset outside the timings) unless a run asks for ``input="host"``; CPU
 libraries receive NumPy arrays. Conversions a library needs (uint8 / float16 -> float32, normalising
@@ -28,10 +33,14 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
+import time
 
 import numpy as np
 
-__all__ = ["Context", "Method", "METHODS", "get", "strip_self"]
+from .data import host as _host
+from .measure import sync
+
+__all__ = ["Context", "Method", "KnngraphMethod", "METHODS", "GRAPH_SEARCHER", "KNOB_SWEEPS", "get", "strip_self"]
 
 
 @dataclasses.dataclass
@@ -41,16 +50,6 @@ class Context:
     device: str = "cpu"
     threads: int = 1
     seed: int = 0
-
-
-def _host(a) -> np.ndarray:
-    if hasattr(a, "__cuda_array_interface__"):
-        import cupy
-
-        return cupy.asnumpy(cupy.asarray(a))
-    if type(a).__module__.startswith("torch"):
-        return a.detach().cpu().numpy()
-    return np.asarray(a)
 
 
 def _float32(x) -> np.ndarray:
@@ -130,35 +129,103 @@ class Method:
 # --------------------------------------------------------------------------------------------------
 # knngraph
 
+#: the searcher that searches the search graphs of GRNND and GGNN (``song.search``, whose ``algo='auto'`` is
+#: the library's fast searcher)
+GRAPH_SEARCHER = "song"
+#: values swept by default for each search knob of the registry (:attr:`knngraph.registry.Algorithm.search_knob`);
+#: a knob missing here is swept over its ``SearchParams`` default alone
+KNOB_SWEEPS = {"queue_size": [16, 32, 64, 128], "tau": [0.3, 0.4, 0.5, 0.7, 1.0]}
 
-class KnngraphGraphBuilder(Method):
-    """A graph builder of knngraph's registry (``knngraph-<name>``): its k-NN graph through
-    ``knngraph.knn_graph(method=<name>)``, the build parameters being fields of the algorithm's
-    ``IndexParams``. ``memory_limit`` is the build's call argument; ``"quarter"`` means a quarter of the
-    base's size in bytes (the out-of-core setting)."""
+
+def _fields(params_class) -> tuple:
+    return tuple(f.name for f in dataclasses.fields(params_class))
+
+
+class KnngraphMethod(Method):
+    """One algorithm of knngraph's registry through its module contract (:mod:`knngraph.index`): the one
+    adapter of every knngraph method.
+
+    * ``graph`` task (graph builders): ``knngraph.knn_graph(base, k, method=<name>)``; build parameters are
+      fields of the algorithm's ``IndexParams``; ``memory_limit`` is the call argument (``"quarter"``: a
+      quarter of the base's bytes, the out-of-core setting).
+    * ``search`` task (searchers): ``build(IndexParams(metric=..., seed=..., **build parameters), base)``,
+      timed as the build, then ``search(index, queries, k, SearchParams(**search parameters))``. The default
+      sweep is over the registry's ``search_knob`` (:data:`KNOB_SWEEPS`); an algorithm without a knob is
+      exact, and its build (a check of the data) is not timed.
+    * ``searcher`` given (``knngraph-<searcher>-on-<name>``, for the builders of search graphs): the
+      builder's own build, then ``<searcher>.from_graph(index.graph, base)`` (both timed as the build;
+      ``info['from_graph_s']`` is the second step's part), searched by the searcher over its knob. Build
+      parameters are the builder's ``IndexParams`` fields, search parameters the searcher's
+      ``SearchParams`` fields.
+    """
 
     library = "knngraph"
     module = "knngraph"
-    tasks = ("graph",)
     devices = ("cpu", "cuda")
     compiles = True
+    #: facts of a graph build's ``info`` recorded in its line
     INFO_KEYS = ("iterations", "sample_size", "update", "out_of_core", "shards", "merges", "shard_rows", "clusters",
                  "pieces", "overlap", "piece_rows_max", "max_piece_rows", "rows_built", "partition_seconds")
 
-    def __init__(self, algorithm):
+    def __init__(self, algorithm, searcher=None):
         self.algorithm = algorithm
-        self.name = f"knngraph-{algorithm.name}"
-        self.__doc__ = f"knngraph's {algorithm.summary} (k-NN graphs)."
+        self.searcher = searcher
+        self.search_algorithm = searcher or algorithm
+        if searcher is None:
+            self.name = f"knngraph-{algorithm.name}"
+            self.__doc__ = f"knngraph's {algorithm.summary}."
+        else:
+            self.name = f"knngraph-{searcher.name}-on-{algorithm.name}"
+            self.__doc__ = f"knngraph's {searcher.name} searcher on the search graph of {algorithm.summary}."
+        graph = algorithm.builds_graphs and searcher is None
+        self.tasks = (("graph",) if graph else ()) + (("search",) if self.search_algorithm.searches else ())
+        self.knob = self.search_algorithm.search_knob
+        self.has_index = bool(self.knob)
+        self.search_sweep = {self.knob: list(KNOB_SWEEPS.get(self.knob, [getattr(
+            self.search_algorithm.load().SearchParams(), self.knob)]))} if self.knob else {}
+
+    @property
+    def search_keys(self):
+        return _fields(self.search_algorithm.load().SearchParams) if self.search_algorithm.searches else ()
+
+    @property
+    def build_keys(self):
+        """The build parameters (fields of the builder's ``IndexParams``)."""
+        return _fields(self.algorithm.load().IndexParams)
+
+    def _index_params(self, ctx, metric, params):
+        mod = self.algorithm.load()
+        seed = {"seed": ctx.seed} if "seed" in _fields(mod.IndexParams) else {}
+        return mod.IndexParams(**{"metric": metric, **seed, **params})
+
+    def build(self, ctx, base, metric, **params):
+        mod = self.algorithm.load()
+        index = mod.build(self._index_params(ctx, metric, params), base, device=ctx.device, verbose=False)
+        if self.searcher is None:
+            return {"index": index, "info": {}}
+        searcher = self.searcher.load()
+        sync()
+        t0 = time.perf_counter()
+        over = searcher.from_graph(index.graph, base, searcher.IndexParams(metric=metric, seed=ctx.seed),
+                                   device=ctx.device, verbose=False)
+        sync()
+        return {"index": over, "info": {"from_graph_s": time.perf_counter() - t0, **_graph_facts(index.graph)}}
+
+    def search(self, ctx, index, queries, k, **params):
+        mod = self.search_algorithm.load()
+        return mod.search(index["index"], queries, k, mod.SearchParams(**params), device=ctx.device,
+                          verbose=False).indices
+
+    def index_info(self, index):
+        graph = getattr(index["index"], "graph", None)
+        return {**(_graph_facts(graph) if graph is not None else {}), **index["info"]}
 
     def graph(self, ctx, base, metric, k, memory_limit=None, **params):
-        import dataclasses
-
         import knngraph
 
         if memory_limit == "quarter":
             memory_limit = int(base.nbytes) // 4
-        fields = {f.name for f in dataclasses.fields(self.algorithm.load().IndexParams)}
-        if "seed" in fields:
+        if "seed" in _fields(self.algorithm.load().IndexParams):
             params.setdefault("seed", ctx.seed)
         g = knngraph.knn_graph(base, k, method=self.algorithm.name, metric=metric, device=ctx.device,
                                memory_limit=memory_limit, verbose=False, **params)
@@ -170,76 +237,24 @@ class KnngraphGraphBuilder(Method):
         return g.indices, info
 
 
-class KnngraphExact(KnngraphGraphBuilder):
-    """knngraph's exact k-NN (GEMM + selection) and exact k-NN graph."""
-
-    tasks = ("search", "graph")
-    has_index = False
-
-    def search(self, ctx, index, queries, k, **params):
-        import knngraph
-
-        return knngraph.knn(index["base"], queries, k, metric=index["metric"], device=ctx.device, verbose=False,
-                            **params).indices
-
-
-class KnngraphGraphSearcher(Method):
-    """A graph searcher of knngraph's registry (``knngraph-<name>``) over a k-NN graph (``graph``: a graph
-    builder's name, ``graph_k`` neighbours) prepared by :func:`knngraph.optimize_graph` to out-degree
-    ``graph_degree`` and handed to the searcher's ``from_graph``; the build time covers all three steps.
-    Search parameters are fields of the searcher's ``SearchParams``."""
-
-    library = "knngraph"
-    module = "knngraph"
-    tasks = ("search",)
-    devices = ("cpu", "cuda")
-    compiles = True
-    build_sweep = {"graph": ["nndescent"], "graph_k": [64], "graph_degree": [32]}
-    search_sweep = {"queue_size": [16, 32, 64, 128]}
-
-    def __init__(self, algorithm):
-        self.algorithm = algorithm
-        self.name = f"knngraph-{algorithm.name}"
-        self.__doc__ = f"knngraph's {algorithm.summary}."
-
-    @property
-    def search_keys(self):
-        import dataclasses
-
-        return tuple(f.name for f in dataclasses.fields(self.algorithm.load().SearchParams))
-
-    def build(self, ctx, base, metric, graph="nndescent", graph_k=64, graph_degree=32):
-        import dataclasses
-
-        import knngraph
-
-        builder = knngraph.registry.get(graph)
-        kw = {"seed": ctx.seed} if "seed" in {f.name for f in dataclasses.fields(builder.load().IndexParams)} else {}
-        g = knngraph.knn_graph(base, min(graph_k, base.shape[0] - 1), method=graph, metric=metric, device=ctx.device,
-                               verbose=False, **kw)
-        g = knngraph.optimize_graph(g, base, graph_degree, device=ctx.device, verbose=False)
-        mod = self.algorithm.load()
-        return mod.from_graph(g, base, mod.IndexParams(metric=metric, graph_degree=graph_degree, seed=ctx.seed),
-                              device=ctx.device, verbose=False)
-
-    def search(self, ctx, index, queries, k, queue_size=64, **params):
-        mod = self.algorithm.load()
-        sp = mod.SearchParams(queue_size=max(queue_size, k), **params)
-        return mod.search(index, queries, k, sp, device=ctx.device, verbose=False).indices
+def _graph_facts(graph) -> dict:
+    """Out-degree facts of a search graph: its width (``graph_degree``) and mean number of edges
+    (``mean_degree``; GRNND's RNG-pruned rows are sparser than their width)."""
+    ids = graph.indices
+    xp = np
+    if hasattr(ids, "__cuda_array_interface__"):
+        import cupy as xp
+    return {"graph_degree": int(ids.shape[1]), "mean_degree": float((xp.asarray(ids) >= 0).sum(axis=1).mean())}
 
 
 def knngraph_methods() -> list:
-    """One method per algorithm of knngraph's registry: graph builders and graph searchers."""
+    """Every algorithm of knngraph's registry through :class:`KnngraphMethod`, and the graph searcher
+    (:data:`GRAPH_SEARCHER`) on each builder of search graphs."""
     from knngraph import registry
 
-    out = []
-    for algorithm in registry.ALGORITHMS.values():
-        if algorithm.name == "exact":
-            out.append(KnngraphExact(algorithm))
-        elif algorithm.searches_graphs:
-            out.append(KnngraphGraphSearcher(algorithm))
-        elif algorithm.builds_graphs and not algorithm.search_graph:  # search graphs: benchmarks/grnnd_*.py
-            out.append(KnngraphGraphBuilder(algorithm))
+    out = [KnngraphMethod(a) for a in registry.ALGORITHMS.values() if a.builds_graphs or a.searches]
+    searcher = registry.get(GRAPH_SEARCHER)
+    out += [KnngraphMethod(a, searcher) for a in registry.ALGORITHMS.values() if a.search_graph and a.builds_graphs]
     return out
 
 
@@ -492,7 +507,8 @@ class TorchExact(Method):
 
 #: where the install note of a skipped cuVS line points
 CUVS_HINT = ("pip install cuvs-cu13 (or cuvs-cu12, matching the CUDA driver); on the lent GPU machine: "
-             "../shared/tools/cuvs_wheels.sh, ../shared/tools/cuvs_device_install.sh, then source /root/cuvs-env.sh")
+             "../shared/tools/cuvs_wheels.sh, ../shared/tools/cuvs_device_install.sh, then source the environment "
+             "script it writes ($CUVS_ENV)")
 
 # vector dtypes each cuVS entry point takes (others are converted to float32 inside the timed call)
 _CAGRA_DTYPES = ("float32", "float16", "int8", "uint8")

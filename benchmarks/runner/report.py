@@ -1,22 +1,28 @@
 """``benchmarks/REPORT.md`` and its plots, generated from the runner's JSON lines and nothing else.
 
-Each figure of :data:`FIGURES` says which lines it draws (device, dataset, task, tag) and which methods
-must be there: knngraph's own methods need measured ('ok') lines; each baseline needs measured lines or a
-'skipped' line whose note says why (a library that was not installed), never nothing. The scaling figure
-also needs its range of sizes. :func:`generate` checks every figure first and raises
-:class:`MissingDataError` naming everything that is missing, before it writes any file: a report is
-either complete or not written.
+Each figure of :data:`FIGURES` says which lines it draws (device, dataset, task, tags) and which
+methods must be there: knngraph's own methods need measured ('ok') lines; each
+baseline needs measured lines or a 'skipped' line whose note says why (a library that was not
+installed), never nothing. The scaling figure also needs its range of sizes. :func:`generate` checks
+every figure first and raises :class:`MissingDataError` naming everything that is missing, before it
+writes any file: a report is either complete or not written. The one exception is a figure added before
+the machine that measures it has run (``allow_unmeasured``: the GPU suite's new figures, measured when
+the GPU suite runs next): while none of its required methods has a measured line, the report says "not
+yet measured" in its place; once any has, it is checked like every other figure.
 
 Where a file holds several measurements of the same point (a suite run again), the latest one is used.
+Lines of an earlier vocabulary are read in today's (:func:`load_lines`: SONG's graph parameters).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from pathlib import Path
 
-__all__ = ["Figure", "FIGURES", "MissingDataError", "load_lines", "latest", "check", "generate", "draw_all"]
+__all__ = ["Figure", "FIGURES", "MissingDataError", "load_lines", "latest", "check", "unmeasured", "generate",
+           "draw_all"]
 
 
 class MissingDataError(Exception):
@@ -47,6 +53,9 @@ class Figure:
     min_n, max_n : int
         'scaling' only: the in-memory series must reach down to min_n and up to max_n, and the out-of-core
         series (tag 'ooc') up to max_n.
+    allow_unmeasured : bool
+        A figure added before its data: "not yet measured" in the report while no required method has a
+        measured line, instead of refusing (see the module docs). Only for new figures.
     """
 
     name: str
@@ -59,6 +68,7 @@ class Figure:
     tags: tuple = ("",)
     min_n: int = 0
     max_n: int = 0
+    allow_unmeasured: bool = False
 
     @property
     def task(self) -> str:
@@ -69,6 +79,9 @@ CPU_BASELINES_SEARCH = ("faiss-flat", "faiss-hnsw", "faiss-ivf", "hnswlib", "pyn
 #: the GPU reference (measured, or 'skipped' with the install note where cuVS is absent)
 GPU_BASELINES_SEARCH = ("torch-exact", "cuvs-brute-force", "cuvs-cagra", "cuvs-cagra-on-knngraph")
 GPU_BASELINES_GRAPH = ("torch-exact", "cuvs-brute-force", "cuvs-nn-descent")
+#: knngraph's search graphs (GGNN's own search, the fast searcher on GGNN's and GRNND's graphs as built);
+#: their runs (tag 'search-graphs') also measure the fast searcher on its prepared k-NN graph for reference
+SEARCH_GRAPHS = ("knngraph-ggnn", "knngraph-song-on-ggnn", "knngraph-song-on-grnnd")
 
 FIGURES: tuple[Figure, ...] = (
     Figure("pareto_cpu_sift100k", "pareto", "sift-photos 100k, CPU: recall@10 against queries per second", "cpu",
@@ -90,14 +103,34 @@ FIGURES: tuple[Figure, ...] = (
     Figure("scaling_gpu_synth", "scaling", "Synthetic Gaussian mixture, 128-d, GPU: k=32 graph build time against n",
            "cuda", "synth:", ("knngraph-nndescent",), tags=("scaling", "ooc", "ooc-probe"), min_n=10_000,
            max_n=10_000_000),
+    Figure("search_graphs_cpu_sift100k", "pareto", "sift-photos 100k, CPU: search graphs of GGNN and GRNND, "
+           "recall@10 against queries per second", "cpu", "sift-photos-100k", SEARCH_GRAPHS, tags=("search-graphs",)),
+    Figure("search_graphs_gpu_sift450k", "pareto", "sift-photos 450k, GPU: search graphs of GGNN and GRNND, "
+           "recall@10 against queries per second", "cuda", "sift-photos-450k", SEARCH_GRAPHS, tags=("search-graphs",),
+           allow_unmeasured=True),
 )
+
 
 
 # ------------------------------------------------------------------------------------------ data
 
 
+#: SONG's build parameters in lines written before they were ``knngraph.song.IndexParams`` fields
+_LEGACY_SONG_PARAMS = {"graph": "build_algo", "graph_k": "intermediate_graph_degree", "degree": "graph_degree"}
+
+
+def _upgrade(row: dict) -> dict:
+    """A line in today's vocabulary: knngraph-song's ``graph`` / ``graph_k`` / ``degree`` build parameters
+    are ``song.IndexParams``' ``build_algo`` / ``intermediate_graph_degree`` / ``graph_degree``."""
+    params = row.get("build_params")
+    if row.get("method") == "knngraph-song" and isinstance(params, dict) and set(params) & set(_LEGACY_SONG_PARAMS):
+        row["build_params"] = {_LEGACY_SONG_PARAMS.get(k, k): v for k, v in params.items()}
+    return row
+
+
 def load_lines(paths) -> list[dict]:
-    """Every JSON line of ``paths`` (a missing file is a :class:`MissingDataError`)."""
+    """Every JSON line of ``paths``, in today's vocabulary (:func:`_upgrade`; a missing file is a
+    :class:`MissingDataError`)."""
     lines = []
     for path in paths:
         path = Path(path)
@@ -110,7 +143,7 @@ def load_lines(paths) -> list[dict]:
                 except json.JSONDecodeError as exc:
                     raise MissingDataError(f"{path}:{number}: not JSON ({exc})") from exc
                 row["_file"] = str(path)
-                lines.append(row)
+                lines.append(_upgrade(row))
     return lines
 
 
@@ -157,8 +190,17 @@ def _select(fig: Figure, lines) -> list[dict]:
     return out
 
 
+def unmeasured(fig: Figure, lines) -> bool:
+    """Whether ``fig`` is a figure added before its data (``allow_unmeasured``) that no required method has
+    a measured line of yet: the report then says "not yet measured" instead of drawing it."""
+    return fig.allow_unmeasured and not any(
+        r.get("status") == "ok" and r["method"] in fig.required for r in _select(fig, lines))
+
+
 def check(fig: Figure, lines) -> list[str]:
-    """What is missing for ``fig`` (empty when it can be drawn)."""
+    """What is missing for ``fig`` (empty when it can be drawn, or is not yet measured: :func:`unmeasured`)."""
+    if unmeasured(fig, lines):
+        return []
     rows = _select(fig, lines)
     ok = [r for r in rows if r.get("status") == "ok"]
     problems = []
@@ -191,7 +233,9 @@ def check(fig: Figure, lines) -> list[str]:
 _COLOURS = {"knngraph-song": "#d62728", "knngraph-exact": "#1f77b4", "knngraph-nndescent": "#ff7f0e",
             "hnswlib": "#2ca02c", "faiss-hnsw": "#9467bd", "faiss-ivf": "#8c564b", "faiss-flat": "#7f7f7f",
             "pynndescent": "#e377c2", "torch-exact": "#17becf", "cuvs-cagra": "#76b900",
-            "cuvs-cagra-on-knngraph": "#3d6b00", "cuvs-nn-descent": "#bcbd22", "cuvs-brute-force": "#393b79"}
+            "cuvs-cagra-on-knngraph": "#3d6b00", "cuvs-nn-descent": "#bcbd22", "cuvs-brute-force": "#393b79",
+            "knngraph-ggnn": "#8b0a50", "knngraph-song-on-ggnn": "#e7969c", "knngraph-song-on-grnnd": "#fdae6b",
+            "knngraph-grnnd": "#a55194"}
 
 
 def _params_label(params: dict, vary: set) -> str:
@@ -408,12 +452,17 @@ def _table(header, rows) -> list[str]:
     return out
 
 
+#: facts of a search index shown in its table (the search-graph degrees, the cuVS baselines' settings)
+_SEARCH_INFO = ("graph_degree", "mean_degree", "from_graph_s", "knngraph_graph_degree", "edges_filled", "nlist",
+                "dtype", "rmm_pool")
+
+
 def _search_table(rows) -> list[str]:
     rows = sorted(rows, key=lambda r: (r["method"], _params(r.get("build_params")), r.get("batch_size") or 0,
                                        r.get(f"recall@{r['k']}") or 0))
     body = []
     for r in rows:
-        info = _params(r.get("info"))
+        info = ", ".join(f"{k}={_fmt(v)}" for k, v in (r.get("info") or {}).items() if k in _SEARCH_INFO)
         searched = r.get("nq_searched") or r["nq"]
         body.append([r["method"], _params(r.get("build_params")) + (f" ({info})" if info else ""),
                      _params(r.get("search_params")),
@@ -456,7 +505,7 @@ def _provenance(rows) -> list[str]:
     sources = sorted({(((r.get("env") or {}).get("source") or {}).get("commit") or "?")[:10]
                       + (" + uncommitted changes to " + ((r.get("env") or {}).get("source") or {}).get("modified")
                          if ((r.get("env") or {}).get("source") or {}).get("modified") else "") for r in rows})
-    commands = sorted({r.get("command") for r in rows})
+    commands = sorted({_command_text(r.get("command")) for r in rows})
     files = sorted({Path(r["_file"]).name for r in rows if r.get("_file")})
     out = [f"- Ran on: {_where(rows)}" + (f"; host: {env.get('cpu')}, {env.get('cpu_count')} cores, "
                                           f"{_gib(env.get('host_memory_bytes'))} GiB RAM" if rows[0].get("device") == "cuda" else ""),
@@ -468,6 +517,18 @@ def _provenance(rows) -> list[str]:
         out.append("  (started on the lent GPU machine by `scripts/gpu_check.sh bench suite`; "
                    "the commands above are what ran, with any `BENCH_ARGS` applied)")
     return out
+
+
+def _command_text(command) -> str:
+    """A line's command as the report shows it: absolute paths (the output folder of the machine that ran
+    it, e.g. the lent GPU machine's ``$OUT``) as ``$OUT/<file name>``."""
+    if not command:
+        return str(command)
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    return " ".join(f"$OUT/{Path(w).name}" if w.startswith("/") else shlex.quote(w) for w in words)
 
 
 def _notes(rows) -> list[str]:
@@ -515,13 +576,20 @@ def generate(results, out_md: Path, figures_dir: Path, figures=FIGURES) -> Path:
             "alone, the GPU synchronised before and after it, 'ms/call' is the median over calls, and a pass makes "
             "at most 1,000 calls, so batch 1 searches the first 1,000 queries, as the column says); build times are the "
             "median of the number of timed builds shown as (Nx), after an untimed warm-up build on the first "
-            "20,000 rows (the CPU suite times its index builds once to stay near 20 minutes on 2 cores). "
+            "20,000 rows (the CPU suite times its index builds once to stay near 30 minutes on 2 cores). "
             "Peak host memory is the benchmark process's resident-set peak (dataset included); peak GPU "
             "memory is what CuPy's pool and PyTorch's allocator held (resident data included). Recall definitions "
-            "are those of DESIGN.md (ties at the true k-th distance count as correct; distances of returned "
-            "ids are recomputed in float64 for every method alike).", ""]
+            "are those of `knngraph.evaluate` (the README's recall@k and graph recall: ties at the true k-th "
+            "distance count as correct; distances of returned ids are recomputed in float64 for every method "
+            "alike).", ""]
     md += _summary(figures, lines)
     for fig in figures:
+        if unmeasured(fig, lines):
+            suite = "gpu" if fig.device == "cuda" else "cpu"
+            md += [f"## {fig.title}", "", f"Not yet measured: the results hold no line of {', '.join(fig.required)} "
+                   f"on {fig.dataset}; the {suite.upper()} suite measures them (`python -m benchmarks suite {suite}`).",
+                   ""]
+            continue
         rows = _select(fig, lines)
         ok = [r for r in rows if r.get("status") == "ok"]
         png = draw(fig, ok, Path(figures_dir) / f"{fig.name}.png")
@@ -541,9 +609,14 @@ def generate(results, out_md: Path, figures_dir: Path, figures=FIGURES) -> Path:
     return out_md
 
 
+#: graph recall@10 the out-of-core NN-Descent build must reach (the in-memory build's quality at a
+#: quarter of the memory)
+OOC_RECALL_TARGET = 0.95
+
+
 def _summary(figures, lines) -> list[str]:
     md = ["## Summary", ""]
-    pareto = [f for f in figures if f.kind == "pareto"]
+    pareto = [f for f in figures if f.kind == "pareto" and not unmeasured(f, lines)]
     if pareto:
         md += ["Highest measured queries per second at recall@10 >= 0.90 / 0.95 / 0.99 (search task, k=10, "
                "all queries in one call):", ""]
@@ -551,17 +624,19 @@ def _summary(figures, lines) -> list[str]:
         for fig in pareto:
             ok = [r for r in _select(fig, lines) if r.get("status") == "ok"]
             where = "CPU" if fig.device == "cpu" else "GPU"
+            # a run of its own (a tag) names it: the same method may stand in two runs of the same data
+            runs = "".join(f" ({t})" for t in fig.tags if t)
             tiers = [_best_at(ok, t) for t in (0.90, 0.95, 0.99)]
             for m in sorted({r["method"] for r in ok}):
                 cells = []
                 for tier in tiers:
                     r = tier.get(m)
                     cells.append(f"{_fmt(r['qps'])} ({_params(r.get('search_params')) or 'exact'})" if r else "-")
-                body.append([fig.dataset, where, m] + cells)
+                body.append([fig.dataset + runs, where, m] + cells)
         md += _table(["dataset", "where", "method", "QPS @ 0.90", "QPS @ 0.95", "QPS @ 0.99"], body) + [""]
-    for fig in (f for f in figures if f.kind == "latency"):
+    for fig in (f for f in figures if f.kind == "latency" and not unmeasured(f, lines)):
         md += _latency_summary(fig, [r for r in _select(fig, lines) if r.get("status") == "ok"])
-    builds = [f for f in figures if f.kind == "build"]
+    builds = [f for f in figures if f.kind == "build" and not unmeasured(f, lines)]
     if builds:
         md += ["Fastest measured graph build (median time) reaching graph recall@10 >= 0.95 / 0.99:", ""]
         body = []
@@ -575,11 +650,11 @@ def _summary(figures, lines) -> list[str]:
                     cells.append(f"{_fmt(r['build_s'])} s (recall {_fmt(r['graph_recall@10'], 4)})" if r else "-")
                 body.append([fig.dataset, "CPU" if fig.device == "cpu" else "GPU", m, ok[0]["k"]] + cells)
         md += _table(["dataset", "where", "method", "k", "build @ 0.95", "build @ 0.99"], body) + [""]
-    for fig in (f for f in figures if f.kind == "scaling"):
+    for fig in (f for f in figures if f.kind == "scaling" and not unmeasured(f, lines)):
         ok = [r for r in _select(fig, lines) if r.get("status") == "ok" and r["method"] == "knngraph-nndescent"]
         ooc = [r for r in ok if r.get("tag") == "ooc"]
         same = {m["n"]: m for m in ok if m.get("tag") == "scaling"}
-        target = 0.95  # issue 3: graph recall@10 >= 0.95 for the 10M out-of-core build
+        target = OOC_RECALL_TARGET
         for kind in sorted({(_ooc_strategy(r), _ooc_overlap(r)) for r in ooc}, key=str):
             r = max((r for r in ooc if (_ooc_strategy(r), _ooc_overlap(r)) == kind), key=lambda r: r["n"])
             info = r.get("info") or {}
@@ -593,8 +668,8 @@ def _summary(figures, lines) -> list[str]:
                    f"{info.get('memory_limit_bytes', 0) / 1e9:.2f} GB (a quarter of the data): {_fmt(r['build_s'])} s, "
                    f"graph recall@10 {_fmt(r['graph_recall@10'], 4)} on {r['graph_recall_sample']} sampled nodes (peak "
                    f"GPU memory through CuPy {r['peak_gpu_bytes'] / 1e9:.2f} GB, peak host memory "
-                   f"{r['peak_host_bytes'] / 1e9:.1f} GB). Issue 3's target of graph recall@10 >= {target} is "
-                   f"{'met' if r['graph_recall@10'] >= target else 'not met'}."
+                   f"{r['peak_host_bytes'] / 1e9:.1f} GB). The out-of-core target of graph recall@10 >= {target} "
+                   f"is {'met' if r['graph_recall@10'] >= target else 'not met'}."
                    + (f" The same data built in GPU memory: {_fmt(same[r['n']]['build_s'])} s, graph recall@10 "
                       f"{_fmt(same[r['n']]['graph_recall@10'], 4)}." if r["n"] in same else ""), ""]
     return md
@@ -602,7 +677,7 @@ def _summary(figures, lines) -> list[str]:
 
 def _latency_summary(fig, ok, thresholds=(0.90, 0.95, 0.99)) -> list[str]:
     """Milliseconds per call at each batch size: for each method and recall floor, the fastest measured
-    setting whose recall@10 reaches it (issue 12 compares searchers at the same recall)."""
+    setting whose recall@10 reaches it (searchers compare only at the same recall)."""
     sizes = sorted({r.get("batch_size") or r["nq"] for r in ok})
     if not sizes:
         return []

@@ -22,7 +22,8 @@ Fields of a line (``None`` where they do not apply):
 * quality: ``recall@k``, ``recall@1``, ``R@k`` (search, over the queries searched; an id outside
   [0, n), e.g. CAGRA's "none" value, counts as a miss); ``graph_recall@10``, ``graph_recall@k`` and
   ``graph_recall_sample`` (graph: recall of the rows of a fixed random sample of nodes against their exact
-  neighbours, self excluded) -- definitions in DESIGN.md, ties at the true k-th distance count as correct;
+  neighbours, self excluded) -- definitions in :mod:`knngraph.evaluate`, scored by
+  :mod:`benchmarks.runner.quality`: ties at the true k-th distance count as correct;
 * memory: ``peak_host_bytes`` (process resident-set peak, dataset included) and ``peak_gpu_bytes``
   (CuPy pool + PyTorch allocator peak, resident dataset included), each also per phase
   (``*_build``, ``*_search``);
@@ -45,7 +46,8 @@ from pathlib import Path
 import numpy as np
 
 from . import data as data_mod
-from .measure import GpuPeak, HostPeak, Timing, environment, now, sync, time_calls
+from . import quality
+from .measure import GpuPeak, HostPeak, Timing, environment, json_default, now, sync, time_calls
 from .methods import Context, get
 
 __all__ = ["RunSpec", "Runner", "WARMUP_ROWS", "GRAPH_SAMPLE"]
@@ -121,26 +123,6 @@ def _grid(params: dict) -> list[dict]:
     return [dict(zip(keys, values)) for values in itertools.product(*(params[k] for k in keys))] or [{}]
 
 
-def _host(a) -> np.ndarray:
-    if hasattr(a, "__cuda_array_interface__"):
-        import cupy
-
-        return cupy.asnumpy(cupy.asarray(a))
-    if type(a).__module__.startswith("torch"):
-        return a.detach().cpu().numpy()
-    return np.asarray(a)
-
-
-def _jsonable(o):
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    return repr(o)
-
-
 class Runner:
     """Runs :class:`RunSpec` s and appends their JSON lines to ``out``.
 
@@ -206,25 +188,12 @@ class Runner:
             self._device_copy = (ds.name, cupy.asarray(ds.base), cupy.asarray(ds.queries))
         return self._device_copy[1], self._device_copy[2]
 
-    def graph_truth(self, ds: data_mod.Dataset, k: int, sample: int = GRAPH_SAMPLE):
-        """(nodes, true ids, true distances) of a fixed random sample of nodes: each node's exact k nearest
-        other nodes by knngraph.knn (self removed; where duplicates push the node itself out of its k+1
-        list, the last entry is dropped)."""
+    def graph_truth(self, ds: data_mod.Dataset, k: int, sample: int = GRAPH_SAMPLE) -> quality.GraphTruth:
+        """The exact neighbours of a fixed random sample of nodes (:class:`benchmarks.runner.quality.GraphTruth`),
+        kept while the dataset is."""
         key = (ds.name, k, sample)
         if key not in self._graph_truth:
-            import knngraph
-
-            n = ds.n
-            nodes = np.sort(np.random.default_rng(0).choice(n, size=min(sample, n), replace=False))
-            queries = np.ascontiguousarray(ds.base[nodes])
-            _, ids = knngraph.knn(ds.base, queries, min(k + 1, n), metric=ds.metric, device="auto", verbose=False)
-            ids = _host(ids).astype(np.int64)
-            own = ids == nodes[:, None]
-            drop = np.where(own.any(1), own.argmax(1), ids.shape[1] - 1)
-            keep = np.ones(ids.shape, bool)
-            keep[np.arange(len(nodes)), drop] = False
-            ids = ids[keep].reshape(len(nodes), ids.shape[1] - 1)[:, :k]
-            self._graph_truth[key] = (nodes, ids, data_mod.exact_distances(ds.base, queries, ids, ds.metric))
+            self._graph_truth[key] = quality.GraphTruth(ds.base, ds.metric, k, sample=sample)
         return self._graph_truth[key]
 
     # -------------------------------------------------------------------------------------- output
@@ -243,14 +212,14 @@ class Runner:
 
     def write(self, line: dict) -> dict:
         line = {**line, "date": now(), "command": self.command, "env": self.env}
-        text = json.dumps(line, default=_jsonable)
+        text = json.dumps(line, default=json_default)
         with open(self.out, "a") as fh:
             fh.write(text + "\n")
         self.lines.append(json.loads(text))
         brief = {key: line.get(key) for key in ("task", "method", "dataset", "n", "status", "build_params",
                                                    "search_params", "batch_size", "build_s", "qps", "call_s", f"recall@{line.get('k')}",
                                                    "graph_recall@10", "note") if line.get(key) is not None}
-        self.log(json.dumps(brief, default=_jsonable))
+        self.log(json.dumps(brief, default=json_default))
         return line
 
     # ----------------------------------------------------------------------------------------- run
@@ -309,7 +278,7 @@ class Runner:
 
     def _run_search(self, spec: RunSpec, method, ds, ctx, k):
         base, queries = self._inputs(ds, spec.device, spec.input)
-        gt_ids, gt_dist = ds.truth(k)
+        ds.truth(k)  # before the builds: a dataset without ground truth computes it now, outside the timings
         build_grid = _grid(spec.build if spec.build is not None else method.build_sweep)
         search_grid = _grid(spec.search if spec.search is not None else method.search_sweep)
         for bp in build_grid:
@@ -346,11 +315,9 @@ class Runner:
                                 lambda s, e: method.search(ctx, index, queries[s:e], k, **sp), ds.nq, int(batch),
                                 spec.repeats, spec.max_calls)
                         host_search, gpu_search = self._peaks()
-                        ids = np.concatenate([_host(r) for r in results]).astype(np.int64)[:, :k]
+                        ids = np.concatenate([data_mod.host(r)[:, :k] for r in results])
                         results = t.result = None
-                        ids[(ids < 0) | (ids >= ds.n)] = -1  # e.g. CAGRA's 0xFFFFFFFF: no id found
-                        dist = data_mod.exact_distances(ds.base, ds.queries[:m], ids, ds.metric)
-                        line.update(self._search_quality(ids, dist, gt_ids[:m], gt_dist[:m], k))
+                        line.update(quality.search_quality(ds, ids, k, first=m))
                         line.update(search_s=t.median_s, search_all_s=t.all_s, search_repeats=len(t.all_s),
                                     first_call_s=t.first_call_s, qps=m / t.median_s, nq_searched=m, **calls,
                                     peak_host_bytes_build=host_build, peak_host_bytes_search=host_search,
@@ -394,14 +361,6 @@ class Runner:
         fields = {"calls": len(starts), "call_s": float(np.median(per_call)), "call_p90_s": _percentile(per_call, 90)}
         return m, Timing(float(np.median(passes)), passes, first, None), results, fields
 
-    @staticmethod
-    def _search_quality(ids, dist, gt_ids, gt_dist, k) -> dict:
-        from knngraph.evaluate import r_at_k, recall_at_k
-
-        return {f"recall@{k}": recall_at_k(ids, gt_ids, k, distances=dist, true_distances=gt_dist),
-                "recall@1": recall_at_k(ids[:, :1], gt_ids, 1, distances=dist[:, :1], true_distances=gt_dist),
-                f"R@{k}": r_at_k(ids, gt_ids, k, distances=dist, true_distances=gt_dist)}
-
     def _run_graph(self, spec: RunSpec, method, ds, ctx, k):
         base, _ = self._inputs(ds, spec.device, spec.input)
         self.graph_truth(ds, k)  # before the builds: afterwards only the scoring is left
@@ -417,11 +376,10 @@ class Runner:
                                    warmup=False)
                 host_peak, gpu_peak = self._peaks()
                 ids, info = t.result
-                ids = _host(method.finish_graph(ids, k)).astype(np.int64)
-                ids[(ids < 0) | (ids >= ds.n)] = -1
+                ids = quality.as_ids(method.finish_graph(ids, k), ds.n)
                 t.result = None
                 self._free_gpu()
-                line.update(self._graph_quality(ds, ids, k))
+                line.update(quality.graph_quality(self.graph_truth(ds, k), ids))
                 line.update(build_s=t.median_s, build_all_s=t.all_s, build_repeats=len(t.all_s), warmup_s=warm_s,
                             warmup_rows=warm_rows, info=info, peak_host_bytes=host_peak, peak_gpu_bytes=gpu_peak,
                             status="ok")
@@ -458,17 +416,6 @@ class Runner:
             yield
         finally:
             timer.cancel()
-
-    def _graph_quality(self, ds, ids, k) -> dict:
-        from knngraph.evaluate import recall_at_k
-
-        nodes, true_ids, true_dist = self.graph_truth(ds, k)
-        rows = ids[nodes]
-        dist = data_mod.exact_distances(ds.base, ds.base[nodes], rows, ds.metric)
-        out = {"graph_recall_sample": int(len(nodes))}
-        for kk in sorted({min(10, k), k}):
-            out[f"graph_recall@{kk}"] = recall_at_k(rows, true_ids, kk, distances=dist, true_distances=true_dist)
-        return out
 
     def _free_gpu(self):
         if "cupy" in sys.modules and self.gpu_peak.available:

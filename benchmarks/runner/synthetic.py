@@ -11,7 +11,7 @@ Generation is deterministic: the mixture comes from ``seed``; rows are produced 
 values do not depend on how many threads run. ``sample(n, stream=0)`` is the base set; queries come from
 another stream of the same mixture.
 
-Not evidence of quality on its own (DESIGN.md): the real datasets are; this set is for scaling.
+Not evidence of quality on its own: the real datasets are; this set is for scaling.
 """
 
 from __future__ import annotations

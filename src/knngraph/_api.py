@@ -5,9 +5,14 @@ They dispatch through :mod:`knngraph.registry` and hold nothing algorithm-specif
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import registry
 from ._device import is_device_array, resolve_device
-from ._validate import check_finite, check_int, check_same_dim, check_vectors
+from ._device import on_input_device
+from ._params import Params
+from ._typing import Array, DeviceLike, Devices, MemoryLimit
+from ._validate import check_finite, check_int, check_k, check_same_dim, check_vectors
 from .graph import Graph
 from .index import KNNResult, runtime_docs
 
@@ -15,8 +20,10 @@ __all__ = ["knn", "knn_graph"]
 
 
 @runtime_docs
-def knn(base, queries, k: int, *, metric: str = "sqeuclidean", device="auto", select: str = "auto",
-        memory_limit=None, verbose: bool = True, filter=None) -> KNNResult:
+@on_input_device('base', 'queries')
+def knn(base: Array, queries: Array, k: int, *, metric: str = "sqeuclidean", device: DeviceLike = "auto",
+        select: str = "auto", memory_limit: MemoryLimit = None, verbose: bool = True,
+        filter: Array | None = None, devices: Devices | None = None, layout: str = "auto") -> KNNResult:
     """Exact k nearest neighbours of each query among ``base``.
 
     Parameters
@@ -37,6 +44,9 @@ def knn(base, queries, k: int, *, metric: str = "sqeuclidean", device="auto", se
     {memory_limit}
     {verbose}
     {filter}
+    {devices}
+        The ids are those of one device.
+    {layout}
 
     Returns
     -------
@@ -52,18 +62,25 @@ def knn(base, queries, k: int, *, metric: str = "sqeuclidean", device="auto", se
     >>> i.tolist(), [round(float(v), 2) for v in d[0]]
     ([[1, 0]], [0.02, 0.82])
     """
+    exact = registry.get("exact").load()
+    if devices is not None:
+        index = exact.build(exact.IndexParams(metric=metric), base, devices=devices, layout=layout,
+                            memory_limit=memory_limit, verbose=verbose)
+        return exact.search(index, queries, k, exact.SearchParams(select=select), memory_limit=memory_limit,
+                            verbose=verbose, filter=filter)
     dev = resolve_device(device, base, queries)
     b = _checked(base, "base", dev)
     check_same_dim(b, _checked(queries, "queries", dev, finite=False))
-    exact = registry.get("exact").load()
     index = exact.build(exact.IndexParams(metric=metric), b, device=dev, verbose=verbose, _checked=True)
     return exact.search(index, queries, k, exact.SearchParams(select=select), device=device,
                         memory_limit=memory_limit, verbose=verbose, filter=filter)
 
 
 @runtime_docs
-def knn_graph(base, k: int, *, method: str = "exact", metric: str = "sqeuclidean", device="auto",
-              memory_limit=None, verbose: bool = True, params=None, **method_params) -> Graph:
+@on_input_device('base')
+def knn_graph(base: Array, k: int, *, method: str = "exact", metric: str = "sqeuclidean",
+              device: DeviceLike = "auto", memory_limit: MemoryLimit = None, verbose: bool = True,
+              params: Params | None = None, devices: Devices | None = None, **method_params: Any) -> Graph:
     """The k-nearest-neighbour graph of ``base``: each node's k nearest other nodes.
 
     Parameters
@@ -81,6 +98,11 @@ def knn_graph(base, k: int, *, method: str = "exact", metric: str = "sqeuclidean
     {verbose}
     params : IndexParams of the method, optional
         Its other fields are used (``graph_degree`` and ``metric`` come from ``k`` and ``metric``).
+    devices : list of int or str, or 'all', optional
+        Build on several devices of this host at once (:func:`knngraph.multidevice.knn_graph`): the exact
+        graph cut by rows (the same graph as on one device); other builders over the overlapping k-means
+        clusters of the data spread over the devices when the graph does not fit one device's
+        ``memory_limit``, else on the first device.
     **method_params
         Fields of the method's ``IndexParams`` (e.g. ``max_iterations=6`` for 'nndescent').
 
@@ -98,12 +120,21 @@ def knn_graph(base, k: int, *, method: str = "exact", metric: str = "sqeuclidean
     [1, 0, 1, 2]
     """
     k = check_int(k, "k", low=1)
+    if not isinstance(method, str) or method not in registry.graph_builders():
+        why = "does not build k-NN graphs" if method in registry.ALGORITHMS else "is not a graph builder"
+        raise ValueError(f"method={method!r} {why}; graph builders: {', '.join(registry.graph_builders())}")
+    algorithm = registry.get(method)
+    if devices is not None:
+        from . import multidevice
+
+        devs = multidevice.resolve_devices(devices)
+        base = _checked(base, "base", devs[0])
+        check_k(k, base.shape[0], graph=True)
+        return multidevice.knn_graph(algorithm, base, k, devs, metric=metric, memory_limit=memory_limit,
+                                     verbose=verbose, params=params, **method_params)
     dev = resolve_device(device, base)
     base = _checked(base, "base", dev)
-    algorithm = registry.get(method)
-    if not algorithm.builds_graphs:
-        raise ValueError(f"method {method!r} does not build k-NN graphs; available: "
-                         f"{', '.join(registry.graph_builders())}")
+    check_k(k, base.shape[0], graph=True)
     return algorithm.build_graph(base, k, metric=metric, device=dev, memory_limit=memory_limit, verbose=verbose,
                                  params=params, **method_params)
 

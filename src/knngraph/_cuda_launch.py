@@ -1,37 +1,74 @@
-"""Launch numba-cuda kernels through CuPy, for a fraction of numba's launch cost.
+"""Launch numba-cuda kernels through CuPy, loaded from a disk cache of compiled images.
 
-A numba launch with a dozen CuPy array arguments costs about 0.3 ms on the host (argument typing and
-``__cuda_array_interface__`` conversion per array), more than many of our kernels run. The
-remedy: compile the numba kernel to PTX once per argument signature, load it with CuPy, and launch it
-as a raw kernel. A numba kernel receives each array as its flattened data model
-``(meminfo, parent, nitems, itemsize, data, shape..., strides...)`` and each scalar by value, so that is
-what :func:`launch` passes.
+**Launch.** A numba launch with a dozen CuPy array arguments costs about 0.3 ms on the host (argument
+typing and ``__cuda_array_interface__`` conversion per array), more than many of our kernels run. So every
+kernel of the library is launched here instead: compiled by numba once per argument signature, loaded
+into the device's context with CuPy and launched as a raw kernel. A numba kernel receives each array as
+its flattened data model ``(meminfo, parent, nitems, itemsize, data, shape..., strides...)`` and each
+scalar by value, so that is what :func:`launch` passes. Kernels are written and tested as ordinary
+``@cuda.jit`` functions (the simulator runs them directly, :func:`launch` hands NumPy arguments to
+numba); only the launch path differs. ``KNNGRAPH_RAW_LAUNCH=0`` launches through numba instead.
 
-Kernels are written and tested as ordinary ``@cuda.jit`` functions (the simulator runs them directly);
-only the launch path differs. Set ``KNNGRAPH_RAW_LAUNCH=0`` to launch through numba instead.
+**First call.** numba compiles a kernel from Python in seconds (the fast searcher's in up to a minute),
+and the driver would compile its PTX again into machine code. Both happen once per machine: the machine
+code (a cubin, linked by the CUDA linker that numba-cuda uses) is kept in :func:`kernel_cache_dir` and a
+new process loads it in milliseconds (:func:`kernels_compiled` counts the builds of this process, which a
+warm cache keeps at 0). The key of an entry covers knngraph's source (every file of the package: a changed
+helper changes every key), the numba and numba-cuda versions, the kernel's closure constants (the
+configuration a kernel factory specialised it for, followed into the device functions it captures), the
+argument signature, the register cap and the device's compute capability. Entries are written to a
+temporary file and renamed into place, so processes compiling the same kernel at once (Dask workers) each
+write a whole entry and readers never see a partial one; an entry whose length or checksum does not match
+is compiled again, never loaded; a cache folder that cannot be written is skipped with one log line.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import logging
 import os
 import re
 import tempfile
+import threading
+import time
+import types
 
 import numpy as np
 
 from ._device import quiet_launches
 
-__all__ = ["launch", "compiled_functions", "PreparedLaunch", "flatten", "raw_launch_enabled", "cached_ptx",
-           "ptx_cache_dir"]
+__all__ = ["launch", "compiled_functions", "PreparedLaunch", "flatten", "raw_launch_enabled", "kernel_cache_dir",
+           "cached_image", "kernels_compiled", "compile_key", "max_cooperative_blocks"]
 
-#: (entry name, CuPy function) of every kernel compiled here, for profiling (registers, spills)
+_log = logging.getLogger("knngraph")
+
+#: (entry name, CuPy function) of every kernel loaded here, for profiling (registers, spills)
 _COMPILED: list = []
+#: kernel builds (cache misses) in this process, and the seconds they took
+_BUILDS = {"count": 0, "seconds": 0.0}
+_LOCK = threading.RLock()
+#: bumped when the layout of a cache entry changes
+_FORMAT = 1
+_MAGIC = b"KNNGRAPH-KERNEL\n"
 
 
 def compiled_functions() -> list:
-    """(entry name, CuPy function) of the kernels compiled so far (``num_regs``, ``local_size_bytes``...)."""
+    """(entry name, CuPy function) of the kernels loaded so far (``num_regs``, ``local_size_bytes``...)."""
     return list(_COMPILED)
+
+
+def kernels_compiled() -> int:
+    """Kernel images this process compiled (cache misses); 0 in a process whose kernels all came from
+    :func:`kernel_cache_dir`."""
+    return _BUILDS["count"]
+
+
+def compile_seconds() -> float:
+    """Seconds this process spent compiling GPU kernels (included in
+    :func:`knngraph.primitives.compile.compile_seconds`)."""
+    return _BUILDS["seconds"]
 
 
 def _raw_enabled() -> bool:
@@ -42,19 +79,19 @@ raw_launch_enabled = _raw_enabled
 
 
 def _arg_type(arg):
-    from numba import from_dtype, types
+    from numba import from_dtype, types as nbtypes
 
     if hasattr(arg, "__cuda_array_interface__") and hasattr(arg, "dtype"):
         layout = "C" if arg.flags.c_contiguous else "A"
-        return types.Array(from_dtype(arg.dtype), arg.ndim, layout)
+        return nbtypes.Array(from_dtype(arg.dtype), arg.ndim, layout)
     if isinstance(arg, (bool, np.bool_)):
         raise TypeError("pass booleans to kernels as integers")
     if isinstance(arg, (int, np.integer)):
-        return types.int64
+        return nbtypes.int64
     if isinstance(arg, np.float32):
-        return types.float32
+        return nbtypes.float32
     if isinstance(arg, (float, np.floating)):
-        return types.float64
+        return nbtypes.float64
     raise TypeError(f"cannot pass {type(arg).__name__} to a raw kernel launch")
 
 
@@ -71,108 +108,252 @@ def _flatten(arg, out: list) -> None:
         out.append(np.float64(arg))
 
 
+# --------------------------------------------------------------------------------------------------
+# the disk cache
+
+
 @functools.lru_cache(maxsize=1)
 def _source_digest() -> str:
-    """Digest of knngraph's own source files and the compiler's version: part of every PTX cache key, so
-    a changed kernel (or any helper it calls) is never served from an older build."""
-    import hashlib
-
+    """Digest of knngraph's own source files and the compiler's version: part of every cache key, so a
+    changed kernel (or any helper it calls) is never served from an older build."""
     import numba
 
-    h = hashlib.sha256(numba.__version__.encode())
+    h = hashlib.sha256(f"{numba.__version__}/{_FORMAT}".encode())
     try:
         import numba_cuda
 
         h.update(numba_cuda.__version__.encode())
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - the simulator's tests run without numba-cuda's package metadata
         pass
     root = os.path.dirname(os.path.abspath(__file__))
-    for dirpath, _, files in sorted(os.walk(root)):
+    for dirpath, dirs, files in os.walk(root):
+        dirs.sort()
         for f in sorted(files):
             if f.endswith(".py"):
                 with open(os.path.join(dirpath, f), "rb") as fh:
-                    h.update(f.encode() + fh.read())
+                    h.update(os.path.relpath(os.path.join(dirpath, f), root).encode() + fh.read())
     return h.hexdigest()
 
 
-def ptx_cache_dir() -> str | None:
-    """Where compiled PTX is kept between processes: ``$KNNGRAPH_CACHE_DIR/ptx`` or
-    ``~/.cache/knngraph/ptx``; None when ``KNNGRAPH_CACHE_DIR`` is set to an empty string (no cache)."""
+def kernel_cache_dir() -> str | None:
+    """Where compiled kernels are kept between processes: ``$KNNGRAPH_CACHE_DIR/kernels`` or
+    ``~/.cache/knngraph/kernels``; None when ``KNNGRAPH_CACHE_DIR`` is set to an empty string (no cache)."""
     base = os.environ.get("KNNGRAPH_CACHE_DIR")
     if base == "":
         return None
     if base is None:
         base = os.path.join(os.path.expanduser("~"), ".cache", "knngraph")
-    return os.path.join(base, "ptx")
+    return os.path.join(base, "kernels")
 
 
-def _closure_key(fn) -> str:
-    cells = fn.__closure__ or ()
+def _value_key(v, depth: int) -> str:
+    """A stable text for a closure constant: its value, or for a function (a numba dispatcher, a
+    ``host_and_device`` helper) its own closure key, so that device functions a factory made for one
+    configuration key differently from those made for another."""
+    if isinstance(v, (bool, int, float, str, bytes, type(None))):
+        return repr(v)
+    if isinstance(v, np.generic):
+        return f"{v.dtype}:{v!r}"
+    if isinstance(v, (tuple, list)):
+        return "(" + ",".join(_value_key(x, depth) for x in v) + ")"
+    if isinstance(v, np.ndarray):
+        return f"array:{v.dtype}:{v.shape}:{hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()}"
+    fn = getattr(v, "__knngraph_source__", None) or getattr(v, "py_func", None)
+    if fn is None and isinstance(v, types.FunctionType):
+        fn = v
+    if fn is not None and isinstance(fn, types.FunctionType):
+        return "fn:" + (_closure_key(fn, depth + 1) if depth < 8 else f"{fn.__module__}.{fn.__qualname__}")
+    text = repr(v)
+    return f"{type(v).__module__}.{type(v).__qualname__}" if " at 0x" in text else text
+
+
+def _closure_key(fn, depth: int = 0) -> str:
     vals = []
-    for c in cells:
-        v = c.cell_contents
-        vals.append(repr(v) if isinstance(v, (int, float, bool, str, tuple, type(None))) else getattr(v, "__qualname__",
-                                                                                                        repr(type(v))))
+    for c in fn.__closure__ or ():
+        try:
+            vals.append(_value_key(c.cell_contents, depth))
+        except ValueError:  # an empty cell
+            vals.append("<empty>")
     return repr((fn.__module__, fn.__qualname__, vals))
 
 
-def cached_ptx(kernel_fn, signature, cc, compile_fn) -> str:
-    """The PTX of ``kernel_fn`` (a plain Python kernel function) for ``signature`` and compute capability
-    ``cc``: read from :func:`ptx_cache_dir` when an identical build (same knngraph source, compiler,
-    closure constants, signature and device) was made before, else ``compile_fn()`` and stored
-    (atomically; a cache that cannot be written is skipped)."""
-    import hashlib
+def compile_key(kernel_fn, signature, cc, max_registers=None) -> str:
+    """The cache key of ``kernel_fn`` (a plain Python kernel function) compiled for ``signature``, compute
+    capability ``cc`` and register cap ``max_registers`` (see the module docs)."""
+    text = repr((_source_digest(), _closure_key(kernel_fn), repr(tuple(signature)), tuple(cc), max_registers))
+    return hashlib.sha256(text.encode()).hexdigest()
 
-    d = ptx_cache_dir()
-    if d is None:
-        return compile_fn()
-    key = hashlib.sha256(repr((_source_digest(), _closure_key(kernel_fn), repr(signature), cc)).encode()).hexdigest()
-    path = os.path.join(d, key[:40] + ".ptx")
+
+_UNWRITABLE_SAID = set()
+
+
+def _read_entry(path: str):
+    """(header, image) of a cache entry, or None when it is missing, truncated or corrupt."""
     try:
-        with open(path) as fh:
-            return fh.read()
+        with open(path, "rb") as fh:
+            blob = fh.read()
     except OSError:
-        pass
-    ptx = compile_fn()
+        return None
+    if not blob.startswith(_MAGIC):
+        return None
+    end = blob.find(b"\n", len(_MAGIC))
+    if end < 0:
+        return None
     try:
-        os.makedirs(d, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(ptx)
-        os.replace(tmp, path)
-    except OSError:
-        pass
-    return ptx
+        header = json.loads(blob[len(_MAGIC):end])
+        image = blob[end + 1:]
+        if len(image) != int(header["size"]) or hashlib.sha256(image).hexdigest() != header["sha256"]:
+            return None
+        if not isinstance(header.get("entry"), str) or header.get("kind") not in ("cubin", "ptx"):
+            return None
+    except (ValueError, KeyError, TypeError):
+        return None
+    return header, image
 
 
-@functools.lru_cache(maxsize=None)
-def _compiled(kernel, signature, device_id, max_registers=None):
-    """(CuPy function, module) for ``kernel`` specialised to ``signature`` on the current device; the
-    PTX comes from the disk cache (:func:`cached_ptx`) after the first build.
+def _write_entry(folder: str, path: str, header: dict, image: bytes) -> None:
+    """Write an entry atomically (a temporary file renamed into place); a folder that cannot be written is
+    said once per process and skipped."""
+    header = dict(header, size=len(image), sha256=hashlib.sha256(image).hexdigest())
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(_MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + image)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError as exc:
+        if folder not in _UNWRITABLE_SAID:
+            _UNWRITABLE_SAID.add(folder)
+            _log.warning("knngraph: the kernel cache %s cannot be written (%s); compiled GPU kernels are not "
+                         "kept for later processes", folder, exc.strerror or exc)
 
-    ``max_registers`` adds a ``.maxnreg`` directive to the entry (more resident warps per SM for
-    latency-bound kernels, at the risk of spills)."""
-    import cupy as cp
+
+def cached_image(key: str, build) -> tuple[dict, bytes]:
+    """(header, image) of the cache entry ``key``: read from :func:`kernel_cache_dir`, else ``build()`` ->
+    (entry name, kind 'cubin' or 'ptx', image bytes), stored and returned."""
+    folder = kernel_cache_dir()
+    path = None if folder is None else os.path.join(folder, key[:48] + ".kernel")
+    if path is not None:
+        found = _read_entry(path)
+        if found is not None:
+            return found
+    entry, kind, image = build()
+    header = {"entry": entry, "kind": kind, "size": len(image), "sha256": hashlib.sha256(image).hexdigest()}
+    if path is not None:
+        _write_entry(folder, path, header, image)
+    return header, image
+
+
+_ANNOUNCED = set()
+
+
+def _announce(device_name: str) -> None:
+    """Say once per process and device that kernels are being compiled: to the ``knngraph`` logger when
+    the program shows logs, else to stderr (a plain script would otherwise wait in silence)."""
+    if device_name in _ANNOUNCED:
+        return
+    _ANNOUNCED.add(device_name)
+    from .primitives.compile import notice
+
+    notice(f"compiling GPU kernels for {device_name} (first use on this machine; kept in "
+           f"{kernel_cache_dir() or 'no cache: KNNGRAPH_CACHE_DIR is empty'})")
+
+
+def _link(ptx: str, cc) -> bytes:
+    """The cubin of ``ptx`` for ``cc``, linked by numba-cuda's linker (nvJitLink or the driver's), with
+    the device runtime when the PTX calls it (a grid barrier)."""
+    from numba.cuda.cudadrv import driver as nbdriver
+
+    linker = nbdriver._Linker(max_registers=None, cc=tuple(cc), lto=False)
+    linker.add_ptx(ptx.encode())
+    if "cudaCG" in ptx or "cudaGetParameterBuffer" in ptx:
+        from numba.cuda.cudadrv.libs import get_cudalib
+
+        linker.add_file_guess_ext(get_cudalib("cudadevrt", static=True))
+    obj = linker.complete()
+    image = getattr(obj, "code", obj)
+    if not isinstance(image, (bytes, bytearray)):
+        raise TypeError(f"the linker returned {type(image).__name__}, not a cubin")
+    return bytes(image)
+
+
+def _build(kernel, signature, cc, max_registers):
+    """(entry name, kind, image) of ``kernel`` compiled for ``signature`` on compute capability ``cc``."""
     from numba import cuda
 
-    cc = cp.cuda.Device(device_id).compute_capability
-    ptx = cached_ptx(kernel.py_func, signature, cc,
-                     lambda: cuda.compile_ptx_for_current_device(kernel.py_func, signature, device=False)[0])
+    ptx, _ = cuda.compile_ptx(kernel.py_func, signature, device=False, cc=tuple(cc))
     entry = re.search(r"\.entry\s+([\w$]+)\s*\(", ptx).group(1)
     if max_registers:
         start = ptx.index(".entry " + entry)
         body = ptx.index("{", ptx.index(")", start))
         ptx = ptx[:body] + f".maxnreg {int(max_registers)}\n" + ptx[body:]
-    fd, path = tempfile.mkstemp(suffix=".ptx", prefix="knngraph-")
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(ptx)
-        module = cp.RawModule(path=path)
-        fn = module.get_function(entry)
-        _COMPILED.append((entry, fn))
+        return entry, "cubin", _link(ptx, cc)
+    except Exception as exc:  # noqa: BLE001 - no usable linker: the driver compiles the PTX at load
+        _log.debug("linking %s to a cubin failed (%s: %s); keeping its PTX", entry, type(exc).__name__, exc)
+        return entry, "ptx", ptx.encode()
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_locked(kernel, signature, device_id, max_registers=None):
+    import cupy as cp
+
+    dev = cp.cuda.Device(device_id)
+    cc = tuple(int(c) for c in dev.compute_capability)
+    key = compile_key(kernel.py_func, signature, cc, max_registers)
+    built = []
+
+    def build():
+        _announce(f"{cp.cuda.runtime.getDeviceProperties(device_id)['name'].decode()} (sm_{cc[0]}{cc[1]})")
+        t0 = time.perf_counter()
+        out = _build(kernel, signature, cc, max_registers)
+        built.append(time.perf_counter() - t0)
+        return out
+
+    header, image = cached_image(key, build)
+    if built:
+        _BUILDS["count"] += 1
+        _BUILDS["seconds"] += built[0]
+    # CuPy loads a module from a file (cubin or PTX by the suffix); its functions are RawKernels
+    fd, path = tempfile.mkstemp(suffix="." + header["kind"], prefix="knngraph-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(image)
+        with dev:
+            module = cp.RawModule(path=path)
+            fn = module.get_function(header["entry"])
     finally:
         os.unlink(path)
+    _COMPILED.append((header["entry"], fn))
     return fn, module
+
+
+def _compiled(kernel, signature, device_id, max_registers=None):
+    """(CuPy function, module) for ``kernel`` specialised to ``signature`` on GPU ``device_id``, from the
+    disk cache after the first build (see the module docs). ``max_registers`` adds a ``.maxnreg``
+    directive to the entry (more resident warps per SM for latency-bound kernels, at the risk of spills)."""
+    with _LOCK:
+        return _compiled_locked(kernel, signature, device_id, max_registers)
+
+
+def _function_pointer(fn) -> int:
+    """The driver's handle of a loaded kernel (a CuPy RawKernel's function, or a function itself)."""
+    return int(fn.kernel.ptr if hasattr(fn, "kernel") else fn.ptr)
+
+
+def _register_cap(kernel, max_registers):
+    """``max_registers``, else the cap the kernel was declared with (``cuda.jit(max_registers=...)``)."""
+    if max_registers:
+        return int(max_registers)
+    cap = getattr(kernel, "targetoptions", {}).get("max_registers")
+    return int(cap) if cap else None
 
 
 class PreparedLaunch:
@@ -191,8 +372,9 @@ class PreparedLaunch:
 
             device_id = cp.cuda.Device().id
         signature = tuple(_arg_type(a) for a in example_args)
-        self.fn, self._module = _compiled(kernel, signature, device_id, max_registers)
-        self._function = int(self.fn.kernel.ptr if hasattr(self.fn, "kernel") else self.fn.ptr)
+        self.device_id = int(device_id)
+        self.fn, self._module = _compiled(kernel, signature, device_id, _register_cap(kernel, max_registers))
+        self._function = _function_pointer(self.fn)
         flat = [flatten(a) for a in example_args]
         self._starts = np.cumsum([0] + [len(f) for f in flat]).tolist()
         values = [np.asarray(v) for f in flat for v in f]
@@ -228,10 +410,33 @@ def flatten(arg) -> list:
     return out
 
 
-def launch(kernel, blocks: int, threads: int, args, stream=None, max_registers=None) -> None:
+def _is_host(args) -> bool:
+    """Whether a launch's arrays are NumPy arrays: the numba CUDA simulator, in tests."""
+    return any(isinstance(a, np.ndarray) for a in args)
+
+
+def max_cooperative_blocks(kernel, args, threads: int) -> int:
+    """The most blocks of ``threads`` threads of ``kernel`` (for these argument types) that are resident
+    on the current GPU at once: the grid of a cooperative launch (a grid barrier inside)."""
+    import cupy as cp
+
+    dev = cp.cuda.Device()
+    fn, _ = _compiled(kernel, tuple(_arg_type(a) for a in args), dev.id, _register_cap(kernel, None))
+    per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(_function_pointer(fn), int(threads), 0)
+    return max(1, int(per_sm) * int(dev.attributes["MultiProcessorCount"]))
+
+
+def launch(kernel, blocks: int, threads: int, args, stream=None, max_registers=None, *,
+           cooperative: bool = False) -> None:
     """Launch numba ``kernel`` on ``blocks`` x ``threads`` with ``args`` (CuPy arrays, ints, floats)
-    on CuPy ``stream`` (default: the current stream); ``max_registers`` caps registers per thread."""
+    on CuPy ``stream`` (default: the current stream); ``max_registers`` caps registers per thread (default:
+    the kernel's own cap); ``cooperative``: a cooperative launch (the kernel syncs its grid; ``blocks``
+    must not exceed :func:`max_cooperative_blocks`). NumPy arguments (the simulator) and
+    ``KNNGRAPH_RAW_LAUNCH=0`` launch through numba."""
     if blocks <= 0:
+        return
+    if _is_host(args):
+        kernel[blocks, threads](*args)
         return
     import cupy as cp
 
@@ -240,12 +445,13 @@ def launch(kernel, blocks: int, threads: int, args, stream=None, max_registers=N
 
         s = stream if stream is not None else cp.cuda.get_current_stream()
         nb_stream = cuda.external_stream(s.ptr) if s.ptr else cuda.default_stream()
+        nb_args = tuple(cuda.as_cuda_array(a) if isinstance(a, cp.ndarray) else a for a in args)
         with quiet_launches():
-            kernel[blocks, threads, nb_stream](*args)
+            kernel[blocks, threads, nb_stream](*nb_args)
         return
     signature = tuple(_arg_type(a) for a in args)
-    fn, _ = _compiled(kernel, signature, cp.cuda.Device().id, max_registers)
+    fn, _ = _compiled(kernel, signature, cp.cuda.Device().id, _register_cap(kernel, max_registers))
     flat: list = []
     for a in args:
         _flatten(a, flat)
-    fn((int(blocks),), (int(threads),), tuple(flat), stream=stream)
+    fn((int(blocks),), (int(threads),), tuple(flat), stream=stream, enable_cooperative_groups=bool(cooperative))

@@ -18,13 +18,21 @@ import importlib
 import math
 import numbers
 import os
+import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
 __all__ = ["quiet_launches", "Device", "resolve_device", "gpu_available", "ArrayKind", "array_kind", "as_numpy",
-           "as_cupy", "return_as", "default_memory_limit", "parse_memory", "implementation", "device_context"]
+           "as_cupy", "return_as", "default_memory_limit", "parse_memory", "format_bytes", "implementation",
+           "device_context", "on_input_device"]
+
+
+#: a function, returned with its signature by decorators that wrap it (:func:`on_input_device`)
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -127,14 +135,100 @@ def implementation(package: str, device: Device):
     return importlib.import_module(f"{package}.{'cuda' if device.is_cuda else 'cpu'}")
 
 
+#: per thread: the GPUs whose context this thread has made current at least once
+_BOUND = threading.local()
+
+
+@contextlib.contextmanager
+def _current_gpu(index: int):
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    previous = runtime.getDevice()
+    runtime.setDevice(index)
+    try:
+        yield
+    finally:
+        if previous != index:
+            runtime.setDevice(previous)
+
+
 def device_context(device: Device):
-    """A context making ``device`` current for CuPy (a no-op context on the CPU)."""
+    """A context making ``device`` current in the calling thread, for CuPy and for raw driver launches (a
+    no-op context on the CPU).
+
+    A thread that never touched a GPU reports device 0 as current without any context bound to it:
+    CuPy's ``Device`` skips switching to the device it believes current, and a raw kernel launch in such a
+    thread fails with CUDA_ERROR_INVALID_CONTEXT. So the first time a thread works on a GPU, the device
+    is set explicitly (which binds its primary context to the thread); afterwards only a switch does."""
     if device.is_cuda:
         import cupy
 
+        bound = getattr(_BOUND, "gpus", None)
+        if bound is None:
+            bound = _BOUND.gpus = set()
+        if device.index not in bound:
+            bound.add(device.index)
+            return _current_gpu(device.index)
         if cupy.cuda.runtime.getDevice() != device.index:
-            return cupy.cuda.Device(device.index)
+            return _current_gpu(device.index)
     return contextlib.nullcontext()
+
+
+def release_device_memory(device: Device) -> int:
+    """Give the blocks CuPy's pools cache on ``device`` back to the driver (after a failed build, so the
+    next one finds the memory free); returns the bytes given back."""
+    import cupy
+
+    with cupy.cuda.Device(device.index):
+        pool = cupy.get_default_memory_pool()
+        before = pool.total_bytes()
+        pool.free_all_blocks()
+        cupy.get_default_pinned_memory_pool().free_all_blocks()
+        return int(before - pool.total_bytes())
+
+
+def on_input_device(*array_names: str) -> Callable[[_F], _F]:
+    """Decorator of public entry points: the call runs with the GPU that holds its input current (device
+    in, same device out). The device is ``device=`` resolved against the arguments named ``array_names``
+    (an ``index`` stands for its ``dataset``), as :func:`resolve_device` does; so work that allocates
+    or launches without naming a device lands on the input's GPU, not on GPU 0. A GPU out of memory
+    (CuPy's ``OutOfMemoryError``) becomes a ``MemoryError`` that says what to do, after the memory the call
+    took is given back (:func:`release_device_memory`): a build returns nothing half-built, and the next
+    call finds the memory free. Calls with ``devices=`` (several devices) and calls whose arguments do not
+    resolve (the function then raises its own error) run as they are."""
+    import inspect
+
+    def wrap(fn):
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def on_device(*args, **kwargs):
+            if kwargs.get("devices") is not None:
+                return fn(*args, **kwargs)
+            try:
+                bound = signature.bind_partial(*args, **kwargs).arguments
+                arrays = [getattr(bound[a], "dataset", None) if a == "index" else bound[a]
+                          for a in array_names if a in bound]
+                dev = resolve_device(bound.get("device", "auto"), *[a for a in arrays if a is not None])
+            except (TypeError, ValueError, RuntimeError):
+                return fn(*args, **kwargs)
+            with device_context(dev):
+                try:
+                    return fn(*args, **kwargs)
+                except Exception as exc:  # noqa: BLE001 - only CuPy's out-of-memory error is turned
+                    if type(exc).__name__ != "OutOfMemoryError" or not dev.is_cuda:
+                        raise
+                    freed = release_device_memory(dev)
+                    name = f"{fn.__module__.split('._')[0]}.{fn.__name__}"
+                    raise MemoryError(f"{name}: GPU {dev.index} ran out of memory ({exc}); nothing was kept "
+                                      f"({format_bytes(freed)} given back to the device). Pass memory_limit= "
+                                      "(bytes or '8GB') to cut the work to a budget, or free device memory "
+                                      "held elsewhere") from None
+
+        return on_device
+
+    return wrap
 
 
 # --------------------------------------------------------------------------------------------------
@@ -285,6 +379,15 @@ def _sm_count_of(device_id: int) -> int:
     import cupy
 
     return int(cupy.cuda.Device(device_id).attributes["MultiProcessorCount"])
+
+
+def format_bytes(n: int) -> str:
+    """``n`` bytes for a message: '512 B', '3.0 KiB', '6.2 MiB', '1.50 GiB' (never '0 MiB' for a few bytes)."""
+    n = int(n)
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}" if unit in ("GiB", "TiB") else f"{n / size:.1f} {unit}"
+    return f"{n} B"
 
 
 def parse_memory(value) -> int | None:

@@ -170,18 +170,19 @@ def check_int(value, name: str, *, low: int | None = None, high: int | None = No
     return value
 
 
-def check_k(k, n: int, *, graph: bool = False) -> int:
-    """k >= 1 and k <= n (k < n for a graph, where a node is not its own neighbour)."""
+def check_k(k, n: int, *, graph: bool = False, name: str = "k") -> int:
+    """k >= 1 and k <= n (k < n for a graph, where a node is not its own neighbour); messages call the
+    argument ``name`` (a builder's ``graph_degree``)."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise TypeError(f"k must be an integer, got {type(k).__name__} {k!r}")
+        raise TypeError(f"{name} must be an integer, got {type(k).__name__} {k!r}")
     k = int(k)
     if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
+        raise ValueError(f"{name} must be at least 1, got {k}")
     if graph and k >= n:
-        raise ValueError(f"k must be smaller than the number of vectors for a k-NN graph (self excluded): "
-                         f"k={k}, n={n}")
+        raise ValueError(f"{name} must be smaller than the number of vectors for a k-NN graph (self excluded): "
+                         f"{name}={k}, n={n}")
     if k > n:
-        raise ValueError(f"k={k} is larger than the number of base vectors n={n}")
+        raise ValueError(f"{name}={k} is larger than the number of base vectors n={n}")
     return k
 
 

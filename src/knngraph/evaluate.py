@@ -1,6 +1,6 @@
 """Recall measures, as the library defines them everywhere.
 
-* ``recall@k`` (C@k, k-recall@k): |returned top-k ∩ true top-k| / k, averaged over queries.
+* ``recall@k`` (C@k, k-recall@k): ``|returned top-k ∩ true top-k| / k``, averaged over queries.
 * ``R@k`` (GGNN, Eq. 5): share of queries whose true nearest neighbour is among the returned top k.
 * graph recall@k (GNND): recall@k of each node's neighbour list against its true k-NN, self excluded,
   averaged over nodes (or over a fixed random sample of nodes, whose true k-NN is computed exactly).
@@ -16,11 +16,19 @@ is a ValueError (TypeError for a non-numeric dtype) naming the argument.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ._device import as_numpy
+from . import registry
+from ._device import as_numpy, is_device_array, resolve_device
+from ._typing import Array, DeviceLike
+from ._validate import check_finite, check_vectors
 
-__all__ = ["recall_at_k", "r_at_k", "graph_recall", "TIE_RTOL"]
+if TYPE_CHECKING:
+    from .graph import Graph
+
+__all__ = ["recall_at_k", "r_at_k", "graph_recall", "true_distances_in", "TIE_RTOL"]
 
 #: relative tolerance for "equal to the true k-th distance" (float32 vs float64 distance arithmetic)
 TIE_RTOL = 1e-5
@@ -120,8 +128,9 @@ def _correct_per_row(ids, gt, k, dist, gt_dist):
     return out
 
 
-def recall_at_k(indices, true_indices, k: int, *, distances=None, true_distances=None) -> float:
-    """recall@k = mean over queries of |returned top-k ∩ true top-k| / k.
+def recall_at_k(indices: Array, true_indices: Array, k: int, *, distances: Array | None = None,
+                true_distances: Array | None = None) -> float:
+    """recall@k = mean over queries of ``|returned top-k ∩ true top-k| / k``.
 
     Parameters
     ----------
@@ -144,7 +153,8 @@ def recall_at_k(indices, true_indices, k: int, *, distances=None, true_distances
     return float(_correct_per_row(ids, gt, k, dist, gt_dist).mean() / k)
 
 
-def r_at_k(indices, true_indices, k: int, *, distances=None, true_distances=None) -> float:
+def r_at_k(indices: Array, true_indices: Array, k: int, *, distances: Array | None = None,
+           true_distances: Array | None = None) -> float:
     """R@k: share of queries whose true nearest neighbour is among the returned top ``k``.
 
     With distances, a returned id at distance <= the true 1-NN distance also counts (ties).
@@ -165,7 +175,7 @@ def r_at_k(indices, true_indices, k: int, *, distances=None, true_distances=None
     return float(hit.mean())
 
 
-def _true_distances_in(metric: str, true_metric: str, true_dist):
+def true_distances_in(metric: str, true_metric: str, true_dist: np.ndarray) -> np.ndarray:
     """``true_dist`` (in ``true_metric``) in ``metric``: the same values, or the exact conversion between
     euclidean and sqeuclidean (they rank alike and differ by a square root); ValueError otherwise."""
     from .handoff import distances_in
@@ -187,8 +197,8 @@ def _check_sample(sample):
     return int(sample)
 
 
-def graph_recall(graph, k: int, *, true_graph=None, base=None, sample: int | None = None, seed: int = 0,
-                 device="auto") -> float:
+def graph_recall(graph: Graph, k: int, *, true_graph: Graph | None = None, base: Array | None = None,
+                 sample: int | None = None, seed: int = 0, device: DeviceLike = "auto") -> float:
     """Graph recall@k of ``graph`` (a :class:`~knngraph.Graph`).
 
     Give exactly one reference: ``true_graph``, an exact graph of the same nodes with at least k columns
@@ -220,10 +230,8 @@ def graph_recall(graph, k: int, *, true_graph=None, base=None, sample: int | Non
         if true_graph.n != n:
             raise ValueError(f"graph has {n} nodes but true_graph has {true_graph.n}")
         _check_k(k, true_graph.degree, "true_graph")
-        true_dist = _true_distances_in(graph.metric, true_graph.metric, as_numpy(true_graph.distances)[nodes])
+        true_dist = true_distances_in(graph.metric, true_graph.metric, as_numpy(true_graph.distances)[nodes])
         return recall_at_k(ids, as_numpy(true_graph.indices)[nodes], k, distances=dist, true_distances=true_dist)
-
-    from . import knn
 
     if not hasattr(base, "shape"):
         base = np.asarray(base)
@@ -233,7 +241,14 @@ def graph_recall(graph, k: int, *, true_graph=None, base=None, sample: int | Non
         raise ValueError(f"base has {base.shape[0]} rows but graph has {n} nodes; base must be the vectors "
                          f"the graph was built on")
     queries = as_numpy(base)[nodes] if hasattr(base, "__cuda_array_interface__") else base[nodes]
-    td, ti = knn(base, queries, min(k + 1, n), metric=graph.metric, device=device, verbose=False)
+    # the exact search of :func:`knngraph.knn`, taken from the registry (the package top sits above this
+    # module), with ``base`` checked under its own name as knn checks it
+    dev = resolve_device(device, base)
+    base = check_vectors(base, "base", on_gpu=dev.is_cuda and is_device_array(base))
+    check_finite(base, "base")
+    exact = registry.get("exact").load()
+    index = exact.build(exact.IndexParams(metric=graph.metric), base, device=dev, verbose=False)
+    td, ti = exact.search(index, queries, min(k + 1, n), device=device, verbose=False)
     td = as_numpy(td)
     ti = as_numpy(ti)
     # drop each node itself from its exact list (or the last entry when duplicates pushed it out)

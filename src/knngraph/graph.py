@@ -13,12 +13,18 @@ import json
 import os
 import zipfile
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, overload
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ._device import as_cupy, as_numpy
+from ._typing import FileTarget
 from .io import _atomic_write, _finish, _open_new, _parse_npy_header
 from .metrics import canonical_metric
+
+if TYPE_CHECKING:
+    from scipy.sparse import csr_matrix
 
 __all__ = ["Graph", "save_arrays", "load_arrays", "read_header"]
 
@@ -55,7 +61,7 @@ def _check_file_object(f, name: str, *, writing: bool) -> None:
             raise TypeError(f"{name}: the file object is not {check} (open the file with {mode!r})")
 
 
-def save_arrays(target, kind: str, arrays: dict, meta: dict) -> None:
+def save_arrays(target: FileTarget, kind: str, arrays: dict, meta: dict) -> None:
     """Write ``arrays`` (name -> NumPy array) and ``meta`` to ``target``, with a checksum.
 
     The file is a zip of ``.npy`` members plus ``meta.json`` holding the format version, the object
@@ -166,14 +172,14 @@ def _member_array(blob: bytes, where: str) -> np.ndarray:
         raise ValueError(f"{where}: {exc}") from exc
 
 
-def read_header(source) -> dict:
+def read_header(source: FileTarget) -> dict:
     """The header of a knngraph file (``format``, ``version``, ``kind``, ...) without reading its arrays;
     ``source`` is a path or a seekable binary file object. ValueError naming the file when it is not
     one."""
     return _read_container(source, "", arrays=False)[0]
 
 
-def load_arrays(source, kind: str) -> tuple[dict, dict]:
+def load_arrays(source: FileTarget, kind: str) -> tuple[dict, dict]:
     """(arrays, meta) of a file written by :func:`save_arrays` (a path or a seekable binary file object);
     ValueError naming the file when it is not valid, also when asking the arrays for one it lacks."""
     header, blobs = _read_container(source, kind + " ", arrays=True)
@@ -222,6 +228,7 @@ class Graph:
             raise TypeError(f"Graph indices must be int32, got {idx.dtype}")
         if dist.dtype != np.float32:
             raise TypeError(f"Graph distances must be float32, got {dist.dtype}")
+        self.validate_ids()
 
     @property
     def n(self) -> int:
@@ -251,7 +258,7 @@ class Graph:
         return Graph(as_cupy(self.indices), as_cupy(self.distances), self.metric, dict(self.info))
 
     def to_csr(self, *, include_self: bool = False, symmetrize: bool = False, mode: str = "distance",
-               metric: str | None = None, dtype=np.float32):
+               metric: str | None = None, dtype: DTypeLike = np.float32) -> csr_matrix:
         """The graph as a SciPy CSR matrix of shape (n, n), the sparse ``metric="precomputed"`` input of
         scikit-learn's HDBSCAN, DBSCAN, TSNE, Isomap, SpectralClustering and of ``scipy.sparse.csgraph``.
 
@@ -259,7 +266,9 @@ class Graph:
         ----------
         include_self : bool, default=False
             Add each node as its own neighbour at distance 0, stored as an explicit zero (as
-            scikit-learn's ``KNeighborsTransformer`` does for the training data).
+            scikit-learn's ``KNeighborsTransformer`` does for the training data). scikit-learn's ``TSNE``
+            needs it: each row must hold the point itself and at least ``3 * perplexity + 1``
+            neighbours, so a graph of ``k >= 3 * perplexity + 1`` (91 at the default perplexity 30).
         symmetrize : bool, default=False
             Make the graph undirected: the union of the edges i -> j and j -> i.
         mode : {'distance', 'connectivity'}, default='distance'
@@ -288,16 +297,55 @@ class Graph:
         return graph_to_csr(self, include_self=include_self, symmetrize=symmetrize, mode=mode, metric=metric,
                             dtype=dtype)
 
-    def validate_ids(self) -> None:
-        """ValueError when an id is outside [-1, n) (for graphs supplied by users)."""
-        idx = as_numpy(self.indices)
-        bad = (idx < -1) | (idx >= self.n)
-        if bad.any():
-            row = int(np.argmax(bad.any(axis=1)))
-            raise ValueError(f"graph row {row} holds neighbour ids outside [-1, {self.n}): "
-                             f"{idx[row][bad[row]][:5].tolist()}")
+    @property
+    def n_nodes(self) -> int:
+        """The bound of the ids: ``info["n"]`` for a block of rows of a larger graph (rows ``info["rows"]``
+        of a graph over ``info["n"]`` nodes, as sharded builds write them), else the number of rows."""
+        return int(self.info.get("n", self.n)) if isinstance(self.info, dict) else self.n
 
-    def save(self, target) -> None:
+    def validate_ids(self) -> None:
+        """ValueError when an id is outside [-1, n) (n: :attr:`n_nodes`). Every constructor and converter
+        calls it: an id out of range would make SciPy's CSR matrices write out of bounds and searches read
+        past the vectors."""
+        idx = self.indices
+        if idx.size == 0:
+            return
+        n = self.n_nodes
+        xp = np if isinstance(idx, np.ndarray) else __import__("cupy")
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo >= -1 and hi < n:
+            return
+        bad = (idx < -1) | (idx >= n)
+        row = int(xp.argmax(bad.any(axis=1)))
+        vals = as_numpy(idx[row])[as_numpy(bad[row])][:5].tolist()
+        raise ValueError(f"graph row {row} holds neighbour ids outside [-1, {n}): {vals}")
+
+    @overload
+    def components(self, *, return_labels: Literal[False] = False) -> int: ...
+
+    @overload
+    def components(self, *, return_labels: Literal[True]) -> tuple[int, np.ndarray]: ...
+
+    def components(self, *, return_labels: bool = False) -> int | tuple[int, np.ndarray]:
+        """The number of weakly connected components of the graph (edges taken both ways; -1 entries are
+        no edges), and with ``return_labels`` an int64 label per node (0 .. count-1, in order of each
+        component's smallest id). A search graph of several components leaves vertices that a search
+        from one component never reaches; :func:`knngraph.graphops.unreachable_count` counts those for
+        given entry points.
+
+        Examples
+        --------
+        >>> import numpy as np, knngraph
+        >>> ids = np.array([[1], [0], [3], [2]], np.int32)
+        >>> knngraph.Graph(ids, np.ones((4, 1), np.float32)).components(return_labels=True)
+        (2, array([0, 0, 1, 1]))
+        """
+        from .primitives.components import weak_components
+
+        count, labels = weak_components(self.indices)
+        return (count, labels) if return_labels else count
+
+    def save(self, target: FileTarget) -> None:
         """Write the graph to ``target``, a path (versioned, atomic, checksummed) or a writable binary
         file object."""
         g = self.to_host()
@@ -305,7 +353,7 @@ class Graph:
         save_arrays(target, "graph", {"indices": g.indices, "distances": g.distances}, meta)
 
     @classmethod
-    def load(cls, source) -> "Graph":
+    def load(cls, source: FileTarget) -> "Graph":
         """Read a graph written by :meth:`save` (host arrays) from a path or a seekable binary file
         object; ValueError naming the file when it does not hold a valid graph."""
         arrays, meta = load_arrays(source, "graph")

@@ -13,16 +13,32 @@ Distances come in the graph's metric unless ``metric=`` asks for another; only e
 convert (a square root apart). UMAP and HDBSCAN want euclidean distances for euclidean data; t-SNE's
 affinities are defined on squared distances (van der Maaten and Hinton, Eq. 1), which scikit-learn's TSNE
 takes as they are when ``metric="precomputed"``.
+
+Neighbours each tool needs per row:
+
+* UMAP: ``n_neighbors`` counting the point itself, so a graph of degree ``n_neighbors - 1``
+  (:func:`umap_knn` adds the point in column 0).
+* scikit-learn's TSNE: the point itself and at least ``3 * perplexity + 1`` neighbours, so a graph of
+  ``k >= 3 * perplexity + 1`` (91 at the default perplexity 30) handed over with
+  ``g.to_csr(include_self=True)``; fewer are refused ("92 neighbors per samples are required").
+* scikit-learn's HDBSCAN: at least ``min_samples`` entries per row (default: ``min_cluster_size``) and a
+  connected graph (``g.to_csr(symmetrize=True)``).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
+
+if TYPE_CHECKING:
+    from scipy.sparse import csr_matrix
 
 __all__ = ["umap_knn", "graph_to_csr", "distances_in"]
 
 
-def distances_in(distances, from_metric: str, to_metric: str | None) -> np.ndarray:
+def distances_in(distances: ArrayLike, from_metric: str, to_metric: str | None) -> np.ndarray:
     """``distances`` (in ``from_metric``) as float32 values in ``to_metric`` (None: unchanged).
 
     Euclidean and squared euclidean distances convert (``inf`` stays ``inf``); any other pair of different
@@ -61,8 +77,8 @@ def _check_bool(value, name: str) -> bool:
     return bool(value)
 
 
-def graph_to_csr(graph, *, include_self: bool = False, symmetrize: bool = False, mode: str = "distance",
-                 metric: str | None = None, dtype=np.float32):
+def graph_to_csr(graph: Any, *, include_self: bool = False, symmetrize: bool = False, mode: str = "distance",
+                 metric: str | None = None, dtype: DTypeLike = np.float32) -> csr_matrix:
     """The graph as a SciPy CSR matrix of shape (n, n); see :meth:`knngraph.Graph.to_csr`."""
     include_self = _check_bool(include_self, "include_self")
     symmetrize = _check_bool(symmetrize, "symmetrize")
@@ -73,6 +89,10 @@ def graph_to_csr(graph, *, include_self: bool = False, symmetrize: bool = False,
         raise TypeError(f"dtype must be float32 or float64, got {dtype}")
     sparse = _scipy_sparse()
     g = graph.to_host()
+    g.validate_ids()  # the arrays may have been changed in place since the graph was made
+    if g.n_nodes != g.n:
+        raise ValueError(f"the graph holds rows of a graph over {g.n_nodes} nodes ({g.n} rows): a CSR matrix "
+                         "needs the whole graph")
     n = g.n
     ids = np.asarray(g.indices, dtype=np.int64).ravel()
     dist = distances_in(g.distances, g.metric, metric).ravel()
@@ -101,7 +121,8 @@ def graph_to_csr(graph, *, include_self: bool = False, symmetrize: bool = False,
     return sparse.csr_matrix((data, cols.astype(index_dtype), indptr.astype(index_dtype)), shape=(n, n))
 
 
-def umap_knn(graph, n_neighbors: int | None = None, *, metric: str | None = "auto"):
+def umap_knn(graph: Any, n_neighbors: int | None = None, *,
+             metric: str | None = "auto") -> tuple[np.ndarray, np.ndarray]:
     """``(knn_indices, knn_dists)`` of ``graph`` as ``umap.UMAP(precomputed_knn=...)`` takes them.
 
     UMAP counts a point among its own neighbours: column 0 is the point itself at distance 0, then the
@@ -136,6 +157,7 @@ def umap_knn(graph, n_neighbors: int | None = None, *, metric: str | None = "aut
     from ._validate import check_int
 
     g = graph.to_host()
+    g.validate_ids()  # the arrays may have been changed in place since the graph was made
     width = g.degree + 1 if n_neighbors is None else check_int(n_neighbors, "n_neighbors", low=2)
     if width > g.degree + 1:
         raise ValueError(f"n_neighbors={width} needs a graph of degree >= {width - 1} (UMAP counts the point "

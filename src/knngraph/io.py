@@ -27,16 +27,21 @@ naming the file and the problem for truncated or corrupt files.
 
 from __future__ import annotations
 
+import atexit
 import errno
 import operator
 import os
 import secrets
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
+
+from ._typing import PathLike
 
 __all__ = [
     "SUPPORTED_EXTENSIONS",
@@ -286,8 +291,131 @@ def _hdf5_errors(path):
         ) from exc
 
 
-def _open_hdf5(p: Path, path):
+#: seconds a child process may spend reading an HDF5 file's metadata before the file is called damaged
+HDF5_PROBE_SECONDS = 10.0
+
+#: the probe's child: reads one JSON request per line (path, whether to read the root's attributes), answers
+#: one line: "" or the error h5py raised
+_PROBE_SERVER = r"""
+import json, sys
+import h5py
+for line in sys.stdin:
+    path, attributes = json.loads(line)
+    try:
+        with h5py.File(path, "r") as f:
+            if attributes:
+                dict(f.attrs)
+            for key in f:
+                node = f.get(key)
+                getattr(node, "shape", None), getattr(node, "dtype", None)
+        answer = ""
+    except BaseException as exc:
+        answer = f"{type(exc).__name__}: {exc}"
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+"""
+
+#: files whose metadata the probe read in time: (path, size, mtime, attributes) -> True
+_PROBED: dict = {}
+
+
+class _Prober:
+    """One long-lived child interpreter (h5py imported once) that reads HDF5 metadata on request, so a
+    probe costs a pipe round trip, not an interpreter start; a child that hangs or crashes is killed and
+    the next probe starts a new one. Not a fork of this process (its threads, its locks) and not
+    :mod:`multiprocessing` (which would import the caller's main script again in the child)."""
+
+    def __init__(self):
+        self.proc = None
+        self.lock = threading.Lock()
+
+    def _start(self):
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen([sys.executable, "-c", _PROBE_SERVER], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+
+    def close(self):
+        """End the child (at exit): it leaves its loop when its input closes."""
+        with self.lock:
+            if self.proc is not None:
+                try:
+                    self.proc.stdin.close()
+                    self.proc.wait(timeout=2)
+                except (OSError, ValueError):
+                    pass
+                except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired: kill it below
+                    pass
+                self._stop()
+
+    def _stop(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            for pipe in (self.proc.stdin, self.proc.stdout):
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+            self.proc = None
+
+    def probe(self, path: str, attributes: bool, limit: float):
+        """'' when h5py read the metadata, the error text when it raised, None when it did not answer
+        within ``limit`` seconds (or the child died: then the text says so)."""
+        import json
+        import select
+
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self._stop()
+                self._start()
+            try:
+                self.proc.stdin.write(json.dumps([path, attributes]) + "\n")
+                self.proc.stdin.flush()
+                ready, _, _ = select.select([self.proc.stdout], [], [], limit)
+                line = self.proc.stdout.readline() if ready else None
+            except OSError:
+                line = ""
+            if line is None:
+                self._stop()
+                return None
+            if not line:  # EOF: the child died reading the file
+                code = self.proc.poll()
+                self._stop()
+                return f"the HDF5 reader crashed (exit status {code})"
+            return json.loads(line)
+
+
+_PROBER = _Prober()
+atexit.register(_PROBER.close)
+
+
+def _probe_hdf5(p: Path, path, *, attributes: bool = False) -> None:
+    """Read the file's metadata (every node's shape and dtype; with ``attributes`` the root's attributes
+    too) in a child process first: libhdf5 can loop forever on a damaged file (a few flipped bytes in the
+    root attributes), and a loop in C cannot be interrupted in this process. A child that does not answer
+    within :data:`HDF5_PROBE_SECONDS` (``KNNGRAPH_HDF5_PROBE_SECONDS``) is killed, and the file called
+    damaged (ValueError naming it); so is a child that fails or crashes. The answer is kept per file
+    version."""
+    st = p.stat()
+    key = (str(p.resolve()), st.st_size, st.st_mtime_ns, attributes)
+    if key in _PROBED:
+        return
+    limit = float(os.environ.get("KNNGRAPH_HDF5_PROBE_SECONDS") or HDF5_PROBE_SECONDS)
+    why = _PROBER.probe(os.fspath(p.resolve()), attributes, limit)
+    if why is None:
+        raise ValueError(f"{os.fspath(path)}: the HDF5 library did not finish reading this file's metadata "
+                         f"within {limit:g} s; the file is corrupt (or not an HDF5 file)")
+    if why:
+        raise ValueError(f"{os.fspath(path)}: not a readable HDF5 file, or it is corrupt ({why})")
+    _PROBED[key] = True
+
+
+def _open_hdf5(p: Path, path, *, attributes: bool = False):
+    """The open file (``attributes``: the caller reads the root's attributes, probed first too)."""
     h5py = _h5py()
+    _probe_hdf5(p, path, attributes=attributes)
     with _hdf5_errors(path):
         return h5py.File(p, "r")
 
@@ -318,7 +446,7 @@ def _hdf5_dataset(f, name: str, path):
     return node
 
 
-def read_header(path, *, dataset: str | None = None) -> tuple[int, int, np.dtype]:
+def read_header(path: PathLike, *, dataset: str | None = None) -> tuple[int, int, np.dtype]:
     """Read the shape and dtype of a vector file without reading its data.
 
     Parameters
@@ -385,7 +513,8 @@ def _check_dataset_arg(ext: str, dataset, path) -> None:
 # ----------------------------------------------------------------------------
 
 
-def read(path, *, rows=None, dataset: str | None = None, mmap: bool = True) -> np.ndarray:
+def read(path: PathLike, *, rows: slice | tuple[int, int] | None = None, dataset: str | None = None,
+         mmap: bool = True) -> np.ndarray:
     """Read a 2-D array of vectors, or a range of its rows, from a file.
 
     Parameters
@@ -518,7 +647,7 @@ def _check_vecs_dims(dims: np.ndarray, dim: int, start: int, path) -> None:
             )
 
 
-def read_ann_benchmarks(path) -> dict:
+def read_ann_benchmarks(path: PathLike) -> dict[str, Any]:
     """Load an ann-benchmarks HDF5 file.
 
     Parameters
@@ -566,12 +695,12 @@ def read_ann_benchmarks(path) -> dict:
     return out
 
 
-def is_hdf5(path) -> bool:
+def is_hdf5(path: PathLike) -> bool:
     """Whether ``path`` has an HDF5 extension (``.hdf5``, ``.h5``)."""
     return Path(os.fspath(path)).suffix.lower() in _HDF5_EXTENSIONS
 
 
-def ann_benchmarks_metric(path) -> str | None:
+def ann_benchmarks_metric(path: PathLike) -> str | None:
     """The knngraph metric named by the ``distance`` attribute of an ann-benchmarks HDF5 file
     (``"euclidean"``; ``"cosine"`` for ``angular``; ``"inner_product"`` for ``dot`` or ``ip``), reading
     nothing else; None when the file has no such attribute.
@@ -595,7 +724,7 @@ def _ann_metric(path, *, required: bool, caller: str) -> str | None:
             "use read() for other formats"
         )
     p = _existing_file(path)
-    with _open_hdf5(p, path) as f:
+    with _open_hdf5(p, path, attributes=True) as f:
         with _hdf5_errors(path):
             raw = f.attrs.get("distance")
     if raw is None:
@@ -688,7 +817,7 @@ def _finish(f) -> None:
     os.fsync(f.fileno())
 
 
-def write(path, array) -> None:
+def write(path: PathLike, array: ArrayLike) -> None:
     """Write a 2-D array to a vector file, atomically.
 
     Parameters
@@ -798,7 +927,8 @@ def write(path, array) -> None:
     _atomic_write(path, write_into)
 
 
-def write_ann_benchmarks(path, train, test, neighbors, distances, metric: str) -> None:
+def write_ann_benchmarks(path: PathLike, train: ArrayLike, test: ArrayLike, neighbors: ArrayLike,
+                         distances: ArrayLike, metric: str) -> None:
     """Write an ann-benchmarks HDF5 file, atomically.
 
     Parameters

@@ -2,15 +2,15 @@
 
 All searchers return *distances*, smaller = closer, in float32:
 
-============== ========================================== ==========================================
-metric          distance reported                          selection key (per query, same order)
-============== ========================================== ==========================================
-sqeuclidean     ||q - x||^2                                ||x||^2 - 2 <q, x>   (||q||^2 added back)
-euclidean       ||q - x||                                  same key as sqeuclidean, sqrt at the end
-inner_product   -<q, x>   (negated so that smaller = closer) -<q, x>
-cosine          1 - <q, x> / (||q|| ||x||)                 -<q/||q||, x/||x||>; a zero vector has
-                                                           cosine distance 1 to everything
-============== ========================================== ==========================================
+=============  ============================================  =========================================
+metric         distance reported                             selection key (per query, same order)
+=============  ============================================  =========================================
+sqeuclidean    ||q - x||^2                                   ||x||^2 - 2 <q, x>   (||q||^2 added back)
+euclidean      ||q - x||                                     same key as sqeuclidean, sqrt at the end
+inner_product  -<q, x>   (negated so that smaller = closer)  -<q, x>
+cosine         1 - <q, x> / (||q|| ||x||)                    -<q/||q||, x/||x||>; a zero vector has
+                                                             cosine distance 1 to everything
+=============  ============================================  =========================================
 
 The key column is the observation of Komarov, Dashti, D'Souza ("Fast k-NNG Construction with GPU-Based
 Quick Multi-Select", section "Distance Calculation"): for a fixed
@@ -34,7 +34,7 @@ _ALIASES = {
 }
 
 
-def canonical_metric(metric) -> str:
+def canonical_metric(metric: object) -> str:
     """The canonical name for ``metric``; ValueError listing valid names otherwise."""
     if isinstance(metric, str):
         name = _ALIASES.get(metric.strip().lower())

@@ -13,8 +13,13 @@ contract (:mod:`knngraph.index`):
   ``graph_degree`` distinct neighbours (never the node itself) chosen by its own rule, -1 padded; hand it
   to a graph searcher as it is;
 * ``rng_pruned``: (with ``search_graph``) that rule is the relative neighbourhood graph's: for kept
-  neighbours n1 nearer than n2 of v, d(n1, n2) >= d(v, n2) (GRNND). GGNN's bottom layer is not: it keeps
+  neighbours n1 nearer than n2 of v, d(n1, n2) >= d(v, n2) (GRNND), in every row but the edges the
+  connectivity step adds to reach what the rule's approximation left unreachable (listed in
+  ``graph.info['connect']['links']``, :func:`knngraph.graphops.connect_graph`). GGNN's bottom layer is not: it keeps
   nearest neighbours and symmetric links (GGNN section 5).
+* ``search_knob``: (with ``searches``) the field of its ``SearchParams`` that trades speed for recall, the
+  one a benchmark sweeps for a recall / queries-per-second curve ('queue_size' for SONG, 'tau' for
+  GGNN); empty for an exact searcher, which has none.
 
 A new algorithm adds one line to :data:`ALGORITHMS`.
 """
@@ -23,8 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from ._device import is_device_array
+from ._typing import Array, DeviceLike, MemoryLimit
+
+if TYPE_CHECKING:
+    from .graph import Graph
 
 __all__ = ["Algorithm", "ALGORITHMS", "get", "graph_builders", "searchers", "graph_searchers", "by_file_kind"]
 
@@ -42,13 +53,15 @@ class Algorithm:
     search_graph: bool = False
     rng_pruned: bool = False
     file_kind: str = ""
+    search_knob: str = ""
 
-    def load(self):
+    def load(self) -> ModuleType:
         """The algorithm's folder (``IndexParams``, ``build``, ...)."""
         return importlib.import_module(self.module)
 
-    def build_graph(self, dataset, graph_degree: int, *, metric: str = "sqeuclidean", device="auto",
-                    memory_limit=None, verbose: bool = True, params=None, **param_fields):
+    def build_graph(self, dataset: Array, graph_degree: int, *, metric: str = "sqeuclidean",
+                    device: DeviceLike = "auto", memory_limit: MemoryLimit = None, verbose: bool = True,
+                    params: Any = None, **param_fields: Any) -> Graph:
         """The k-NN graph of ``dataset`` with ``graph_degree`` neighbours per node: ``build(IndexParams(
         graph_degree=..., metric=..., **param_fields), dataset, ...).graph``. ``params``: a ready
         ``IndexParams`` of this algorithm instead (its ``graph_degree`` and ``metric`` are replaced)."""
@@ -76,9 +89,10 @@ ALGORITHMS = {a.name: a for a in (
     Algorithm("grnnd", "knngraph.grnnd", "sparse RNG-pruned search graphs by relative NN-Descent (GRNND)",
               builds_graphs=True, search_graph=True, rng_pruned=True, file_kind="grnnd-index"),
     Algorithm("song", "knngraph.song", "graph search, one GPU warp per query (SONG), on any graph",
-              searches=True, searches_graphs=True, file_kind="song-index"),
+              searches=True, searches_graphs=True, file_kind="song-index", search_knob="queue_size"),
     Algorithm("ggnn", "knngraph.ggnn", "hierarchical graph build + block-per-query search (GGNN), sharding",
-              builds_graphs=True, search_graph=True, searches=True, searches_graphs=True, file_kind="ggnn-index"),
+              builds_graphs=True, search_graph=True, searches=True, searches_graphs=True, file_kind="ggnn-index",
+              search_knob="tau"),
 )}
 
 
@@ -89,17 +103,17 @@ def get(name: str) -> Algorithm:
     return ALGORITHMS[name]
 
 
-def graph_builders() -> tuple:
+def graph_builders() -> tuple[str, ...]:
     """Names of the algorithms that build k-NN graphs (``knn_graph(method=...)``)."""
     return tuple(a.name for a in ALGORITHMS.values() if a.builds_graphs)
 
 
-def searchers() -> tuple:
+def searchers() -> tuple[str, ...]:
     """Names of the algorithms that build searchable indexes."""
     return tuple(a.name for a in ALGORITHMS.values() if a.searches)
 
 
-def graph_searchers() -> tuple:
+def graph_searchers() -> tuple[str, ...]:
     """Names of the searchers that take any builder's graph (``from_graph``)."""
     return tuple(a.name for a in ALGORITHMS.values() if a.searches_graphs)
 

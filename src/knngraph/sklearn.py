@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+from typing import Any, Literal, overload
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 try:
     from scipy import sparse
@@ -89,8 +91,9 @@ class KNNGraphTransformer(TransformerMixin, BaseEstimator):
     [[1], [0], [1], [2]]
     """
 
-    def __init__(self, *, n_neighbors=5, mode="distance", metric="euclidean", method="exact", method_params=None,
-                 device="auto", n_jobs=None, dtype=np.float32):
+    def __init__(self, *, n_neighbors: int = 5, mode: str = "distance", metric: str = "euclidean",
+                 method: str = "exact", method_params: dict[str, Any] | None = None, device: str = "auto",
+                 n_jobs: int | None = None, dtype: DTypeLike = np.float32) -> None:
         self.n_neighbors = n_neighbors
         self.mode = mode
         self.metric = metric
@@ -151,7 +154,7 @@ class KNNGraphTransformer(TransformerMixin, BaseEstimator):
         finally:
             numba.set_num_threads(before)
 
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: object = None) -> KNNGraphTransformer:
         """Validate parameters, store ``X`` (as float32) and build the k-NN graph of ``X`` (``graph_``)."""
         self._check_params()
         X = validate_data(self, X, dtype=[np.float32, np.float64], ensure_min_samples=2)
@@ -177,8 +180,8 @@ class KNNGraphTransformer(TransformerMixin, BaseEstimator):
             raise ValueError(f"Expected n_neighbors <= n_samples_fit, but n_neighbors = {count}, "
                              f"n_samples_fit = {self.n_samples_fit_}")
 
-    def transform(self, X):
-        """CSR graph (n_queries, n_samples_fit_) of each row's nearest fitted samples, each row sorted by
+    def transform(self, X: ArrayLike) -> sparse.csr_matrix:
+        """CSR graph of shape ``(n_queries, n_samples_fit_)`` of each row's nearest fitted samples, each row sorted by
         distance."""
         check_is_fitted(self)
         dtype = self._check_params()
@@ -204,10 +207,25 @@ class KNNGraphTransformer(TransformerMixin, BaseEstimator):
         dist, ids = knngraph.knn(self._fit_X, X, count, metric=self.metric, device=self.device, verbose=False)
         return np.asarray(dist), np.asarray(ids, np.int64)
 
-    def fit_transform(self, X, y=None):
+    def fit_transform(self, X: ArrayLike, y: object = None) -> sparse.csr_matrix:
+        """``fit(X).transform(X)``: the graph of the training data as scikit-learn's
+        ``KNeighborsTransformer`` returns it (each sample among its own neighbours, at distance 0)."""
         return self.fit(X).transform(X)
 
-    def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
+    @overload
+    def kneighbors(self, X: ArrayLike | None = None, n_neighbors: int | None = None,
+                   return_distance: Literal[True] = True) -> tuple[np.ndarray, np.ndarray]: ...
+
+    @overload
+    def kneighbors(self, X: ArrayLike | None, n_neighbors: int | None,
+                   return_distance: Literal[False]) -> np.ndarray: ...
+
+    @overload
+    def kneighbors(self, X: ArrayLike | None = None, n_neighbors: int | None = None, *,
+                   return_distance: Literal[False]) -> np.ndarray: ...
+
+    def kneighbors(self, X: ArrayLike | None = None, n_neighbors: int | None = None,
+                   return_distance: bool = True) -> tuple[np.ndarray, np.ndarray] | np.ndarray:
         """Neighbours of each row of ``X`` among the fitted samples, as ``KNeighborsMixin.kneighbors``.
 
         ``X=None``: the training samples, each one's neighbours excluding itself (read from ``graph_``,

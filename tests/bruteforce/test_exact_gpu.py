@@ -277,3 +277,24 @@ def test_filtered_exact_search_on_gpu_matches_cpu(sample):
     d2, i2 = knngraph.knn(cp.asarray(sample.base), cp.asarray(sample.queries), 10, device="cuda", verbose=False,
                           filter=cp.asarray(mask))
     np.testing.assert_array_equal(i2.get(), ic)
+
+
+def test_search_keywords_on_the_gpu(sample):
+    """The contract's search keywords on a GPU: ``out`` (CuPy arrays) filled and returned, ``stats``
+    filled, ``n_threads`` checked, host ``out`` arrays refused."""
+    import cupy as cp
+
+    from knngraph import bruteforce
+
+    index = bruteforce.build(bruteforce.IndexParams(), cp.asarray(sample.base), device="cuda")
+    q = cp.asarray(sample.queries[:300])
+    ref_d, ref_i = bruteforce.search(index, q, 10, device="cuda")
+    out = (cp.empty((300, 10), cp.float32), cp.empty((300, 10), cp.int32))
+    st = {}
+    d, i = bruteforce.search(index, q, 10, device="cuda", out=out, stats=st, n_threads=1, memory_limit="1GB")
+    assert d is out[0] and i is out[1] and st["seconds"] > 0 and st["exactness_retries"] >= 0
+    np.testing.assert_array_equal(i.get(), ref_i.get())
+    np.testing.assert_array_equal(d.get(), ref_d.get())
+    with pytest.raises(ValueError, match=r"out\[0\] \(distances\) must be a CuPy array"):
+        bruteforce.search(index, q, 10, device="cuda", out=(np.empty((300, 10), np.float32),
+                                                             np.empty((300, 10), np.int32)))

@@ -43,9 +43,9 @@ def test_sift450k_recall_and_same_ids_as_cpu(sift_index, cache):
     assert max(recalls.values()) >= 0.95 and recalls[0.5] >= 0.93, recalls
     assert list(recalls.values()) == sorted(recalls.values()), recalls
     if cache == "sorted":
-        from knngraph.song.cuda import BeamPlan
+        from knngraph.beam.cuda import BeamPlan
 
-        plans = [v for v in index._cache[("sorted", 0)]._cache.values() if isinstance(v, BeamPlan)]
+        plans = [v for v in index._cache[("sorted", 0)].cache.values() if isinstance(v, BeamPlan)]
         assert len(plans) == 1, len(plans)
 
 
@@ -184,3 +184,28 @@ def test_knn_graph_of_device_input_is_on_the_device(sift_index):
     h = knngraph.knn_graph(x, 16, method="ggnn", device="cuda", verbose=False, refinements=1)
     assert isinstance(g.indices, cp.ndarray) and isinstance(g.distances, cp.ndarray)
     np.testing.assert_array_equal(g.indices.get(), h.indices)
+
+
+def test_extend_builds_on_the_device_it_is_asked_for(sample):
+    """``extend`` rebuilds on the device it is given: the GPU build of the concatenated vectors (the CPU
+    build, edge for edge, on this uint8 data), keeping device vectors on the device when the index held
+    them; the extended index searches with the sorted cache as the CPU does (one warp per query)."""
+    import cupy as cp
+
+    x = sample.base[:3000]
+    p = ggnn.IndexParams(graph_degree=12, refinements=1)
+    ref = ggnn.build(p, x, device="cpu", verbose=False)
+    on_device = ggnn.extend(ggnn.build(p, cp.asarray(x[:2500]), device="cuda", verbose=False),
+                            cp.asarray(x[2500:]), device="cuda", verbose=False)
+    assert isinstance(on_device.dataset, cp.ndarray) and on_device.graph.info["device"] == "cuda"
+    np.testing.assert_array_equal(cp.asnumpy(on_device.dataset), x)
+    np.testing.assert_array_equal(on_device.graph.indices, ref.graph.indices)
+    on_host = ggnn.extend(ggnn.build(p, x[:2500], device="cpu", verbose=False), x[2500:], device="cuda",
+                          verbose=False)
+    assert isinstance(on_host.dataset, np.ndarray) and on_host.graph.info["device"] == "cuda"
+    np.testing.assert_array_equal(on_host.graph.indices, ref.graph.indices)
+    sp = ggnn.SearchParams(search_width=1)
+    dg, ig = ggnn.search(on_device, cp.asarray(sample.queries[:500]), 10, sp, device="cuda")
+    dc, ic = ggnn.search(ref, sample.queries[:500], 10, sp, device="cpu")
+    np.testing.assert_array_equal(cp.asnumpy(ig), ic)
+    np.testing.assert_array_equal(cp.asnumpy(dg), dc)

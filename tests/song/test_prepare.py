@@ -32,7 +32,7 @@ def test_pruning_rule_on_a_line():
     # points on a line: from 0 the RNG rule keeps 1 and drops 2, 3 (reached through 1)
     x = np.array([[0], [1], [2], [3], [10]], dtype=np.float32)
     g = knngraph.knn_graph(x, 4, device="cpu", verbose=False)
-    pruned = knngraph.optimize_graph(g, x, graph_degree=1, device="cpu")
+    pruned = knngraph.optimize_graph(g, x, graph_degree=1, connect=False, device="cpu")
     assert pruned.indices[:, 0].tolist() == [1, 0, 1, 2, 3]
     full = knngraph.optimize_graph(g, x, graph_degree=4, device="cpu")
     assert full.indices[0].tolist() == [1, 2, 3, 4]  # filled back up to the degree, nearest first

@@ -1,5 +1,5 @@
 """SONG's kernel on a real GPU (marker ``gpu``; scripts/gpu_check.sh runs these with
-KNNGRAPH_GPU_TESTS=1); the fast searcher has tests/song/test_beam_gpu.py.
+KNNGRAPH_GPU_TESTS=1); the fast searcher has tests/beam/test_search_gpu.py.
 
 sift-photos 450k comes from $KNNGRAPH_DEVICE_DATA (scripts/prepare_device_data.py). With
 ``algo='song'`` the GPU and CPU paths run the same algorithm; on uint8 data every distance is an exact
@@ -153,3 +153,29 @@ def test_filtered_search_on_gpu_matches_cpu(sample, share):
     bits = cp.asarray(prepare_filter(mask, len(mask)).bits)
     d2, i2 = song.search(index, cp.asarray(sample.queries), 10, sp, device="cuda", verbose=False, filter=bits)
     np.testing.assert_array_equal(i2.get(), ig)
+
+
+def test_song_walk_takes_the_search_keywords(sample):
+    """SONG's walk (algo='song') on a GPU with the contract's keywords: ``out`` (CuPy arrays) filled and
+    returned with the plain call's rows, ``stats``, ``memory_limit`` and ``n_threads``; a filter allowing few
+    ids takes the exact search over them (knngraph.bruteforce on the GPU)."""
+    import cupy as cp
+
+    g = knngraph.optimize_graph(knngraph.knn_graph(sample.base, 32, device="cuda", verbose=False), sample.base,
+                                graph_degree=16, device="cuda")
+    index = song.from_graph(g, sample.base, device="cuda")
+    q = cp.asarray(sample.queries[:200])
+    sp = song.SearchParams(queue_size=32, algo="song")
+    ref_d, ref_i = index.search(q, 10, sp, device="cuda", verbose=False)
+    out = (cp.empty((200, 10), cp.float32), cp.empty((200, 10), cp.int32))
+    st = {}
+    d, i = index.search(q, 10, sp, device="cuda", verbose=False, out=out, stats=st, memory_limit="1GB",
+                        n_threads=1)
+    assert d is out[0] and i is out[1] and "algo" not in st and st["seconds"] > 0
+    np.testing.assert_array_equal(i.get(), ref_i.get())
+    mask = np.zeros(len(sample.base), bool)
+    mask[::400] = True
+    d, i = index.search(q, 10, sp, device="cuda", verbose=False, filter=mask, stats=st)
+    assert st["filtered_path"] == "exact"
+    want_d, want_i = knngraph.knn(sample.base, sample.queries[:200], 10, device="cpu", filter=mask)
+    np.testing.assert_array_equal(i.get(), want_i)

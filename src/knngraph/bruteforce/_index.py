@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import overload
 
 import numpy as np
 
+from .. import multidevice
 from .._device import (Device, array_kind, default_memory_limit, device_context, implementation, is_device_array,
                        parse_memory, resolve_device, return_as)
+from .._device import on_input_device
+from .._typing import Array, DeviceLike, Devices, FileTarget, MemoryLimit
 from .._validate import check_finite, check_k, check_new_vectors, check_same_dim, check_vectors
 from ..graph import Graph
 from ..index import Index as IndexBase
-from ..index import KNNResult, assembling, load_index, runtime_docs, save_index
+from ..index import KNNResult, assembling, check_out, cpu_threads, fill_out, load_index, runtime_docs, save_index
 from ..primitives.filters import prepare_filter
+from ..primitives.kselect import resolve_select
 from ._exact import plan_numerics
 from ._params import IndexParams, SearchParams
 
@@ -27,7 +32,7 @@ class Index(IndexBase):
     """An exact index: the base vectors (as given, on the host or a GPU), the params and, when
     ``params.graph_degree > 0``, the exact k-NN graph of the vectors (else None)."""
 
-    dataset: object
+    dataset: Array
     params: IndexParams
     graph: Graph | None = None
 
@@ -49,7 +54,21 @@ def _exact(dev: Device, base, queries, k, metric, *, graph, select, memory_limit
     """(distances, ids) of the exact top-k, on the implementation for ``dev`` (validated arrays).
 
     Queries whose candidates could not prove their answer (:mod:`._exact`) are searched again with four
-    times the candidates, until every answer is proven (at worst with every point a candidate)."""
+    times the candidates, until every answer is proven (at worst with every point a candidate). Distances
+    that do not fit float32 are a ValueError naming the arrays (the base, and the queries unless they are
+    the base's own rows)."""
+    try:
+        return _exact_unnamed(dev, base, queries, k, metric, graph=graph, select=select, memory_limit=memory_limit,
+                              verbose=verbose, stats=stats, plan=plan)
+    except ValueError as exc:
+        if "exceed the float32 range" not in str(exc):
+            raise
+        what = "base (the distances of its k-NN graph)" if graph else "queries against base"
+        raise ValueError(f"{what}: {exc}") from None
+
+
+def _exact_unnamed(dev: Device, base, queries, k, metric, *, graph, select, memory_limit, verbose, stats=None,
+                   plan=None):
     impl = implementation(__package__, dev)
     xp = _xp_of(base) if dev.is_cuda else np
     plan = plan or plan_numerics(base, metric, xp)
@@ -101,9 +120,21 @@ def _without_self(d, i, rows):
     return d[keep].reshape(m, w - 1), i[keep].reshape(m, w - 1)
 
 
+@overload
+def build(params: IndexParams, dataset: Array, *, device: DeviceLike = ..., memory_limit: MemoryLimit = ...,
+          verbose: bool = ..., devices: None = ..., layout: str = ..., _checked: bool = ...) -> Index: ...
+
+
+@overload
+def build(params: IndexParams, dataset: Array, *, device: DeviceLike = ..., memory_limit: MemoryLimit = ...,
+          verbose: bool = ..., devices: Devices, layout: str = ...) -> multidevice.MultiDeviceIndex: ...
+
+
 @runtime_docs
-def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, verbose: bool = True,
-          _checked: bool = False) -> Index:
+@on_input_device('dataset')
+def build(params: IndexParams, dataset: Array, *, device: DeviceLike = "auto", memory_limit: MemoryLimit = None,
+          verbose: bool = True, devices: Devices | None = None, layout: str = "auto",
+          _checked: bool = False) -> Index | multidevice.MultiDeviceIndex:
     """Validate ``dataset`` and wrap it in an :class:`Index`; with ``params.graph_degree > 0`` also
     compute its exact k-NN graph (``index.graph``: NumPy arrays for host input, CuPy for device input).
 
@@ -116,6 +147,8 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
     {device}
     {memory_limit}
     {verbose}
+    {devices}
+    {layout}
 
     Examples
     --------
@@ -131,13 +164,19 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
     """
     if not isinstance(params, IndexParams):
         raise TypeError(f"params must be a knngraph.bruteforce.IndexParams, got {type(params).__name__}")
+    if devices is not None:
+        if params.graph_degree:
+            raise ValueError("bruteforce.build with devices= builds no graph (a shard's graph would miss the other "
+                             "shards' rows); use knngraph.knn_graph(base, k, devices=...) for the exact graph")
+        return multidevice.build(__package__, params, dataset, devices, layout=layout, memory_limit=memory_limit,
+                                 verbose=verbose)
     dev = resolve_device(device, dataset)
     data = check_vectors(dataset, "dataset", on_gpu=dev.is_cuda and is_device_array(dataset))
     if not _checked:  # knngraph.knn has checked it under the name the caller knows
         check_finite(data, "dataset")
     graph = None
     if params.graph_degree:
-        k = check_k(params.graph_degree, data.shape[0], graph=True)
+        k = check_k(params.graph_degree, data.shape[0], graph=True, name="graph_degree")
         stats: dict = {}
         t0 = time.perf_counter()
         d, i = _exact(dev, data, data, k, params.metric, graph=True, select="auto", memory_limit=memory_limit,
@@ -176,8 +215,11 @@ def filtered_exact(dev: Device, base, queries, k, metric, allowed, *, select="au
 
 
 @runtime_docs
-def search(index: Index, queries, k: int, params: SearchParams | None = None, *, device="auto",
-           memory_limit=None, verbose: bool = True, filter=None) -> KNNResult:
+@on_input_device('index', 'queries')
+def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, params: SearchParams | None = None,
+           *, device: DeviceLike = "auto", verbose: bool = True, filter: Array | None = None,
+           stats: dict | None = None, memory_limit: MemoryLimit = None, out: tuple[Array, Array] | None = None,
+           n_threads: int | None = None, devices: Devices | None = None) -> KNNResult:
     """Exact top-``k`` of each query among the index's vectors.
 
     Parameters
@@ -189,16 +231,28 @@ def search(index: Index, queries, k: int, params: SearchParams | None = None, *,
         Neighbours per query, 1 <= k <= n.
     params : SearchParams, optional
     {device}
-    {memory_limit}
     {verbose}
     {filter}
+    {stats}
+        Also ``exactness_retries``: the rounds of more candidates that unproven answers took
+        (:mod:`knngraph.bruteforce._exact`; 0 on the few-query path).
+    {memory_limit}
+    {out}
+    {n_threads}
+        The CPU's GEMM runs in NumPy's BLAS, whose threads this does not set.
+    {devices_search}
 
     Returns
     -------
     KNNResult
         ``(distances, indices)``: float32 and int32 arrays of shape (n_queries, k), nearest first, ties
-        broken by the lower id; in the framework of ``queries`` (NumPy, CuPy or PyTorch).
+        broken by the lower id; in the framework of ``queries`` (NumPy, CuPy or PyTorch; ``out`` itself
+        when given).
     """
+    if isinstance(index, multidevice.MultiDeviceIndex) or (devices is not None and isinstance(index, Index)):
+        spread = index if isinstance(index, multidevice.MultiDeviceIndex) else multidevice.replicate(index, devices)
+        return multidevice.search(spread, queries, k, params, device=device, verbose=verbose, filter=filter,
+                                  stats=stats, memory_limit=memory_limit, out=out, n_threads=n_threads)
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.bruteforce.Index, got {type(index).__name__}")
     params = SearchParams() if params is None else params
@@ -211,29 +265,42 @@ def search(index: Index, queries, k: int, params: SearchParams | None = None, *,
     q = check_vectors(queries, "queries", on_gpu=dev.is_cuda and is_device_array(queries))
     check_same_dim(base, q, "the index's vectors")
     k = check_k(k, base.shape[0])
+    resolve_select(params.select, k)  # the same rule whatever path below answers (few queries, filter, ...)
     allowed = prepare_filter(filter, base.shape[0])
     check_finite(q, "queries")
     parse_memory(memory_limit)  # a bad limit is an error on every path below, the few-query one too
-    few = None
-    if (allowed is None and not dev.is_cuda and index.metric in ("sqeuclidean", "euclidean")
-            and base.dtype != np.float16):
-        from .cpu import FEW_QUERIES, exact_few_l2
+    if out is not None:
+        check_out(out, q.shape[0], k, dev)
+    t0 = time.perf_counter()
+    with cpu_threads(n_threads):
+        few = None
+        if (allowed is None and not dev.is_cuda and index.metric in ("sqeuclidean", "euclidean")
+                and base.dtype != np.float16):
+            from .cpu import FEW_QUERIES, exact_few_l2
 
-        if q.shape[0] <= FEW_QUERIES:  # one query (or a few): a direct pass over the base beats GEMM tiles
-            few = exact_few_l2(base, q, k, index.metric)
-    if few is not None:
-        d, i = few
-    elif allowed is not None:
-        d, i = filtered_exact(dev, base, q, k, index.metric, allowed, select=params.select,
-                              memory_limit=memory_limit, verbose=verbose)
-    else:
-        d, i = _exact(dev, base, q, k, index.metric, graph=False, select=params.select, memory_limit=memory_limit,
-                      verbose=verbose)
+            if q.shape[0] <= FEW_QUERIES:  # one query (or a few): a direct pass over the base beats GEMM tiles
+                few = exact_few_l2(base, q, k, index.metric)
+        if few is not None:
+            d, i = few
+            if stats is not None:
+                stats["exactness_retries"] = 0
+        elif allowed is not None:
+            d, i = filtered_exact(dev, base, q, k, index.metric, allowed, select=params.select,
+                                  memory_limit=memory_limit, verbose=verbose, stats=stats)
+        else:
+            d, i = _exact(dev, base, q, k, index.metric, graph=False, select=params.select,
+                          memory_limit=memory_limit, verbose=verbose, stats=stats)
+    if stats is not None:
+        stats["seconds"] = time.perf_counter() - t0
+    if out is not None:
+        return fill_out(out, d, i)
     return KNNResult(return_as(kind, d), return_as(kind, i))
 
 
 @runtime_docs
-def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbose: bool = True) -> Index:
+@on_input_device('index', 'new_vectors')
+def extend(index: Index, new_vectors: Array, *, device: DeviceLike = "auto", memory_limit: MemoryLimit = None,
+           verbose: bool = True) -> Index:
     """A new index over the index's vectors followed by ``new_vectors`` (ids ``len(index) + i``); the
     exact graph, if the index has one, is rebuilt over all vectors. ``index`` is unchanged.
 
@@ -266,9 +333,11 @@ def _concatenate(a, b):
     return np.concatenate([as_numpy(a), as_numpy(b)])
 
 
-def save(path, index: Index) -> None:
+def save(path: FileTarget, index: Index | multidevice.MultiDeviceIndex) -> None:
     """Write ``index`` (vectors, params, graph if any) to ``path``: versioned, atomic, checksummed;
     loadable on any device."""
+    if isinstance(index, multidevice.MultiDeviceIndex):  # a folder: knngraph.multidevice.save
+        return multidevice.save(path, index)
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.bruteforce.Index, got {type(index).__name__}")
     arrays = {"dataset": index.dataset}
@@ -280,9 +349,11 @@ def save(path, index: Index) -> None:
     save_index(path, index, arrays, meta)
 
 
-def load(path, *, metric: str | None = None) -> Index:
+def load(path: FileTarget, *, metric: str | None = None) -> Index | multidevice.MultiDeviceIndex:
     """Read an index written by :func:`save` (host arrays); ``metric``, when given, must match the saved
     one."""
+    if multidevice.is_saved(path):  # a folder written for a MultiDeviceIndex
+        return multidevice.load(path, metric=metric)
     arrays, params, meta = load_index(path, Index, metric=metric)
     with assembling(path, Index):
         dataset = arrays["dataset"]

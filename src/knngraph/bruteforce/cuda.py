@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._progress import progress
-from ..primitives.kselect import TileSelector, resolve_select
+from ..primitives.kselect import MAX_FILTER_K, TileSelector, resolve_select
 from ._exact import NumericPlan, finish_candidates, plan_numerics
 from ._gemm import plan_gemm
 
@@ -68,7 +68,14 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
     with cp.cuda.Device(device_index):
         numerics = plan or plan_numerics(base, metric, cp if isinstance(base, cp.ndarray) else np)
         c = candidates or numerics.candidates(k, n - 1 if graph else n)
-        select = resolve_select(select, c)
+        if select == "auto":
+            select = resolve_select(select, c)  # by the candidates each query selects
+        else:
+            select = resolve_select(select, k)  # the caller's choice, checked against the k asked for
+            if select == "warp_filter":
+                # the exactness margin (candidates beyond k) stays within the filter's limit; answers it
+                # cannot prove are searched again with more candidates (bruteforce._index._exact: 'auto')
+                c = min(c, MAX_FILTER_K)
         sm_count = cp.cuda.Device(device_index).attributes["MultiProcessorCount"]
         budget = int(memory_limit)
         gemm_dtype = np.float32 if not numerics.identity else None

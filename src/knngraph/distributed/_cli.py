@@ -10,6 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import registry
+from ..cli.common import (check_input, check_output, check_outputs, emit, given_params, read_vectors,
+                          write_graph_or_ids, write_ids)
+from ..graph import Graph
 from ._common import connect, n_workers
 
 
@@ -27,8 +31,7 @@ def _no_hdf5_dataset(args, *names):
 def build(args) -> int:
     """``knngraph build BASE -k K --scheduler ADDRESS --out OUT``: OUT a ``.knng`` file, ids
     (.ibin/.ivecs/.npy, with --out-distances), or a folder of ``.knng`` shards (no extension)."""
-    from .. import cli, registry
-    from . import knn_graph
+    from ._graph import knn_graph
 
     algorithm = registry.get(args.method)
     if not algorithm.builds_graphs:
@@ -37,14 +40,14 @@ def build(args) -> int:
     _no_hdf5_dataset(args, "base_dataset")
     folder = Path(str(args.out)).suffix == ""
     if not folder:
-        cli._check_outputs(args, ("graph", "ids"))
+        check_outputs(args, ("graph", "ids"))
     elif args.out_distances:
         raise ValueError("--out-distances applies to ids output; a folder of .knng shards holds the distances")
     index_params = algorithm.load().IndexParams
-    fields = cli._given_params(args, "p_", index_params, args.method, "build")
+    fields = given_params(args, "p_", index_params, args.method, "build")
     metric = args.metric or "sqeuclidean"
     params = index_params(graph_degree=args.graph_degree, metric=metric, **fields)
-    cli._check_input(args.base, "BASE", vectors=True)
+    check_input(args.base, "BASE", vectors=True)
     client = connect(args.scheduler)
     try:
         t0 = time.perf_counter()
@@ -55,24 +58,21 @@ def build(args) -> int:
             d, i = knn_graph([str(args.base)], args.graph_degree, client=client, method=args.method,
                              metric=metric, params=params, device=args.device, memory_limit=args.memory_limit)
             d, i = client.compute([d, i], sync=True)
-            from ..graph import Graph
-
-            cli._write_graph_or_ids(args, Graph(i, d, metric, {"method": args.method}))
+            write_graph_or_ids(args, Graph(i, d, metric, {"method": args.method}))
         seconds = time.perf_counter() - t0
         workers = _workers(client)
     finally:
         client.close()
     payload = {"task": "build", "method": args.method, "k": args.graph_degree, "metric": params.metric,
                "seconds": seconds, "scheduler": args.scheduler, "workers": workers, "out": str(args.out)}
-    cli._emit(args, payload, [f"{args.method} {args.graph_degree}-NN graph on {workers} Dask worker(s) in "
-                              f"{seconds:.2f} s -> {args.out}"])
+    emit(args, payload, [f"{args.method} {args.graph_degree}-NN graph on {workers} Dask worker(s) in "
+                         f"{seconds:.2f} s -> {args.out}"])
     return 0
 
 
 def search(args) -> int:
     """``knngraph search INDEX_OR_BASE [QUERIES] --scheduler ADDRESS``: INDEX_OR_BASE a saved sharded index
     (a folder) or a vector file (cut into one shard per worker); ``--save-index`` writes a folder."""
-    from .. import cli, registry
     from . import _index as kd
 
     source = str(args.index_or_base)
@@ -85,9 +85,9 @@ def search(args) -> int:
     if searching and (args.k is None or args.out is None):
         raise ValueError("searching QUERIES needs -k and --out")
     if args.out:
-        cli._check_output(args.out, "--out", ("ids",))
+        check_output(args.out, "--out", ("ids",))
     if args.out_distances:
-        cli._check_output(args.out_distances, "--out-distances", ("distances",))
+        check_output(args.out_distances, "--out-distances", ("distances",))
     is_index = Path(source).is_dir()
     if is_index:
         if any(k.startswith("i_") for k in vars(args)):
@@ -99,14 +99,14 @@ def search(args) -> int:
         if not algorithm.searches:
             raise ValueError(f"--method {algorithm.name} does not search; searchers: "
                              f"{', '.join(registry.searchers())}")
-        cli._check_input(source, "BASE", vectors=True)
+        check_input(source, "BASE", vectors=True)
     if args.method is not None and args.method != algorithm.name:
         raise ValueError(f"{source} is a {algorithm.name} index, not a {args.method} one")
     mod = algorithm.load()
-    sp = mod.SearchParams(**cli._given_params(args, "s_", mod.SearchParams, algorithm.name, "search")) \
+    sp = mod.SearchParams(**given_params(args, "s_", mod.SearchParams, algorithm.name, "search")) \
         if searching else None
     if not is_index:
-        fields = cli._given_params(args, "i_", mod.IndexParams, algorithm.name, "index")
+        fields = given_params(args, "i_", mod.IndexParams, algorithm.name, "index")
         params = mod.IndexParams(metric=args.metric or "sqeuclidean", **fields)
     client = connect(args.scheduler)
     try:
@@ -126,16 +126,16 @@ def search(args) -> int:
         lines = [f"{algorithm.name} index of {len(index.shards)} shards over {index.shape[0]} vectors ready in "
                  f"{build_seconds:.2f} s" + (f" -> {args.save_index}" if args.save_index else "")]
         if searching:
-            queries = np.ascontiguousarray(cli._read_vectors(args.queries, None, "QUERIES"))
+            queries = np.ascontiguousarray(read_vectors(args.queries, None, "QUERIES"))
             t1 = time.perf_counter()
             d, i = kd.search(index, queries, args.k, sp, device=args.device, verbose=not args.quiet)
             seconds = time.perf_counter() - t1
-            cli._write_ids(args, i, d)
+            write_ids(args, i, d)
             payload.update(n_queries=int(queries.shape[0]), k=args.k, search_params=dataclasses.asdict(sp),
                            search_seconds=seconds, queries_per_second=queries.shape[0] / seconds, out=args.out)
             lines.append(f"searched {queries.shape[0]} queries (k={args.k}) on {len(index.shards)} shards in "
                          f"{seconds:.3f} s ({queries.shape[0] / seconds:,.0f} queries/s) -> {args.out}")
     finally:
         client.close()
-    cli._emit(args, payload, lines)
+    emit(args, payload, lines)
     return 0

@@ -6,11 +6,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import io as kio
 from .._validate import SUPPORTED_DTYPES, check_finite, check_vectors
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 __all__ = ["ShardError", "connect", "get_client", "n_workers", "Shard", "plan_shards", "shard_rows", "named",
            "read_source"]
@@ -32,7 +36,7 @@ def _distributed():
     return distributed
 
 
-def connect(address: str, *, timeout=CONNECT_TIMEOUT):
+def connect(address: str, *, timeout: str | float = CONNECT_TIMEOUT) -> Client:
     """A ``distributed.Client`` of the scheduler at ``address`` ('tcp://host:8786'); ConnectionError
     naming the address when it cannot be reached within ``timeout``."""
     distributed = _distributed()

@@ -16,13 +16,16 @@ import dataclasses
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import partition as P
 from .. import registry
 from .._device import as_numpy, device_context, resolve_device
+from .._typing import Array, MemoryLimit, PathLike
 from .._validate import check_int, check_k
 from ..graph import Graph
 from ..graphops import merge_sorted_lists
@@ -32,6 +35,9 @@ from ..metrics import canonical_metric
 from ..primitives.distances import distance_kind
 from ._common import (ShardError, _is_dask_array, _is_file_list, get_client, n_workers, named, plan_shards,
                       read_source)
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 __all__ = ["knn_graph", "load_graph", "GRAPH_MANIFEST"]
 
@@ -171,9 +177,11 @@ def _rows_of(src):
     return (src[2], src[3]) if isinstance(src, tuple) else (0, src.shape[0])
 
 
-def knn_graph(dataset, graph_degree: int, *, client=None, method: str = "nndescent", metric: str = "sqeuclidean",
-              piece_rows: int | None = None, overlap: int = 3, seed: int = 0, params=None, build_degree: int = 0,
-              block_rows: int | None = None, out=None, device="auto", memory_limit=None, verbose: bool = True):
+def knn_graph(dataset: Array | Sequence[PathLike], graph_degree: int, *, client: Client | str | None = None,
+              method: str = "nndescent", metric: str = "sqeuclidean", piece_rows: int | None = None, overlap: int = 3,
+              seed: int = 0, params: Any = None, build_degree: int = 0, block_rows: int | None = None,
+              out: PathLike | None = None, device: str = "auto", memory_limit: MemoryLimit = None,
+              verbose: bool = True) -> KNNResult | str:
     """The approximate k-NN graph of a dataset too large for one worker, built on a Dask cluster.
 
     Parameters
@@ -315,7 +323,7 @@ def knn_graph(dataset, graph_degree: int, *, client=None, method: str = "nndesce
     return KNNResult(dist, ids)
 
 
-def load_graph(path) -> Graph:
+def load_graph(path: PathLike) -> Graph:
     """The graph written by ``knn_graph(..., out=path)``, as one host :class:`~knngraph.Graph`."""
     folder = Path(os.fspath(path))
     mpath = folder / GRAPH_MANIFEST

@@ -14,17 +14,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import registry
 from .._device import array_kind, as_numpy, return_as
+from .._typing import Array, MemoryLimit, PathLike
 from .._validate import check_finite, check_int, check_k, check_vectors
 from ..graphops import merge_topk
 from ..io import _atomic_write
 from ..index import KNNResult, runtime_docs
 from ._common import Shard, ShardError, _is_dask_array, get_client, n_workers, named, plan_shards, read_source
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 __all__ = ["ShardedIndex", "build", "search", "save", "load", "read_manifest", "MANIFEST", "DEFAULT_BATCH_SIZE"]
 
@@ -81,7 +87,7 @@ class ShardedIndex:
         return (f"ShardedIndex(algorithm={self.algorithm!r}, shape={self.shape}, shards={len(self.shards)}, "
                 f"metric={self.metric!r})")
 
-    def search(self, queries, k: int, params=None, **kwargs) -> KNNResult:
+    def search(self, queries: Array, k: int, params: Any = None, **kwargs: Any) -> KNNResult:
         """:func:`search` of this index."""
         return search(self, queries, k, params, **kwargs)
 
@@ -216,7 +222,8 @@ def _key(prefix, shard: Shard, token: str) -> str:
 
 
 @runtime_docs
-def build(params, dataset, *, client=None, shards=None, device="auto", memory_limit=None,
+def build(params: Any, dataset: Array | Sequence[PathLike], *, client: Client | str | None = None,
+          shards: int | Sequence[int] | None = None, device: str = "auto", memory_limit: MemoryLimit = None,
           verbose: bool = True) -> ShardedIndex:
     """Build a sharded index on a Dask cluster: one index of ``params``' algorithm per shard, each built
     by a worker from its own rows.
@@ -318,8 +325,8 @@ def _query_batches(index: ShardedIndex, queries, batch_size: int, token: str):
         yield lo, block.shape[0], block
 
 
-def search(index: ShardedIndex, queries, k: int, params=None, *, device="auto", batch_size: int = DEFAULT_BATCH_SIZE,
-           verbose: bool = True) -> KNNResult:
+def search(index: ShardedIndex, queries: Array, k: int, params: Any = None, *, device: str = "auto",
+           batch_size: int = DEFAULT_BATCH_SIZE, verbose: bool = True) -> KNNResult:
     """The top-``k`` of each query over all shards, ids global.
 
     Parameters
@@ -409,7 +416,7 @@ def _shard_file(i: int, algorithm: str) -> str:
     return f"shard-{i:05d}.{algorithm}"
 
 
-def save(path, index: ShardedIndex) -> None:
+def save(path: PathLike, index: ShardedIndex) -> None:
     """Write ``index`` to the folder ``path`` (created if needed): one index file per shard, written by
     the worker holding the shard with its algorithm's ``save`` (versioned, atomic, checksummed), then
     ``manifest.json`` (written last, atomically: a folder without it holds no complete index). Every
@@ -451,7 +458,7 @@ def read_manifest(path) -> dict:
     return m
 
 
-def load(path, *, client=None, metric: str | None = None) -> ShardedIndex:
+def load(path: PathLike, *, client: Client | str | None = None, metric: str | None = None) -> ShardedIndex:
     """A sharded index saved by :func:`save`: each shard is loaded by a worker from its file (so a shard
     lost with its worker is reloaded on another one). FileNotFoundError / ValueError naming the folder or
     the shard file when something is missing or does not match the manifest; ``metric`` (when given)

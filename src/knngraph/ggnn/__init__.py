@@ -40,19 +40,19 @@ small batches, ``search_width``), or the paper's sorted best list, sorted priori
 slices; a search runs on every shard and merges the per-shard top-k. On a GPU, shards that do not fit in
 ``memory_limit`` together are copied from host memory one at a time (see :mod:`knngraph.ggnn._shards`).
 
-**Decisions where the paper is silent or ambiguous** (digest section 6):
+**Decisions where the paper is silent or ambiguous**:
 
 * A1: g = floor((n/s)^(1/(L-1))) (the examples and sizes, not the printed 1/L); bottom segments hold >= s
   points; when g < 2 the number of layers drops (a single layer is one brute-force segment).
 * A3: the slack is applied to squared distances as in the authors' code, d^2 <= d_k^2 + tau^2 *
   min(d_1^2, nn1^2); the paper's plain-distance Eq. 2 is several times looser at the same tau. The build
   uses the mean nearest-neighbour distance (Eq. 4), the search the maximum d+_nn1 (Eq. 3). Cosine uses
-  1 - cos (half the squared distance of normalised vectors); inner product uses |d_1|.
+  1 - cos (half the squared distance of normalised vectors); inner product uses ``|d_1|``.
 * A2: search cache, two layouts (``SearchParams(cache=...)``) with the same stopping rule. 'sorted'
-  (default): the authors' later SortedBufferCache layout (digest section 2), one sorted buffer of
+  (default): the authors' later SortedBufferCache layout (their code), one sorted buffer of
   ``queue_size`` (128) entries whose head is the best list, each entry marked once expanded, visited
   ids in a hash table; run by the library's fast searcher with the slack stop
-  (:mod:`knngraph.song._beam_kernels`). 'rings': the paper's Fig. 2, best list max(k, 10), queue
+  (:mod:`knngraph.beam`). 'rings': the paper's Fig. 2, best list max(k, 10), queue
   ``queue_size`` (64), visited ring the rest of ``cache_size`` (256, the authors' "fast" layout; 512
   gave the same recall on sift 20k). ``max_iterations`` (400) caps expansions in both. Build caches
   (always rings): best = graph_degree, queue 32, ring 64, at most 100 expansions per layer of a merge

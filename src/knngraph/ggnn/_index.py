@@ -11,16 +11,22 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
+from typing import overload
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from .. import multidevice
 from .._device import (Device, array_kind, as_numpy, default_memory_limit, device_context, implementation,
                        is_device_array, is_on, parse_memory, resolve_device, return_as)
+from .._device import on_input_device
+from .._typing import Array, DeviceLike, Devices, FileTarget, MemoryLimit
 from .._validate import check_finite, check_k, check_same_dim, check_vectors
 from ..graph import Graph
-from ..graphops import default_entry_points
+from ..graphops import connect_graph, default_entry_points, medoid, warn_unreachable
 from ..index import Index as IndexBase
-from ..index import KNNResult, assembling, load_index, runtime_docs, save_index
+from ..index import (KNNResult, assembling, check_out, cpu_threads, fill_out, load_index, refuse_keyword,
+                     runtime_docs, save_index)
 from ..primitives.distances import distance_kind, inverse_norms, report_distances
 from ._build import build_device_bytes, build_hierarchy, kept_scratch_bytes
 from ._params import MAX_SORTED_SIZE, MIN_VISITED, IndexParams, SearchParams
@@ -37,7 +43,7 @@ class Index(IndexBase):
     and d+_nn1 (``nn1``). ``hierarchy`` holds the whole build of an unsharded index (layer sizes, the
     rows of every layer, the inverse links, build timings); it is not saved."""
 
-    dataset: object
+    dataset: Array
     params: IndexParams
     graph: Graph
     entry_points: np.ndarray
@@ -177,9 +183,21 @@ def build_ops(dev: Device, xp=None):
     return types.SimpleNamespace(**ops, xp=xp, sync=lambda: cuda.sync(xp), release=cuda.release_build_data)
 
 
+@overload
+def build(params: IndexParams, dataset: Array, *, device: DeviceLike = ..., memory_limit: MemoryLimit = ...,
+          verbose: bool = ..., devices: None = ..., layout: str = ...) -> Index: ...
+
+
+@overload
+def build(params: IndexParams, dataset: Array, *, device: DeviceLike = ..., memory_limit: MemoryLimit = ...,
+          verbose: bool = ..., devices: Devices, layout: str = ...) -> multidevice.MultiDeviceIndex: ...
+
+
 @runtime_docs
-def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, verbose: bool = True,
-          devices=None) -> Index:
+@on_input_device('dataset')
+def build(params: IndexParams, dataset: Array, *, device: DeviceLike = "auto", memory_limit: MemoryLimit = None,
+          verbose: bool = True, devices: Devices | None = None,
+          layout: str = "auto") -> Index | multidevice.MultiDeviceIndex:
     """Build a GGNN index: per shard (``params.n_shards``) the hierarchy of section 5, whose bottom layer
     is the search graph and whose top layer gives the entry points.
 
@@ -201,8 +219,9 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
         k-NN graph of data larger than the device prefer NN-Descent's out-of-core build. The CPU build
         does not cut its work.
     {verbose}
-    devices : list of str, optional
-        Accepted for sharded builds over several devices; shards are built one after another.
+    {devices}
+        Each device's part is a GGNN index of its own (with ``params.n_shards`` shards of its own).
+    {layout}
 
     Returns
     -------
@@ -222,6 +241,9 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
     """
     t0 = time.perf_counter()
     params = _check_params(params, IndexParams, "build")
+    if devices is not None:
+        return multidevice.build(__package__, params, dataset, devices, layout=layout, memory_limit=memory_limit,
+                                 verbose=verbose)
     dev = resolve_device(device, dataset)
     # vectors on the build's GPU stay there (no round trip through host memory); others go through the host,
     # a shard at a time
@@ -283,9 +305,11 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
     finally:
         if dev.is_cuda:
             impl.release()  # the link placement's scratch, also when the build fails
-    mean_degree = float((ids >= 0).sum(1).mean())
     graph = _graph_of_sorted(ids, dist, params.metric)
-    graph.info.update(method="ggnn", graph_degree=params.graph_degree, n_shards=params.n_shards,
+    linked = _connect_shards(graph, x, bounds, entries, dev)
+    e_bounds = np.concatenate([[0], np.cumsum([e.shape[0] for e in entries])])
+    mean_degree = float((graph.indices >= 0).sum(1).mean())
+    graph.info.update(connect=linked, method="ggnn", graph_degree=params.graph_degree, n_shards=params.n_shards,
                       n_shards_requested=requested_shards,
                       refinements=params.refinements, device="cuda" if dev.is_cuda else "cpu",
                       mean_degree=mean_degree, build_seconds=time.perf_counter() - t0)
@@ -293,9 +317,42 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
                  bounds, np.asarray(nn1, np.float32), hierarchy)
 
 
+def _connect_shards(graph: Graph, x, bounds, entries, dev) -> list:
+    """Link each shard's bottom layer (in place) so that every vertex is reachable from the shard's medoid
+    (:func:`knngraph.graphops.connect_graph`), where other searchers of the graph start, and add the medoid
+    to the shard's entry points (its top layer, where GGNN's search starts), so that GGNN's search reaches
+    every vertex too: the k nearest neighbours and symmetric links of section 5 join nothing across
+    separated clusters. A shard whose graph had several components adds a vertex of
+    each to its entry points (``entries[s]``, changed in place), so that a search starts in every
+    cluster. Returns what the linking reported, summed over the shards (``links`` with global ids, and
+    ``shards``: each shard's own report)."""
+    ids, dist = graph.indices, graph.distances
+    reports = []
+    total = {"components": 0, "unreached_before": 0, "unreached_after": 0, "links": [], "shards": reports}
+    for s in range(len(bounds) - 1):
+        a, b = int(bounds[s]), int(bounds[s + 1])
+        local = Graph(np.where(ids[a:b] >= 0, ids[a:b] - a, -1).astype(np.int32), np.array(dist[a:b]), graph.metric)
+        xs = x[a:b]
+        centre = int(medoid(xs, graph.metric))
+        linked = connect_graph(local, xs, entry_points=[centre], device=dev)
+        report = linked.info.get("connect", {"unreached_before": 0})
+        reports.append({key: v for key, v in report.items() if key not in ("entry_points", "links")})
+        for key in ("components", "unreached_before", "unreached_after"):
+            total[key] += int(report.get(key, 0))
+        total["links"] += [[u + a, r + a] for u, r in report.get("links", [])]
+        top = as_numpy(entries[s]).astype(np.int64)
+        extra = np.asarray([centre] + list(report.get("entry_points", [])), np.int64) + a
+        entries[s] = np.concatenate([top, extra[~np.isin(extra, top)]]).astype(np.int32)
+        if linked is not local:
+            ids[a:b] = np.where(linked.indices >= 0, linked.indices + a, -1)
+            dist[a:b] = linked.distances
+    return total
+
+
 @runtime_docs
-def from_graph(graph: Graph, dataset, params: IndexParams | None = None, *, entry_points=None, device="auto",
-               verbose: bool = True) -> Index:
+@on_input_device('dataset')
+def from_graph(graph: Graph, dataset: Array, params: IndexParams | None = None, *,
+               entry_points: ArrayLike | None = None, device: DeviceLike = "auto", verbose: bool = True) -> Index:
     """A GGNN index over any builder's graph (GGNN search on an NN-Descent, SONG-prepared or GRNND
     graph): one shard, entry points ``entry_points`` or the medoid and ``segment_size - 1`` random
     vertices, d+_nn1 from the graph's rows.
@@ -323,7 +380,8 @@ def from_graph(graph: Graph, dataset, params: IndexParams | None = None, *, entr
     g = graph.to_host()
     g.validate_ids()
     if entry_points is None:
-        e = default_entry_points(as_numpy(x), params.metric, n_points=min(n, params.segment_size), seed=params.seed)
+        e = default_entry_points(as_numpy(x), params.metric, n_points=min(n, params.segment_size), seed=params.seed,
+                                 graph=graph)
     else:
         e = as_numpy(entry_points)
         if e.ndim != 1 or e.shape[0] == 0:
@@ -333,6 +391,7 @@ def from_graph(graph: Graph, dataset, params: IndexParams | None = None, *, entr
         if int(e.min()) < 0 or int(e.max()) >= n:
             raise ValueError(f"entry_points must be ids in [0, {n}), got values from {int(e.min())} to {int(e.max())}")
     e = np.ascontiguousarray(e, np.int32)
+    warn_unreachable(g.indices, e, "ggnn.from_graph")
     kind = distance_kind(params.metric)
     nn1 = _nn1_max(np.asarray(g.indices), _internal(g, params.metric), kind)
     return Index(x, params, g, e, np.array([0, e.shape[0]], np.int64), np.array([0, n], np.int64),
@@ -363,8 +422,11 @@ def _check_k_cache(k, n, sp: SearchParams) -> int:
 
 
 @runtime_docs
-def search(index: Index, queries, k: int, params: SearchParams | None = None, *, device="auto",
-           verbose: bool = True, stats: dict | None = None, memory_limit=None, devices=None) -> KNNResult:
+@on_input_device('index', 'queries')
+def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, params: SearchParams | None = None,
+           *, device: DeviceLike = "auto", verbose: bool = True, filter: Array | None = None,
+           stats: dict | None = None, memory_limit: MemoryLimit = None, out: tuple[Array, Array] | None = None,
+           n_threads: int | None = None, devices: Devices | None = None) -> KNNResult:
     """Approximate top-``k`` of each query by GGNN search (section 4.1): from the entry points (the top
     layer), on the bottom-layer graph, with the slack stopping rule; every shard is searched and the
     per-shard top-k merged.
@@ -382,34 +444,51 @@ def search(index: Index, queries, k: int, params: SearchParams | None = None, *,
         ``cache_size``, ``search_width``.
     {device}
     {verbose}
-    stats : dict, optional
-        Filled with ``distances_per_query``, ``expansions_per_query`` and ``seconds``.
+    filter : None
+        Not supported: a ValueError says so (GGNN's slack stop has no notion of ids that may not be
+        returned); search the index's graph with :func:`knngraph.song.search`, which takes filters:
+        ``song.search(song.from_graph(index.graph, index.dataset), queries, k, filter=...)``.
+    {stats}
     {memory_limit}
-    devices : list of str, optional
-        Devices the shards are spread over (round robin).
+        On a GPU, shards that do not fit it together are uploaded, searched and dropped one at a time.
+    {out}
+    {n_threads}
+    {devices_search}
 
     Returns
     -------
     KNNResult
         ``(distances, indices)``, float32 / int32 of shape (n_queries, k), nearest first, -1 / inf
-        where fewer than k vertices were reached.
+        where fewer than k vertices were reached; in the framework of ``queries`` (``out`` itself when
+        given).
     """
+    if isinstance(index, multidevice.MultiDeviceIndex) or (devices is not None and isinstance(index, Index)):
+        spread = index if isinstance(index, multidevice.MultiDeviceIndex) else multidevice.replicate(index, devices)
+        return multidevice.search(spread, queries, k, params, device=device, verbose=verbose, filter=filter,
+                                  stats=stats, memory_limit=memory_limit, out=out, n_threads=n_threads)
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.ggnn.Index (ggnn.build or ggnn.from_graph), got "
                         f"{type(index).__name__}")
     sp = SearchParams() if params is None else _check_params(params, SearchParams, "search")
+    refuse_keyword("ggnn", "filter", filter, "search the index's graph with song.search, which takes filters: "
+                   "song.search(song.from_graph(index.graph, index.dataset), queries, k, filter=...)")
     qkind = array_kind(queries)
     dev = resolve_device(device, index.dataset, queries)
     q = check_vectors(queries, "queries", on_gpu=dev.is_cuda and is_device_array(queries))
     check_same_dim(index.dataset, q, "the index's vectors")
     k = _check_k_cache(k, index.shape[0], sp)
+    parse_memory(memory_limit)  # a bad limit is an error on the CPU too, where nothing is cut to it
+    if out is not None:
+        check_out(out, q.shape[0], k, dev)
     check_finite(q, "queries")
     t0 = time.perf_counter()
-    d, i, nd, ne = search_shards(index, q, k, sp, dev, devices=devices, memory_limit=memory_limit,
-                                 verbose=verbose)
+    with cpu_threads(n_threads):
+        d, i, nd, ne = search_shards(index, q, k, sp, dev, memory_limit=memory_limit, verbose=verbose)
     if stats is not None:
         stats.update(distances_per_query=float(nd), expansions_per_query=float(ne),
                      seconds=time.perf_counter() - t0)
+    if out is not None:
+        return fill_out(out, d, i)
     return KNNResult(return_as(qkind, d), return_as(qkind, i))
 
 
@@ -418,7 +497,9 @@ def search(index: Index, queries, k: int, params: SearchParams | None = None, *,
 
 
 @runtime_docs
-def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbose: bool = True) -> Index:
+@on_input_device('index', 'new_vectors')
+def extend(index: Index, new_vectors: Array, *, device: DeviceLike = "auto", memory_limit: MemoryLimit = None,
+           verbose: bool = True) -> Index:
     """A new index over the index's vectors and ``new_vectors`` (ids ``len(index) + i``), built anew with
     the index's params: GGNN's hierarchy is built bottom-up over fixed segments and has no insertion
     step in the paper. ``index`` is unchanged.
@@ -429,6 +510,8 @@ def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbo
     new_vectors : array of shape (m, d)
         Same dtype as the index's vectors.
     {device}
+        The build runs there (:func:`build`); an index that holds its vectors on the GPU keeps all of
+        them there when extended on a GPU.
     {memory_limit}
     {verbose}
     """
@@ -437,13 +520,21 @@ def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbo
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.ggnn.Index, got {type(index).__name__}")
     dev, new = check_new_vectors(index.dataset, new_vectors, device)
-    data = np.concatenate([as_numpy(index.dataset), as_numpy(new)])
-    return build(index.params, data, device="cpu", memory_limit=memory_limit, verbose=verbose)
+    if is_device_array(index.dataset) and dev.is_cuda:  # device vectors stay on the device
+        import cupy as cp
+
+        with device_context(dev):
+            data = cp.concatenate([cp.asarray(index.dataset), cp.asarray(new)])
+    else:
+        data = np.concatenate([as_numpy(index.dataset), as_numpy(new)])
+    return build(index.params, data, device=dev, memory_limit=memory_limit, verbose=verbose)
 
 
-def save(path, index: Index) -> None:
+def save(path: FileTarget, index: Index | multidevice.MultiDeviceIndex) -> None:
     """Write ``index`` (vectors, graph, entry points, shard layout, d+_nn1) to ``path``: versioned,
     atomic, checksummed; loadable on any device."""
+    if isinstance(index, multidevice.MultiDeviceIndex):  # a folder: knngraph.multidevice.save
+        return multidevice.save(path, index)
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.ggnn.Index, got {type(index).__name__}")
     g = index.graph.to_host()
@@ -453,8 +544,10 @@ def save(path, index: Index) -> None:
     save_index(path, index, arrays, {"graph_info": g.info})
 
 
-def load(path, *, metric: str | None = None) -> Index:
+def load(path: FileTarget, *, metric: str | None = None) -> Index | multidevice.MultiDeviceIndex:
     """Read an index written by :func:`save`; ``metric``, when given, must match the saved one."""
+    if multidevice.is_saved(path):  # a folder written for a MultiDeviceIndex
+        return multidevice.load(path, metric=metric)
     arrays, params, meta = load_index(path, Index, metric=metric)
     with assembling(path, Index):
         graph = Graph(arrays["graph_indices"], arrays["graph_distances"], params.metric, meta.get("graph_info", {}))

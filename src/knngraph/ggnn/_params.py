@@ -100,9 +100,9 @@ class SearchParams(Params):
         d_k) and find about the same neighbours (not always the same: they forget different
         candidates). 'rings' is the paper's (Fig. 2, Algorithm 2): a sorted best list, a sorted
         priority-queue ring and a FIFO ring of visited ids, one thread block per query. 'sorted' is the
-        layout of the authors' later code (digest section 2: best list and queue in one sorted buffer,
+        layout of the authors' later code (SortedBufferCache: best list and queue in one sorted buffer,
         each entry marked once expanded; here the visited ids in a hash table), run by the library's
-        fast searcher (:mod:`knngraph.song._beam_kernels`: the whole warp merges a chunk of
+        fast searcher (:mod:`knngraph.beam`: the whole warp merges a chunk of
         candidates by rank, lanes team up per distance, dp4a for 8-bit vectors). On sift-photos 20k
         (CPU) 'sorted' with its default queue reaches the recall of 'rings' at each tau with 40-75% of
         the distances; GPU speeds: ``benchmarks/ggnn_gpu.py``.

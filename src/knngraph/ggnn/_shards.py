@@ -6,16 +6,17 @@ Device copies of a shard (its vectors, graph rows with shard-local ids, entry po
 use and kept while all shards fit in ``memory_limit`` (default: free device memory minus a margin);
 otherwise each shard is uploaded from host memory, searched and dropped before the next (the paper's
 out-of-GPU-memory mode, without its background overlap of copy and search), so one GPU serves an
-index larger than its memory. ``devices=[...]`` spreads the shards over several GPUs round robin (the
-shards run one after another).
+index larger than its memory. The shards of one device are searched one after another; several GPUs at
+once are ``devices=`` of :func:`knngraph.ggnn.build` and :func:`knngraph.ggnn.search`
+(:mod:`knngraph.multidevice`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .._device import (Device, as_numpy, default_memory_limit, device_context, implementation, parse_memory,
-                       resolve_device)
+from .. import beam
+from .._device import Device, as_numpy, default_memory_limit, device_context, implementation, parse_memory
 from ..graphops import merge_topk
 from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms, report_distances
 
@@ -71,23 +72,17 @@ def _shard_arrays(index, s: int, dev: Device):
 
 
 def _sorted_view(index, s: int):
-    """Shard s as a :class:`knngraph.song.Index` (its graph rows with shard-local ids, its vectors and
+    """Shard s as a :class:`knngraph.beam.GraphView` (its graph rows with shard-local ids, its vectors and
     entry points): what the fast searcher reads for ``cache='sorted'``; made once and kept (with the
     device copies it makes) in the index's cache."""
     key = ("sorted", s)
     if key in index._cache:
         return index._cache[key]
-    from ..graph import Graph
-    from ..song._index import Index as SongIndex
-    from ..song._params import IndexParams as SongParams
-
     if index.n_shards == 1:  # the index's own graph and vectors (device arrays used in place)
-        g, x, entries = index.graph, index.dataset, index.entry_points
+        ids, x, entries = index.graph.indices, index.dataset, index.entry_points
     else:
-        local, x, entries = _shard_rows(index, s)
-        a, b = int(index.shard_bounds[s]), int(index.shard_bounds[s + 1])
-        g = Graph(local, np.ascontiguousarray(as_numpy(index.graph.distances)[a:b]), index.metric)
-    view = SongIndex(x, SongParams(metric=index.metric), g, entries)
+        ids, x, entries = _shard_rows(index, s)
+    view = beam.GraphView(ids, x, entries, index.metric)
     index._cache[key] = view
     return view
 
@@ -97,24 +92,17 @@ def _search_sorted(index, s: int, q, k: int, sp, dev: Device):
     stopped by the slack rule (Eq. 2 with the shard's d+_nn1, d_k the list's max(k, 10)-th entry) or
     ``max_iterations`` expansions. Returns (reported distances, shard-local ids, distances computed,
     expansions per query)."""
-    from ..song import cpu as song_cpu
-    from ..song._index import _beam_search
-    from ..song._params import SearchParams as SongSearch
-
     view = _sorted_view(index, s)
     kb = max(k, 10)
     slack = (kb, float(sp.tau), float(index.nn1[s]), int(sp.max_iterations))
-    sq = SongSearch(queue_size=sp.queue, search_width=sp.search_width)
     nq = q.shape[0]
     batch = int(sp.batch_size) if sp.batch_size else max(nq, 1)
     parts, nd, ne = [], 0.0, 0.0
     for b0 in range(0, nq, batch):
         qb = q[b0:b0 + batch]
         st = {}
-        if dev.is_cuda:
-            parts.append(_beam_search(dev, view, qb, k, sq, stats=st, slack=slack))
-        else:
-            parts.append(song_cpu.index_search_beam(view, as_numpy(qb), k, sp.queue, stats=st, slack=slack))
+        parts.append(beam.search(view, qb, k, sp.queue, device=dev, search_width=sp.search_width, stats=st,
+                                 slack=slack))
         nd += st["distances_per_query"] * qb.shape[0]
         ne += st["expansions_per_query"] * qb.shape[0]
     xp = np if isinstance(parts[0][1], np.ndarray) else __import__("cupy")
@@ -141,11 +129,11 @@ def _search_rings(index, s: int, q, k: int, sp, dev: Device, kind: int):
     return out_d, out_i, float(nd.mean()) if nd.size else 0.0, float(ne.mean()) if ne.size else 0.0
 
 
-def search_shards(index, q, k: int, sp, dev: Device, *, devices=None, memory_limit=None, verbose=False):
+def search_shards(index, q, k: int, sp, dev: Device, *, memory_limit=None, verbose=False):
     """Search every shard of ``index`` for the validated queries ``q`` (with the cache layout
-    ``sp.cache``); returns (reported distances, global ids, mean distances computed, mean vertices
-    expanded) on the host or on ``dev``."""
-    devs = [resolve_device(d) for d in devices] if devices else [dev]
+    ``sp.cache``) on ``dev``; returns (reported distances, global ids, mean distances computed, mean
+    vertices expanded) on the host or on ``dev``."""
+    devs = [dev]
     kind = distance_kind(index.metric)
     n_sh = index.n_shards
     swap = False

@@ -8,9 +8,12 @@ have them); each costs one distance per query.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .._device import is_device_array
+from .._typing import Array
 from ..primitives.distances import DIST_COS, DIST_L2SQ, distance_kind
 
 __all__ = ["medoid", "default_entry_points"]
@@ -18,7 +21,7 @@ __all__ = ["medoid", "default_entry_points"]
 _CHUNK_ROWS = 1 << 16
 
 
-def medoid(base, metric: str = "sqeuclidean") -> int:
+def medoid(base: Array, metric: str = "sqeuclidean") -> int:
     """Id of the base vector nearest to the mean of ``base`` by ``metric`` (NumPy or CuPy rows; read in
     chunks, so memory maps work)."""
     xp = __import__("cupy") if is_device_array(base) else np
@@ -48,9 +51,12 @@ def medoid(base, metric: str = "sqeuclidean") -> int:
     return best_i
 
 
-def default_entry_points(base, metric: str = "sqeuclidean", n_points: int = 32, seed: int = 0) -> np.ndarray:
-    """The medoid followed by ``n_points - 1`` distinct vertices drawn uniformly at random with ``seed``
-    (fewer when ``base`` has fewer rows): int32 host array.
+def default_entry_points(base: Array, metric: str = "sqeuclidean", n_points: int = 32, seed: int = 0,
+                         graph: Any = None) -> np.ndarray:
+    """The medoid, then for a ``graph`` whose components were linked (:func:`knngraph.graphops.connect_graph`)
+    a vertex of each component (``graph.info['connect']['entry_points']``: a search then starts inside
+    the cluster of any query), then distinct vertices drawn uniformly at random with ``seed`` up to
+    ``n_points`` in all (fewer when ``base`` has fewer rows): int32 host array.
 
     Examples
     --------
@@ -63,7 +69,11 @@ def default_entry_points(base, metric: str = "sqeuclidean", n_points: int = 32, 
     """
     n = base.shape[0]
     best = medoid(base, metric)
+    info = getattr(graph, "info", None) or {}
+    linked = info.get("connect") if isinstance(info.get("connect"), dict) else {}
+    components = [int(v) for v in (linked or {}).get("entry_points", []) if 0 <= int(v) < n and int(v) != best]
+    chosen = list(dict.fromkeys([best] + components))
     rng = np.random.default_rng(seed)
     others = rng.choice(n, size=min(n, n_points + 1), replace=False)
-    others = others[others != best][: max(0, min(n, n_points) - 1)]
-    return np.concatenate([[best], others]).astype(np.int32)
+    others = [int(v) for v in others if int(v) not in set(chosen)][: max(0, min(n, n_points) - len(chosen))]
+    return np.asarray(chosen + others, dtype=np.int32)

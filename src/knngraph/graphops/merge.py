@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from collections.abc import Sequence
+
 from .._device import Device, implementation, is_device_array
+from .._typing import Array
 
 __all__ = ["merge_sorted_lists", "merge_topk"]
 
 
-def merge_sorted_lists(ad, ai, bd, bi, k: int):
+def merge_sorted_lists(ad: Array, ai: Array, bd: Array, bi: Array, k: int) -> tuple[Array, Array]:
     """Per row, the first ``k`` distinct ids of rows ``a`` and ``b`` (each sorted by (distance, id)),
     merged: (distances float32, ids int32) of shape (n, k), on the side of the inputs.
 
@@ -38,7 +41,7 @@ def merge_sorted_lists(ad, ai, bd, bi, k: int):
     return implementation(__package__, Device("cpu")).merge_sorted_lists(ad, ai, bd, bi, k)
 
 
-def merge_topk(distances, indices, k: int):
+def merge_topk(distances: Sequence[Array], indices: Sequence[Array], k: int) -> tuple[Array, Array]:
     """The top-``k`` distinct ids of each row over several partial results: ``distances`` / ``indices``
     are sequences of (n, k_i) arrays, each row sorted by (distance, id), ids already global. Folds them
     pairwise with :func:`merge_sorted_lists`.

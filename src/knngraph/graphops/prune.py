@@ -21,6 +21,8 @@ steps, each on the GPU or the CPU:
    every row has ``graph_degree`` ids (fewer only when the graph has fewer distinct candidates). With
    ``fill=False`` rows keep only the diverse edges and end in -1 padding.
    Rows are sorted by distance.
+4. **Connect** (``connect=True``): every vertex a search from the medoid cannot reach is linked to the
+   part it reaches (:mod:`knngraph.graphops.connect`).
 
 Why the reverse k-NN candidates of step 1: real data has small dense islands (near-duplicate
 descriptors of one photo, say). Their members' k-NN rows point inside the island, and the k-NN rows of
@@ -48,6 +50,7 @@ import time
 import numpy as np
 
 from .._device import as_numpy, device_context, implementation, is_device_array, resolve_device
+from .._typing import Array, DeviceLike
 from .._validate import check_finite, check_int, check_vectors
 from ..graph import Graph
 from ..primitives.distances import (DIST_IP, DIST_L2SQ, cpu_vectors, distance_kind, inverse_norms,
@@ -67,8 +70,9 @@ def occlusion_factor(kind: int, alpha: float) -> float:
     return float(np.float32(alpha))
 
 
-def optimize_graph(graph: Graph, base, graph_degree: int = 32, *, alpha: float = 1.0, fill: bool = True,
-                   reverse_candidates: int | None = None, device="auto", verbose: bool = True) -> Graph:
+def optimize_graph(graph: Graph, base: Array, graph_degree: int = 32, *, alpha: float = 1.0, fill: bool = True,
+                   reverse_candidates: int | None = None, connect: bool = True, device: DeviceLike = "auto",
+                   verbose: bool = True) -> Graph:
     """Prepare a search graph from a k-NN graph: diversity pruning, reverse edges, fixed out-degree.
 
     Parameters
@@ -88,6 +92,10 @@ def optimize_graph(graph: Graph, base, graph_degree: int = 32, *, alpha: float =
     reverse_candidates : int, optional
         How many reverse input edges (nodes whose input rows hold u, nearest first) join u's own row as
         candidates of step 1; default the input degree, 0 for the forward row alone (module docs).
+    connect : bool, default=True
+        Step 4: link every vertex that a search from the medoid cannot reach
+        (:func:`knngraph.graphops.connect_graph`): a k-NN graph of separated clusters has no edge between
+        them, and no pruning adds one. ``info["connect"]`` says what was linked.
     device : {'auto', 'cpu', 'cuda', 'cuda:N'}, default='auto'
     verbose : bool, default=True
 
@@ -118,6 +126,8 @@ def optimize_graph(graph: Graph, base, graph_degree: int = 32, *, alpha: float =
         raise ValueError(f"alpha must be a number >= 1, got {alpha!r}")
     if not isinstance(fill, (bool, np.bool_)):
         raise TypeError(f"fill must be True or False, got {fill!r}")
+    if not isinstance(connect, (bool, np.bool_)):
+        raise TypeError(f"connect must be True or False, got {connect!r}")
     n_rev = graph.degree if reverse_candidates is None else check_int(reverse_candidates, "reverse_candidates",
                                                                        low=0, high=4096)
     check_finite(x, "base")
@@ -153,6 +163,11 @@ def optimize_graph(graph: Graph, base, graph_degree: int = 32, *, alpha: float =
             out, dist = out.get(), dist.get()
     info = {"method": "optimize_graph", "source": dict(graph.info), "graph_degree": degree, "alpha": float(alpha),
             "input_degree": graph.degree, "fill": bool(fill), "reverse_candidates": n_rev,
-            "seconds": time.perf_counter() - t0,
             "device": "cuda" if dev.is_cuda else "cpu", "diverse_edges_per_node": kept}
-    return Graph(out, dist, metric, info)
+    result = Graph(out, dist, metric, info)
+    if connect:
+        from .connect import connect_graph
+
+        result = connect_graph(result, x if is_device_array(out) else as_numpy(x), device=dev)
+    result.info["seconds"] = time.perf_counter() - t0
+    return result

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._typing import Array
+
 __all__ = ["reverse_edges"]
 
 
-def reverse_edges(ids, dists, degree: int):
+def reverse_edges(ids: Array, dists: Array, degree: int) -> tuple[Array, Array]:
     """For each node, up to ``degree`` sources of edges pointing at it, nearest first (ties by source id):
     (ids int32, distances float32) of shape (n, degree), -1 / inf padded. ``ids`` / ``dists`` are a
     graph's (n, r) rows (-1 = no edge), NumPy or CuPy; the result is on the same side.

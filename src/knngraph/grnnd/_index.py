@@ -9,11 +9,14 @@ import time
 
 import numpy as np
 
-from .._device import (Device, as_numpy, default_memory_limit, device_context, implementation,
+from .._device import (Device, as_numpy, default_memory_limit, device_context, format_bytes, implementation,
                        is_device_array, parse_memory, resolve_device)
+from .._device import on_input_device
 from .._progress import progress
+from .._typing import Array, DeviceLike, FileTarget, MemoryLimit
 from .._validate import check_finite, check_new_vectors, check_vectors
 from ..graph import Graph
+from ..graphops import connect_graph
 from ..graphops.prune import occlusion_factor
 from ..index import Index as IndexBase
 from ..index import load_graph_index, runtime_docs, save_graph_index
@@ -37,7 +40,7 @@ class Index(IndexBase):
         The search graph: rows of up to ``graph_degree`` neighbours, nearest first, -1 / inf padded.
     """
 
-    dataset: object
+    dataset: Array
     params: IndexParams
     graph: Graph
 
@@ -167,8 +170,8 @@ def _check_memory(n: int, p: IndexParams, dev: Device, memory_limit) -> None:
     budget = parse_memory(memory_limit) or default_memory_limit(dev)
     need = n * bytes_per_vertex(p.graph_degree, p.reverse_ratio, p.prune_alpha)
     if need > budget:
-        raise MemoryError(f"grnnd needs about {need / 2**20:.0f} MiB of working memory for {n} vectors at "
-                          f"graph_degree={p.graph_degree}; memory_limit allows {budget / 2**20:.0f} MiB")
+        raise MemoryError(f"grnnd needs about {format_bytes(need)} of working memory for {n} vectors at "
+                          f"graph_degree={p.graph_degree}; memory_limit allows {format_bytes(budget)}")
 
 
 def _build_graph(x, p: IndexParams, dev: Device, memory_limit, verbose, *, rows=None, s=None, lo=0):
@@ -197,8 +200,12 @@ def _build_graph(x, p: IndexParams, dev: Device, memory_limit, verbose, *, rows=
             "reverse_ratio": p.reverse_ratio, "prune_alpha": p.prune_alpha,
             "device": "cuda" if dev.is_cuda else "cpu",
             "mean_degree": degree, "redirects": [int(v) for v in stats["redirects"]],
-            "reverse_edges": [int(v) for v in stats["reverse_edges"]], "build_seconds": time.perf_counter() - t0}
-    return Graph(ids, dist, p.metric, info)
+            "reverse_edges": [int(v) for v in stats["reverse_edges"]]}
+    # the RNG of the points is connected, but the rounds approximate it: link what the medoid cannot reach,
+    # by edges that keep the rows' RNG rule
+    graph = connect_graph(Graph(ids, dist, p.metric, info), x, device=dev, rng_rule=True)
+    graph.info["build_seconds"] = time.perf_counter() - t0
+    return graph
 
 
 def _validated(dataset, name: str, dev: Device):
@@ -208,7 +215,9 @@ def _validated(dataset, name: str, dev: Device):
 
 
 @runtime_docs
-def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, verbose: bool = True) -> Index:
+@on_input_device('dataset')
+def build(params: IndexParams, dataset: Array, *, device: DeviceLike = "auto", memory_limit: MemoryLimit = None,
+          verbose: bool = True) -> Index:
     """Build a GRNND search graph of ``dataset`` (see the package docs for the algorithm).
 
     Parameters
@@ -245,7 +254,9 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
 
 
 @runtime_docs
-def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbose: bool = True) -> Index:
+@on_input_device('index', 'new_vectors')
+def extend(index: Index, new_vectors: Array, *, device: DeviceLike = "auto", memory_limit: MemoryLimit = None,
+           verbose: bool = True) -> Index:
     """A new index with ``new_vectors`` added (ids ``len(index) + i``); ``index`` is unchanged.
 
     The rounds run again over all vertices, starting from the index's graph (old rows, as NEW entries so
@@ -287,13 +298,13 @@ def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbo
     return Index(data, p, graph)
 
 
-def save(path, index: Index) -> None:
+def save(path: FileTarget, index: Index) -> None:
     """Write the index (graph, vectors, params) to ``path`` (versioned, atomic, checksummed)."""
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.grnnd.Index, got {type(index).__name__}")
     save_graph_index(path, index)
 
 
-def load(path, *, metric: str | None = None) -> Index:
+def load(path: FileTarget, *, metric: str | None = None) -> Index:
     """Read an index written by :func:`save` (host arrays); ``metric``, when given, must match."""
     return load_graph_index(path, Index, metric=metric)

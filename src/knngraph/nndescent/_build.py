@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from .._device import format_bytes
 from .._progress import progress
 from ._common import forest_bytes_per_node, forest_params
 from ._windows import window_bytes_per_node
@@ -166,9 +167,9 @@ def plan_shard_rows(engine, n, d, itemsize, cfg: Config, budget: int, *, cosine:
     min_rows = 2 * cfg.k + 2
     if rows < min_rows:
         need = 2 * (per_node + resident) * min_rows
-        raise MemoryError(f"nn-descent needs at least {need / 2**20:.1f} MiB for lists of {cfg.k} neighbours, d={d} "
+        raise MemoryError(f"nn-descent needs at least {format_bytes(need)} for lists of {cfg.k} neighbours, d={d} "
                           f"(two shards of "
-                          f"{min_rows} rows); memory_limit allows {budget / 2**20:.1f} MiB")
+                          f"{min_rows} rows); memory_limit allows {format_bytes(budget)}")
     return int(min(rows, n))
 
 
@@ -307,9 +308,9 @@ def plan_piece_rows(engine, n, d, itemsize, cfg: Config, budget: int, *, cosine:
     rows = budget // per_row
     min_rows = 4 * POOL_PER_K * (cfg.k + 1)
     if rows < min_rows:
-        raise MemoryError(f"nn-descent needs at least {per_row * min_rows / 2**20:.1f} MiB for lists of {cfg.k} "
+        raise MemoryError(f"nn-descent needs at least {format_bytes(per_row * min_rows)} for lists of {cfg.k} "
                           f"neighbours, d={d} "
-                          f"(a cluster of {min_rows} rows); memory_limit allows {budget / 2**20:.1f} MiB")
+                          f"(a cluster of {min_rows} rows); memory_limit allows {format_bytes(budget)}")
     return int(min(rows, n))
 
 

@@ -6,11 +6,15 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from .._device import (Device, as_cupy, as_numpy, default_memory_limit, is_device_array, parse_memory,
                        resolve_device)
+from .._device import on_input_device
+from .._typing import Array, DeviceLike, FileTarget, MemoryLimit
 from .._validate import check_finite, check_k, check_new_vectors, check_same_dim, check_vectors
 from ..graph import Graph
 from ..index import Index as IndexBase
@@ -73,7 +77,7 @@ class Index(IndexBase):
         The k-NN graph (self excluded), nearest first.
     """
 
-    dataset: object
+    dataset: Array
     params: IndexParams
     graph: Graph
 
@@ -188,7 +192,7 @@ def _validated(dataset, name, dev, k=None):
     data = check_vectors(dataset, name, on_gpu=dev.is_cuda and is_device_array(dataset))
     check_finite(data, name)
     if k is not None:
-        check_k(k, data.shape[0], graph=True)
+        check_k(k, data.shape[0], graph=True, name="graph_degree")
     return data
 
 
@@ -197,8 +201,9 @@ def _validated(dataset, name, dev, k=None):
 
 
 @runtime_docs
-def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, verbose: bool = True,
-          _simulate: bool = False, _callback=None) -> Index:
+@on_input_device('dataset')
+def build(params: IndexParams, dataset: Array, *, device: DeviceLike = "auto", memory_limit: MemoryLimit = None,
+          verbose: bool = True, _simulate: bool = False, _callback: Callable[..., Any] | None = None) -> Index:
     """Build the approximate k-NN graph of ``dataset``.
 
     Parameters
@@ -253,8 +258,8 @@ def _check_graph(g, name, base, base_name):
 
 
 @runtime_docs
-def merge_graphs(g1: Graph, g2: Graph, base1, base2, params: IndexParams | None = None, *, graph_degree=None,
-                 device="auto", verbose: bool = True) -> Graph:
+def merge_graphs(g1: Graph, g2: Graph, base1: Array, base2: Array, params: IndexParams | None = None, *,
+                 graph_degree: int | None = None, device: DeviceLike = "auto", verbose: bool = True) -> Graph:
     """Merge the k-NN graphs of two disjoint sets into the graph of their union (GGM, GNND section 5.1).
 
     Each list keeps its first half and gets the other half from random nodes of the other set; NN-Descent
@@ -350,7 +355,9 @@ def _merge(g1, g2, b1, b2, params, dev, verbose, *, want_device, simulate=False)
 
 
 @runtime_docs
-def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbose: bool = True) -> Index:
+@on_input_device('index', 'new_vectors')
+def extend(index: Index, new_vectors: Array, *, device: DeviceLike = "auto", memory_limit: MemoryLimit = None,
+           verbose: bool = True) -> Index:
     """Add ``new_vectors`` to ``index`` (GNND section 5.1, incremental construction): build their own
     graph (exactly when there are at most graph_degree of them), then merge it into the index's graph
     with GGM. The new vectors get ids ``len(index) + i``. Returns a new :class:`Index`; ``index`` is
@@ -401,13 +408,13 @@ def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbo
     return Index(data, params, merged)
 
 
-def save(path, index: Index) -> None:
+def save(path: FileTarget, index: Index) -> None:
     """Write the index (graph, vectors, params) to ``path`` (versioned, atomic, checksummed)."""
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.nndescent.Index, got {type(index).__name__}")
     save_graph_index(path, index)
 
 
-def load(path, *, metric: str | None = None) -> Index:
+def load(path: FileTarget, *, metric: str | None = None) -> Index:
     """Read an index written by :func:`save` (host arrays); ``metric``, when given, must match."""
     return load_graph_index(path, Index, metric=metric)

@@ -11,6 +11,9 @@ What lives where:
 ``lists``           (distance, id) order, short sorted lists, binary max-heaps and the symmetric
                     min-max heap (a bounded double-ended priority queue)
 ``visited``         visited sets of graph searches: open-addressing hash table with deletion, Bloom filter
+``stamps``          (CPU) the generation-stamped visited sets of the CPU graph walks and their workers
+``rows``            (CPU) row helpers of the CPU graph walks: base-row distances in any dtype (float16 as
+                    its bits, 1-bit codes), query rows, cache-line prefetches, output rows
 ``random``          the integer hash that is the only source of randomness of the kernels, and random
                     arithmetic progressions (distinct random ids without a duplicate check)
 ``warp``            (CUDA) warp reductions, warp distances, warp bitonic sort

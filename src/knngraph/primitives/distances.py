@@ -19,7 +19,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .compile import host_and_device
+from .compile import host_and_device, writable_view
 
 __all__ = ["DIST_L2SQ", "DIST_IP", "DIST_COS", "distance_kind", "inverse_norms", "report_distances",
            "finish_distance", "finish_query_distance", "cpu_distance", "cpu_vectors"]
@@ -35,8 +35,10 @@ def distance_kind(metric: str) -> int:
 
 
 def cpu_vectors(x: np.ndarray) -> np.ndarray:
-    """The array CPU kernels can read: float16 is widened to float32, everything else is returned as is."""
-    return x.astype(np.float32) if x.dtype == np.float16 else x
+    """The array CPU kernels can read: float16 is widened to float32, a read-only array (a memory map) is
+    passed as a writable view (:func:`~knngraph.primitives.compile.writable_view`: one compiled kernel for
+    both kinds of input), everything else is returned as is."""
+    return x.astype(np.float32) if x.dtype == np.float16 else writable_view(x)
 
 
 def inverse_norms(x, xp=np):

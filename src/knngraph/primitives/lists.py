@@ -38,7 +38,7 @@ def slack_bound(dk, d1, tau, nn1):
     """GGNN's stopping bound over a sorted best list whose k-th and first keys are dk and d1 (Groh et al.,
     Eq. 2 on internal distances, as the authors' code applies it): d_k + tau^2 * min(|d_1|, nn1), float32.
     A candidate beyond it is neither pushed nor expanded (:mod:`knngraph.ggnn`'s caches and the fast
-    searcher's slack stop, :mod:`knngraph.song._beam_kernels`)."""
+    searcher's slack stop, :mod:`knngraph.beam._kernels`)."""
     return np.float32(dk + tau * tau * min(abs(d1), nn1))
 
 

@@ -9,23 +9,27 @@ them).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
+from typing import overload
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from .. import registry
-from .._device import (Device, array_kind, as_numpy, device_context, implementation, is_device_array,
-                       resolve_device, return_as, sm_count)
+from .. import beam, multidevice, registry
+from .._device import (Device, array_kind, as_numpy, device_context, implementation, is_device_array, parse_memory,
+                       resolve_device, return_as)
+from .._device import on_input_device
+from .._typing import Array, DeviceLike, Devices, FileTarget, MemoryLimit
 from .._validate import check_finite, check_k, check_new_vectors, check_same_dim, check_vectors
 from ..graph import Graph
-from ..graphops import default_entry_points, optimize_graph, reverse_edges
+from ..graphops import default_entry_points, optimize_graph, reverse_edges, warn_unreachable
 from ..graphops.prune import occlusion_factor
 from ..index import Index as IndexBase
-from ..index import KNNResult, assembling, load_index, runtime_docs, save_index
+from ..index import KNNResult, assembling, check_out, cpu_threads, fill_out, load_index, runtime_docs, save_index
 from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms, report_distances
 from ..primitives.filters import prepare_filter
-from . import cpu
 from ._params import IndexParams, SearchParams
 from .hashing import RandomProjectionHasher
 
@@ -37,12 +41,12 @@ class Index(IndexBase):
     """A SONG index: the vectors (as given), the search graph, its entry points and, for hashed indexes,
     the hasher and the codes. GPU copies are made on first use and kept (:meth:`release` drops them)."""
 
-    dataset: object
+    dataset: Array
     params: IndexParams
     graph: Graph
     entry_points: np.ndarray
     hasher: RandomProjectionHasher | None = None
-    codes: object = None
+    codes: Array | None = None
     _cache: dict = dataclasses.field(default_factory=dict, repr=False)
 
     algorithm = "song"
@@ -54,33 +58,37 @@ class Index(IndexBase):
         """Drop the cached device copies."""
         self._cache.clear()
 
+    def _beam_view(self) -> beam.GraphView:
+        """The index as the fast searcher's :class:`~knngraph.beam.GraphView`, made once; it keeps its
+        per-device state in this index's cache, and SONG's walk reads the same device copies."""
+        view = self._cache.get("beam-view")
+        if view is None:
+            view = self._cache["beam-view"] = beam.GraphView(self.graph.indices, self.dataset, self.entry_points,
+                                                             self.metric, cache=self._cache)
+        return view
+
     def _arrays(self, dev: Device):
         """(graph ids, vectors or host vectors of a hashed index, inverse norms, entry points, codes) on
-        ``dev``, made once per device."""
+        ``dev``, made once per device (those of the beam view, :meth:`_beam_view`, for unhashed indexes)."""
+        if self.hasher is None:
+            return (*self._beam_view().arrays(dev), None)
         key = str(dev)
         if key in self._cache:
             return self._cache[key]
         cosine = self.metric == "cosine"
+        xb = cpu_vectors(as_numpy(self.dataset))  # full vectors stay on the host
+        inv_b = inverse_norms(xb) if cosine else np.zeros(1, np.float32)
         if dev.is_cuda:
             import cupy as cp
 
             with cp.cuda.Device(dev.index):
                 g_ids = cp.ascontiguousarray(cp.asarray(self.graph.indices))
                 e = cp.asarray(self.entry_points)
-                if self.hasher is not None:
-                    xb = cpu_vectors(as_numpy(self.dataset))  # full vectors stay on the host
-                    inv_b = inverse_norms(xb) if cosine else np.zeros(1, np.float32)
-                    codes = cp.asarray(self.codes)
-                else:
-                    xb = cp.asarray(self.dataset)
-                    inv_b = inverse_norms(xb, cp) if cosine else cp.zeros(1, cp.float32)
-                    codes = None
+                codes = cp.asarray(self.codes)
         else:
             g_ids = np.ascontiguousarray(as_numpy(self.graph.indices))
             e = self.entry_points
-            xb = cpu_vectors(as_numpy(self.dataset))
-            inv_b = inverse_norms(xb) if cosine else np.zeros(1, np.float32)
-            codes = as_numpy(self.codes) if self.codes is not None else None
+            codes = as_numpy(self.codes)
         self._cache[key] = (g_ids, xb, inv_b, e, codes)
         return self._cache[key]
 
@@ -139,8 +147,9 @@ def _hash(params: IndexParams, x):
 
 
 @runtime_docs
-def from_graph(graph: Graph, dataset, params: IndexParams | None = None, *, entry_points=None, device="auto",
-               verbose: bool = True) -> Index:
+@on_input_device('dataset')
+def from_graph(graph: Graph, dataset: Array, params: IndexParams | None = None, *,
+               entry_points: ArrayLike | None = None, device: DeviceLike = "auto", verbose: bool = True) -> Index:
     """A SONG index over a ready search graph: any builder's graph, best prepared with
     :func:`knngraph.optimize_graph` (a raw k-NN graph navigates poorly).
 
@@ -181,13 +190,27 @@ def from_graph(graph: Graph, dataset, params: IndexParams | None = None, *, entr
     if graph.metric != params.metric:
         raise ValueError(f"graph was built with metric {graph.metric!r} but the index uses {params.metric!r}")
     entries = (_check_entries(entry_points, x.shape[0]) if entry_points is not None
-               else default_entry_points(x, params.metric, params.n_entry_points, params.seed))
+               else default_entry_points(x, params.metric, params.n_entry_points, params.seed, graph=graph))
+    warn_unreachable(graph.indices, entries, "song.from_graph")
     hasher, codes = _hash(params, x)
     return Index(x, params, graph, entries, hasher, codes)
 
 
+@overload
+def build(params: IndexParams, dataset: Array, *, device: DeviceLike = ..., memory_limit: MemoryLimit = ...,
+          verbose: bool = ..., devices: None = ..., layout: str = ...) -> Index: ...
+
+
+@overload
+def build(params: IndexParams, dataset: Array, *, device: DeviceLike = ..., memory_limit: MemoryLimit = ...,
+          verbose: bool = ..., devices: Devices, layout: str = ...) -> multidevice.MultiDeviceIndex: ...
+
+
 @runtime_docs
-def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, verbose: bool = True) -> Index:
+@on_input_device('dataset')
+def build(params: IndexParams, dataset: Array, *, device: DeviceLike = "auto", memory_limit: MemoryLimit = None,
+          verbose: bool = True, devices: Devices | None = None,
+          layout: str = "auto") -> Index | multidevice.MultiDeviceIndex:
     """Build a SONG index: the k-NN graph (``build_algo`` with ``build_params``, degree
     ``intermediate_graph_degree``), :func:`knngraph.optimize_graph` to ``graph_degree``, the entry points
     and (``hash_bits > 0``) the 1-bit codes. For a ready graph use :func:`from_graph`.
@@ -199,6 +222,8 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
     {device}
     {memory_limit}
     {verbose}
+    {devices}
+    {layout}
 
     Examples
     --------
@@ -212,6 +237,9 @@ def build(params: IndexParams, dataset, *, device="auto", memory_limit=None, ver
     """
     if not isinstance(params, IndexParams):
         raise TypeError(f"params must be a knngraph.song.IndexParams, got {type(params).__name__}")
+    if devices is not None:
+        return multidevice.build(__package__, params, dataset, devices, layout=layout, memory_limit=memory_limit,
+                                 verbose=verbose)
     dev = resolve_device(device, dataset)
     x = check_vectors(dataset, "dataset", on_gpu=dev.is_cuda and is_device_array(dataset))
     check_finite(x, "dataset")
@@ -254,10 +282,12 @@ def _search_arrays(dev: Device, index: Index, queries, k, sp: SearchParams, *, v
                                                max_registers=sp.max_registers or None, verbose=verbose,
                                                allowed=allowed_bits)
         else:
-            cpu_only = {} if dev.is_cuda else {"scratch": cpu.index_scratch(index)}
-            out_k, out_i, nd, ne = impl.search(g_ids, xb, queries, inv_b, kind, entries, k, sp.queue_size, sp.visited,
-                                               batch_size=sp.batch_size, max_registers=sp.max_registers or None,
-                                               verbose=verbose, allowed=allowed_bits, **cpu_only)
+            with contextlib.nullcontext(None) if dev.is_cuda else index._beam_view().borrow_scratch() as scratch:
+                cpu_only = {} if dev.is_cuda else {"scratch": scratch}
+                out_k, out_i, nd, ne = impl.search(g_ids, xb, queries, inv_b, kind, entries, k, sp.queue_size,
+                                                   sp.visited, batch_size=sp.batch_size,
+                                                   max_registers=sp.max_registers or None, verbose=verbose,
+                                                   allowed=allowed_bits, **cpu_only)
         if stats is not None:
             stats["distances_per_query"] = float(nd.mean()) if nd.size else 0.0
             stats["expansions_per_query"] = float(ne.mean()) if ne.size else 0.0
@@ -276,111 +306,17 @@ def _search_arrays(dev: Device, index: Index, queries, k, sp: SearchParams, *, v
     return dist, out_i
 
 
-def _uses_beam(dev: Device, index: Index, sp: SearchParams, filtered: bool) -> bool:
-    """Whether a search runs the fast GPU searcher (``SearchParams.algo``)."""
-    if not dev.is_cuda or sp.algo == "song":
+def _uses_beam(index: Index, sp: SearchParams, filtered: bool) -> bool:
+    """Whether a search runs the fast searcher (:func:`knngraph.beam.search`; ``SearchParams.algo``), on
+    the GPU and the CPU alike: 'auto' and 'beam' do, except for hashed indexes, filters and
+    ``visited='bloom'``, which need SONG's walk ('beam' then raises)."""
+    if sp.algo == "song":
         return False
     blockers = [why for why, on in (("a hashed index (hash_bits)", index.hasher is not None),
                                     ("a filter", filtered), ("visited='bloom'", sp.visited == "bloom")) if on]
     if blockers and sp.algo == "beam":
         raise ValueError(f"algo='beam' does not support {' or '.join(blockers)}; use algo='song' or 'auto'")
     return not blockers
-
-
-
-
-def _beam_search(dev: Device, index: Index, queries, k: int, sp: SearchParams, *, stats=None, out=None, slack=None):
-    """The fast GPU searcher (:mod:`knngraph.song._beam_kernels`) on ``queries`` (validated, host or
-    device). Per call it only moves host queries to the GPU, converts them when the kernel needs
-    another dtype and launches one kernel through a :class:`~knngraph.song.cuda.BeamPlan` kept in the
-    index's cache: the graph, vectors, entry points, norms and the compiled launch stay on the GPU.
-    Host queries are checked for NaN / inf on the host (ValueError); device queries are not copied back
-    for that (it would stall the call): the kernel gives a row holding NaN or inf ids -1 and distances
-    NaN. ``slack``: None, or GGNN's slack stop ``(kb, tau, nn1, max_exp)`` (:func:`knngraph.ggnn.search`
-    with ``cache='sorted'``). Returns (reported distances, ids) on the GPU."""
-    import cupy as cp
-
-    from .._cuda_launch import raw_launch_enabled
-    from . import _beam_kernels as bk
-    from .cuda import BeamPlan, beam_max_registers, beam_mode, fitting_width, search_beam_device, search_width
-
-    t0 = time.perf_counter()
-    g_ids, xb, inv_b, entries, _ = index._arrays(dev)
-    kind = distance_kind(index.metric)
-    with device_context(dev):
-        on_device = is_device_array(queries)
-        if not on_device:
-            check_finite(queries, "queries")
-        # device queries on this GPU are used in place; others (host, another GPU) copied here
-        q = queries if type(queries) is cp.ndarray and queries.data.device_id == dev.index else cp.asarray(queries)
-        mode = beam_mode(xb.dtype, q.dtype, q.shape[1], xb.data.ptr, q.data.ptr)
-        if mode not in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) and q.dtype not in (np.float32, np.float16):
-            q = q.astype(cp.float32)  # the kernel stages float32 or float16 queries as float32
-        nq = q.shape[0]
-        d, i = out if out is not None else (cp.empty((nq, k), cp.float32), cp.empty((nq, k), cp.int32))
-        regs = sp.max_registers or beam_max_registers(mode)
-        width = search_width(nq, sm_count(dev.index), sp.search_width, sp.queue_size)
-        if not sp.search_width:  # automatic: no wider than the block's shared memory holds
-            width = fitting_width(width, sp.queue_size, q.shape[1], mode)
-        if raw_launch_enabled():
-            # one plan per configuration: GGNN's slack values (tau, nn1, ...) are written per call
-            key = (dev, "beam", sp.queue_size, k, mode, q.dtype.char, q.shape[1], regs, width, slack is not None)
-            plan = index._cache.get(key)
-            if plan is None:
-                plan = BeamPlan(g_ids, xb, _beam_norms(dev, index, mode, kind, inv_b), entries, kind, k, sp.queue_size,
-                                mode, bk.report_code(index.metric), q.shape[1], sm_count(dev.index), regs, width,
-                                q.dtype, slack is not None)
-                index._cache[key] = plan
-            plan(q, d, i, slack)
-            nd, ne = plan.counts(nq) if stats is not None else (None, None)
-        else:
-            nd, ne = cp.empty(nq, cp.int32), cp.empty(nq, cp.int32)
-            search_beam_device(g_ids, xb, q, _beam_norms(dev, index, mode, kind, inv_b), kind, entries, k,
-                               sp.queue_size, mode, xp=cp, sm_count=sm_count(dev.index), out=(d, i, nd, ne),
-                               report=bk.report_code(index.metric), width=width, slack=slack)
-        if stats is not None:
-            stats["distances_per_query"] = float(nd.mean())
-            stats["expansions_per_query"] = float(ne.mean())
-            stats["algo"] = "beam"
-            stats["search_width"] = width
-    if stats is not None:
-        stats["seconds"] = time.perf_counter() - t0
-    return d, i
-
-
-def _beam_norms(dev: Device, index: Index, mode: int, kind: int, inv_b):
-    """The norms the fast kernel reads, made once per device: int32 squared norms of 8-bit vectors for
-    the dp4a L2 distance, else ``inv_b`` (the inverse norms for cosine, a 1-element dummy otherwise)."""
-    from . import _beam_kernels as bk
-
-    if mode not in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) or kind != distance_kind("sqeuclidean"):
-        return inv_b
-    key = (str(dev), "square_norms")
-    if key not in index._cache:
-        import cupy as cp
-
-        from .cuda import square_norms
-
-        index._cache[key] = square_norms(index._arrays(dev)[1], cp)
-    return index._cache[key]
-
-
-def _check_out(out, nq: int, k: int, dev: Device):
-    """``out=``: a (distances, indices) pair of C-contiguous arrays of shape (n_queries, k), float32 and
-    int32, on the device that runs the search (CuPy on a GPU, NumPy on the CPU)."""
-    if not (isinstance(out, tuple) and len(out) == 2):
-        raise TypeError("out must be a (distances, indices) tuple of arrays")
-    for a, name, dt in ((out[0], "out[0] (distances)", np.float32), (out[1], "out[1] (indices)", np.int32)):
-        if not hasattr(a, "shape") or not hasattr(a, "dtype"):
-            raise TypeError(f"{name} must be an array, got {type(a).__name__}")
-        if tuple(a.shape) != (nq, k) or np.dtype(a.dtype) != dt:
-            raise ValueError(f"{name} must have shape ({nq}, {k}) and dtype {np.dtype(dt).name}, got shape "
-                             f"{tuple(a.shape)} and dtype {a.dtype}")
-        if is_device_array(a) != dev.is_cuda:
-            raise ValueError(f"{name} must be a {'CuPy' if dev.is_cuda else 'NumPy'} array: the search runs on "
-                             f"{dev}")
-        if not a.flags.c_contiguous:
-            raise ValueError(f"{name} must be C-contiguous")
 
 
 def filtered_queue_size(queue_size: int, k: int, fraction: float) -> int:
@@ -390,19 +326,21 @@ def filtered_queue_size(queue_size: int, k: int, fraction: float) -> int:
     return max(queue_size, min(512, int(np.ceil(2 * k / fraction))))
 
 
-def _filtered_search(dev, index, q, k, sp, allowed, *, verbose, stats):
+def _filtered_search(dev, index, q, k, sp, allowed, *, verbose, stats, memory_limit):
     """SONG search restricted to ``allowed`` (:class:`AllowedIds`). A graph walk computes about 20
     distances per queue slot at random addresses; the exact search computes one per allowed vector in a
-    GEMM, several times cheaper each. So: the exact search over the allowed vectors when they number
-    fewer than ``sp.filtered_exact_ratio`` times the walk's queue, else the walk with the queue of
+    GEMM, several times cheaper each. So: the exact search over the allowed vectors
+    (:func:`knngraph.bruteforce.search`, within ``memory_limit``) when they number fewer than
+    ``sp.filtered_exact_ratio`` times the walk's queue, else the walk with the queue of
     :func:`filtered_queue_size`, returning allowed ids only."""
     queue = filtered_queue_size(sp.queue_size, k, allowed.fraction)
     if allowed.n_allowed < sp.filtered_exact_ratio * queue:
-        from ..bruteforce._index import filtered_exact
+        from .. import bruteforce
 
         t0 = time.perf_counter()
-        base = check_vectors(index.dataset, "dataset", on_gpu=dev.is_cuda and is_device_array(index.dataset))
-        d, i = filtered_exact(dev, base, q, k, index.metric, allowed, verbose=verbose)
+        exact = bruteforce.Index(index.dataset, bruteforce.IndexParams(metric=index.metric))
+        d, i = bruteforce.search(exact, q, k, device=dev, memory_limit=memory_limit, verbose=verbose,
+                                 filter=allowed.bits)
         if stats is not None:
             stats.update(filtered_path="exact", allowed_fraction=allowed.fraction,
                          seconds=time.perf_counter() - t0)
@@ -415,48 +353,55 @@ def _filtered_search(dev, index, q, k, sp, allowed, *, verbose, stats):
 
 
 @runtime_docs
-def search(index: Index, queries, k: int, params: SearchParams | None = None, *, device="auto",
-           verbose: bool = True, stats: dict | None = None, filter=None, out=None,
-           n_threads: int | None = None) -> KNNResult:
-    """Approximate top-``k`` of each query by SONG graph search (one GPU warp per query).
+@on_input_device('index', 'queries')
+def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, params: SearchParams | None = None,
+           *, device: DeviceLike = "auto", verbose: bool = True, filter: Array | None = None,
+           stats: dict | None = None, memory_limit: MemoryLimit = None, out: tuple[Array, Array] | None = None,
+           n_threads: int | None = None, devices: Devices | None = None) -> KNNResult:
+    """Approximate top-``k`` of each query by graph search: the fast searcher (:mod:`knngraph.beam`) or
+    SONG's walk (one GPU warp per query), as ``params.algo`` says.
 
     Parameters
     ----------
     index : Index
         From :func:`build` or :func:`from_graph`.
     queries : array of shape (n_queries, d)
-        Any number of queries; GPU launches take ``params.batch_size`` at a time.
+        Any number of queries; SONG's GPU launches take ``params.batch_size`` at a time.
     k : int
         Neighbours per query, 1 <= k <= queue_size, k <= n.
     params : SearchParams, optional
-        ``queue_size`` (the speed/recall knob), ``algo`` (GPU searcher), ``visited``, ``rerank``,
-        ``batch_size``, ``max_registers``.
+        ``queue_size`` (the speed/recall knob), ``algo`` (which searcher), ``search_width``, ``visited``,
+        ``rerank``, ``batch_size``, ``max_registers``, ``filtered_exact_ratio``.
     {device}
     {verbose}
-    stats : dict, optional
-        Filled with ``distances_per_query`` (mean number of distance computations),
-        ``expansions_per_query`` (mean number of vertices whose row was read) and ``seconds``; with a
-        filter also ``filtered_path`` ('graph' or 'exact') and ``allowed_fraction``.
     {filter}
         The graph walk still passes through vertices that are not allowed, with the queue grown to
         about 2 k / (allowed share) (:func:`filtered_queue_size`); when fewer ids are allowed than
         ``params.filtered_exact_ratio`` times that queue, the search is the exact one over the allowed
         vectors (``stats['filtered_path']`` says which ran).
-    out : (distances, indices), optional
-        Arrays to fill and return: C-contiguous, shape (n_queries, k), float32 and int32, CuPy on a GPU
-        (the fast searcher writes them directly) or NumPy on the CPU.
-    n_threads : int, optional
-        CPU only: threads that answer the queries of this call (default: numba's setting, all cores
-        unless ``NUMBA_NUM_THREADS`` or :func:`numba.set_num_threads` says otherwise). A single query
-        runs on the calling thread.
+    {stats}
+        Also ``algo`` ('beam' when the fast searcher ran) and on a GPU its ``search_width``; with a
+        filter ``filtered_path`` ('graph' or 'exact') and ``allowed_fraction``.
+    {memory_limit}
+        A graph walk's working memory is its output and the index's device copies; the exact search of
+        a filtered call (see ``filter``) cuts its tiles to this limit.
+    {out}
+        The fast searcher writes them directly.
+    {n_threads}
+        A single query runs on the calling thread.
+    {devices_search}
 
     Returns
     -------
     KNNResult
         ``(distances, indices)``, float32 / int32 of shape (n_queries, k), nearest first (ties by lower
         id), -1 / inf where fewer than k vertices were reached (or allowed); in the framework of
-        ``queries``.
+        ``queries`` (``out`` itself when given).
     """
+    if isinstance(index, multidevice.MultiDeviceIndex) or (devices is not None and isinstance(index, Index)):
+        spread = index if isinstance(index, multidevice.MultiDeviceIndex) else multidevice.replicate(index, devices)
+        return multidevice.search(spread, queries, k, params, device=device, verbose=verbose, filter=filter,
+                                  stats=stats, memory_limit=memory_limit, out=out, n_threads=n_threads)
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.song.Index (song.build or song.from_graph), got "
                         f"{type(index).__name__}")
@@ -469,27 +414,23 @@ def search(index: Index, queries, k: int, params: SearchParams | None = None, *,
     check_same_dim(index.dataset, q, "the index's vectors")
     k = _check_k_queue(k, index.shape[0], sp)
     allowed = prepare_filter(filter, index.shape[0])
+    parse_memory(memory_limit)  # a bad limit is an error on every path, those that need none too
+    if _uses_beam(index, sp, allowed is not None):
+        # checks out= and (host) queries itself; device queries are used in place, not copied back to be checked
+        d, i = beam.search(index._beam_view(), q, k, sp.queue_size, device=dev, search_width=sp.search_width,
+                           max_registers=sp.max_registers, stats=stats, out=out, n_threads=n_threads)
+        return KNNResult(*out) if out is not None else KNNResult(return_as(qkind, d), return_as(qkind, i))
     if out is not None:
-        _check_out(out, q.shape[0], k, dev)
-    if _uses_beam(dev, index, sp, allowed is not None):
-        d, i = _beam_search(dev, index, q, k, sp, stats=stats, out=out)
-        if out is not None:
-            return KNNResult(*out)
-        return KNNResult(return_as(qkind, d), return_as(qkind, i))
+        check_out(out, q.shape[0], k, dev)
     check_finite(q, "queries")
-    if not dev.is_cuda and cpu.uses_beam(index, sp, allowed is not None):
-        with cpu.threads(n_threads):
-            d, i = cpu.index_search_beam(index, q, k, sp.queue_size, stats=stats, out=out)
-        return KNNResult(d, i) if out is not None else KNNResult(return_as(qkind, d), return_as(qkind, i))
-    with cpu.threads(None if dev.is_cuda else n_threads):
+    with cpu_threads(n_threads):
         if allowed is not None:
-            d, i = _filtered_search(dev, index, q, k, sp, allowed, verbose=verbose, stats=stats)
+            d, i = _filtered_search(dev, index, q, k, sp, allowed, verbose=verbose, stats=stats,
+                                    memory_limit=memory_limit)
         else:
             d, i = _search_arrays(dev, index, q, k, sp, verbose=verbose, stats=stats)
     if out is not None:
-        out[0][...] = d
-        out[1][...] = i
-        return KNNResult(*out)
+        return fill_out(out, d, i)
     return KNNResult(return_as(qkind, d), return_as(qkind, i))
 
 
@@ -498,15 +439,18 @@ def search(index: Index, queries, k: int, params: SearchParams | None = None, *,
 
 
 @runtime_docs
-def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbose: bool = True) -> Index:
+@on_input_device('index', 'new_vectors')
+def extend(index: Index, new_vectors: Array, *, device: DeviceLike = "auto", memory_limit: MemoryLimit = None,
+           verbose: bool = True) -> Index:
     """A new index with ``new_vectors`` added (ids ``len(index) + i``); ``index`` is unchanged.
 
     Each new vector's candidates are its ``intermediate_graph_degree`` nearest old vertices found by
     searching the index (queue size twice that) and its nearest new vectors (the builder's k-NN graph of
     the new vectors); its row is pruned from them with the index's rule and degree, and every old vertex
     its row points to is offered the new vertex as a reverse edge, re-pruned with its row (an old row that
-    takes no new vertex comes back as it was). Entry points are kept. Searching the extended index reaches recall close to a
-    rebuild while only the new rows and their neighbours are touched (``tests/song/test_index.py``).
+    takes no new vertex comes back as it was). Entry points are kept. Searching the extended index reaches
+    recall close to a rebuild while only the new rows and their neighbours are touched
+    (``tests/song/test_index.py``).
 
     Parameters
     ----------
@@ -573,9 +517,12 @@ def extend(index: Index, new_vectors, *, device="auto", memory_limit=None, verbo
 # persistence
 
 
-def save(path, index: Index) -> None:
+def save(path: FileTarget, index: Index | multidevice.MultiDeviceIndex) -> None:
     """Write ``index`` (vectors, graph, entry points, hash state) to ``path``: versioned, atomic,
-    checksummed; loadable on any device."""
+    checksummed; loadable on any device. A :class:`~knngraph.multidevice.MultiDeviceIndex` is written
+    as a folder (:func:`knngraph.multidevice.save`)."""
+    if isinstance(index, multidevice.MultiDeviceIndex):
+        return multidevice.save(path, index)
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.song.Index, got {type(index).__name__}")
     g = index.graph.to_host()
@@ -586,8 +533,10 @@ def save(path, index: Index) -> None:
     save_index(path, index, arrays, {"graph_info": g.info})
 
 
-def load(path, *, metric: str | None = None) -> Index:
+def load(path: FileTarget, *, metric: str | None = None) -> Index | multidevice.MultiDeviceIndex:
     """Read an index written by :func:`save`; ``metric``, when given, must match the saved one."""
+    if multidevice.is_saved(path):
+        return multidevice.load(path, metric=metric)
     arrays, params, meta = load_index(path, Index, metric=metric)
     with assembling(path, Index):
         graph = Graph(arrays["graph_indices"], arrays["graph_distances"], params.metric, meta.get("graph_info", {}))

@@ -84,20 +84,20 @@ class SearchParams(Params):
         GPU only: cap on registers per thread of the search kernel (0: the compiler's choice). A cap
         lets more warps stay resident at the price of some spilling (``benchmarks/song_gpu.py``).
     algo : {'auto', 'beam', 'song'}, default='auto'
-        'beam' is the fast searcher (``song/_beam_kernels.py``: the whole warp keeps one sorted
+        'beam' is the fast searcher (:mod:`knngraph.beam`: the whole warp keeps one sorted
         list, merges candidates by rank, lanes team up per distance, dp4a for 8-bit vectors); 'song' is
         the paper's kernel (lane 0 keeps heaps; it also serves hashed indexes, ``visited='bloom'``,
         ``max_registers`` and filtered searches). 'auto': 'beam' where it applies, else 'song'. Both
         stop when the ``queue_size`` nearest vertices found are all expanded; their results differ
-        slightly (SONG's queue and result heap are separate). The CPU has both too (``song/cpu.py``),
-        chosen the same way; its 'beam' walks as the GPU's does with ``search_width=1`` (same ids on integer
-        data).
+        slightly (SONG's queue and result heap are separate). The CPU has both too (``beam/cpu.py``,
+        ``song/cpu.py``), chosen the same way; its 'beam' walks as the GPU's does with ``search_width=1``
+        (same ids on integer data).
     search_width : int, default=0
         GPU fast searcher only: warps that work on one query, each expanding one of the list's first
         ``search_width`` unexpanded vertices per step (1..8). Wider steps finish a query in fewer
         sequential steps (lower latency for small batches) at the price of some extra distances.
         0: chosen from the batch size (8 for a few queries, 1 for batches that fill the GPU), at least
-        2 for queues of 128 and 4 from 512 (faster at equal or higher recall; ``song.cuda``), and
+        2 for queues of 128 and 4 from 512 (faster at equal or higher recall; ``beam.cuda``), and
         narrowed to what a block's shared memory holds (each warp keeps a copy of the query: long
         vectors or queues take fewer warps), so a query's result can depend on the batch it comes in;
         set it for results independent of that (a width that does not fit is then an error).

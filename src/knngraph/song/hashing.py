@@ -19,6 +19,9 @@ distances against the full vectors, which stay in host memory.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
+
+from .._typing import Array
 
 __all__ = ["RandomProjectionHasher", "HASH_BITS"]
 
@@ -41,11 +44,13 @@ class RandomProjectionHasher:
     seed : int, default=0
         Seed of the projection matrix (same seed, same codes).
 
-    Attributes (after :meth:`fit`)
-    ------------------------------
+    Attributes
+    ----------
     projections_ : ndarray of float32, shape (dim, bits)
+        The projection matrix, drawn by :meth:`fit` (None before).
     center_ : ndarray of float32, shape (dim,)
-        Subtracted before projecting (the base mean for euclidean metrics, zeros otherwise).
+        Subtracted before projecting (the base mean for euclidean metrics, zeros otherwise); set by
+        :meth:`fit`.
 
     Examples
     --------
@@ -57,7 +62,7 @@ class RandomProjectionHasher:
     ((5, 2), dtype('uint32'))
     """
 
-    def __init__(self, bits: int = 128, *, seed: int = 0):
+    def __init__(self, bits: int = 128, *, seed: int = 0) -> None:
         if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or int(bits) not in HASH_BITS:
             raise ValueError(f"bits must be one of {HASH_BITS}, got {bits!r}")
         self.bits = int(bits)
@@ -67,9 +72,10 @@ class RandomProjectionHasher:
 
     @property
     def words(self) -> int:
+        """32-bit words per code (``bits // 32``)."""
         return self.bits // 32
 
-    def fit(self, base, metric: str = "sqeuclidean") -> "RandomProjectionHasher":
+    def fit(self, base: Array, metric: str = "sqeuclidean") -> RandomProjectionHasher:
         """Draw the projections for vectors like ``base`` (host or device array); returns self."""
         xp = _xp_of(base)
         d = int(base.shape[1])
@@ -85,14 +91,16 @@ class RandomProjectionHasher:
             self.center_ = np.zeros(d, np.float32)
         return self
 
-    def set_state(self, projections, center) -> "RandomProjectionHasher":
+    def set_state(self, projections: ArrayLike, center: ArrayLike) -> RandomProjectionHasher:
+        """Restore a fitted state (``projections_`` of shape (d, bits), ``center_`` of shape (d,)), as a saved
+        index does; returns self."""
         self.projections_ = np.ascontiguousarray(projections, dtype=np.float32)
         self.center_ = np.ascontiguousarray(center, dtype=np.float32)
         if self.projections_.shape[1] != self.bits:
             raise ValueError(f"projections have {self.projections_.shape[1]} columns, expected {self.bits}")
         return self
 
-    def encode(self, x):
+    def encode(self, x: Array) -> Array:
         """uint32 codes [n, bits // 32] of the rows of ``x`` (NumPy in, NumPy out; CuPy in, CuPy out)."""
         if self.projections_ is None:
             raise RuntimeError("RandomProjectionHasher.encode called before fit")

@@ -1,0 +1,316 @@
+"""The fast graph searcher's public entry: :class:`GraphView` (a graph over vectors, with the per-device state
+that searches keep) and :func:`search` (the GPU kernels of :mod:`._kernels` through :mod:`.cuda`, or their
+CPU twin :mod:`.cpu`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import AbstractContextManager
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from .._device import Device, as_numpy, device_context, is_device_array, resolve_device, sm_count
+from .._typing import Array, DeviceLike
+from .._validate import check_finite, check_int
+from ..index import check_n_threads, check_out, cpu_threads
+from ..metrics import canonical_metric
+from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms
+from ..primitives.stamps import ScratchPool
+
+__all__ = ["GraphView", "search", "MAX_QUEUE_SIZE", "MAX_SEARCH_WIDTH"]
+
+#: largest queue_size (the kernels' list lives in shared memory)
+MAX_QUEUE_SIZE = 1024
+#: most warps that work on one query (``search_width``)
+MAX_SEARCH_WIDTH = 8
+
+_CPU = Device("cpu")
+
+
+class GraphView:
+    """A search graph over vectors, as the fast searcher reads it, with the state it keeps per device.
+
+    Parameters
+    ----------
+    graph_ids : array of int32, shape (n, degree)
+        Neighbour ids in [-1, n) per vertex, -1 = no edge (NumPy or CuPy; not copied).
+    vectors : array of shape (n, dim)
+        float32, float16, uint8 or int8 vectors, finite (NumPy, CuPy or a memory map; not copied).
+    entry_points : 1-D array of int
+        Start vertices shared by all queries, ids in [0, n).
+    metric : {'sqeuclidean', 'euclidean', 'inner_product', 'cosine'}
+    cache : dict, optional
+        Where the per-device state is kept (default: a dict of the view's own): the graph, vectors,
+        inverse norms and entry points on each device (:meth:`arrays`), the squared norms of 8-bit vectors,
+        one prepared launch per search configuration (:class:`~knngraph.beam.cuda.BeamPlan`), the CPU's
+        visited stamps (:meth:`borrow_scratch`) and float16 vectors as their bits (:meth:`cpu_vectors`). An owner
+        that keeps a cache of its own (``song.Index``) passes it, so that one ``release`` drops both.
+        Entries are made on first use and kept.
+    """
+
+    def __init__(self, graph_ids: Array, vectors: Array, entry_points: ArrayLike, metric: str, *,
+                 cache: dict | None = None) -> None:
+        if getattr(vectors, "ndim", None) != 2:
+            raise ValueError(f"vectors must be a 2-D array, got {type(vectors).__name__} of shape "
+                             f"{getattr(vectors, 'shape', None)}")
+        n = vectors.shape[0]
+        if getattr(graph_ids, "ndim", None) != 2 or graph_ids.shape[0] != n:
+            raise ValueError(f"graph_ids must be a 2-D array with one row per vector ({n}), got shape "
+                             f"{getattr(graph_ids, 'shape', None)}")
+        if np.dtype(graph_ids.dtype) != np.int32:
+            raise TypeError(f"graph_ids must hold int32 ids, got dtype {graph_ids.dtype}")
+        e = as_numpy(entry_points)
+        if e.ndim != 1 or e.shape[0] == 0 or e.dtype.kind not in "iu":
+            raise ValueError(f"entry_points must be a non-empty 1-D array of integer ids, got {e.dtype} of shape "
+                             f"{e.shape}")
+        if int(e.min()) < 0 or int(e.max()) >= n:
+            raise ValueError(f"entry_points must be ids in [0, {n}), got values from {int(e.min())} to {int(e.max())}")
+        self.metric = canonical_metric(metric)
+        self.kind = distance_kind(self.metric)
+        self.graph_ids = graph_ids
+        self.vectors = vectors
+        self.entry_points = np.ascontiguousarray(e, dtype=np.int32)
+        self.cache = {} if cache is None else cache
+
+    @property
+    def shape(self) -> tuple:
+        """(number of vertices, dimension)."""
+        return int(self.vectors.shape[0]), int(self.vectors.shape[1])
+
+    def release(self) -> None:
+        """Drop the per-device state (the whole cache)."""
+        self.cache.clear()
+
+    def arrays(self, device: DeviceLike) -> tuple[Array, Array, Array, Array]:
+        """(graph ids, vectors, inverse norms, entry points) on ``device``, made once per device: on a GPU
+        CuPy arrays (device arrays used in place), on the CPU the arrays its kernels read
+        (:func:`~knngraph.primitives.distances.cpu_vectors`); the inverse norms of the vectors for cosine,
+        else a 1-element dummy."""
+        dev = resolve_device(device)
+        key = (str(dev), "arrays")
+        if key in self.cache:
+            return self.cache[key]
+        cosine = self.metric == "cosine"
+        if dev.is_cuda:
+            import cupy as cp
+
+            with cp.cuda.Device(dev.index):
+                g_ids = cp.ascontiguousarray(cp.asarray(self.graph_ids))
+                e = cp.asarray(self.entry_points)
+                xb = cp.asarray(self.vectors)
+                inv_b = inverse_norms(xb, cp) if cosine else cp.zeros(1, cp.float32)
+        else:
+            g_ids = np.ascontiguousarray(as_numpy(self.graph_ids))
+            e = self.entry_points
+            xb = cpu_vectors(as_numpy(self.vectors))
+            inv_b = inverse_norms(xb) if cosine else np.zeros(1, np.float32)
+        self.cache[key] = (g_ids, xb, inv_b, e)
+        return self.cache[key]
+
+    def borrow_scratch(self) -> AbstractContextManager[Any]:
+        """A context manager lending the CPU's visited stamps for one search over this graph
+        (:class:`~knngraph.primitives.stamps.Scratch`) from the view's pool
+        (:class:`~knngraph.primitives.stamps.ScratchPool`): searches from several threads at once each get
+        their own; one thread at a time reuses the same."""
+        pool = self.cache.get("cpu-scratch")
+        if pool is None:
+            pool = self.cache.setdefault("cpu-scratch", ScratchPool(self.shape[0]))
+        return pool.borrow()
+
+    def cpu_vectors(self) -> np.ndarray:
+        """The vectors the CPU kernel reads: float16 vectors as their uint16 bit patterns (widened in the
+        distance loop by :func:`~knngraph.primitives.rows.half_bits_to_float32`: half the bytes of the
+        float32 copy per row, which on minilm-words (384-d) gave about 1.2x the queries per CPU-second),
+        else the CPU arrays of :meth:`arrays`. Made once."""
+        x = self.vectors
+        if not isinstance(x, np.ndarray) or x.dtype != np.float16:
+            return self.arrays(_CPU)[1]
+        bits = self.cache.get("cpu-half-bits")
+        if bits is None:
+            bits = self.cache["cpu-half-bits"] = np.ascontiguousarray(x).view(np.uint16)
+        return bits
+
+
+def search(view: GraphView, queries: Array, k: int, queue_size: int, *, device: DeviceLike = "auto",
+           search_width: int = 0, max_registers: int = 0, stats: dict | None = None,
+           out: tuple[Array, Array] | None = None, slack: tuple[int, float, float, int] | None = None,
+           n_threads: int | None = None) -> tuple[Array, Array]:
+    """The ``k`` nearest vertices of each query found by the fast graph searcher over ``view``.
+
+    Best-first from the view's entry points over one sorted list of the ``queue_size`` nearest vertices
+    seen, expanding the first unexpanded one (on a GPU: the first ``search_width``) until none is left;
+    the kernels and the CPU twin are described in :mod:`knngraph.beam._kernels` and
+    :mod:`knngraph.beam.cpu`.
+
+    Parameters
+    ----------
+    view : GraphView
+    queries : array of shape (n_queries, dim)
+        NumPy or CuPy. On a GPU, device queries on the search's GPU are read in place; others are copied
+        there. The kernels read float32 or float16 queries, or 8-bit ones of the vectors' dtype (dp4a);
+        other dtypes are converted to float32. Host queries holding NaN or inf are refused (ValueError);
+        device queries are not copied back to be checked: their rows get ids -1 and distances NaN.
+    k : int
+        Neighbours per query, 1 <= k <= queue_size.
+    queue_size : int
+        Entries of the sorted list (1..1024), the speed/recall knob.
+    device : str or Device, default='auto'
+    search_width : int, default=0
+        GPU only: warps per query (1..8); 0: chosen from the batch size, the queue and the shared memory
+        a block holds (:func:`knngraph.beam.cuda.search_width`, :func:`knngraph.beam.cuda.fitting_width`).
+        The CPU expands one vertex at a time (the walk of width 1).
+    max_registers : int, default=0
+        GPU only: register cap per thread (0: :func:`knngraph.beam.cuda.beam_max_registers`).
+    stats : dict, optional
+        Filled with ``distances_per_query``, ``expansions_per_query``, ``algo`` ('beam'), ``seconds`` and
+        on a GPU ``search_width``.
+    out : (distances, indices), optional
+        C-contiguous float32 / int32 arrays of shape (n_queries, k) on the search's device, filled and
+        returned.
+    slack : (kb, tau, nn1, max_exp), optional
+        Also stop each query at GGNN's bound ``d_kb + tau^2 min(|d_1|, nn1)`` or after ``max_exp`` expansions
+        (:func:`knngraph.ggnn.search` with ``cache='sorted'``).
+    n_threads : int, optional
+        CPU only: threads of this call (see :func:`knngraph.index.cpu_threads`).
+
+    Returns
+    -------
+    (distances, indices)
+        Reported distances of the view's metric (float32) and ids (int32), shape (n_queries, k), nearest
+        first, -1 / inf where fewer than k vertices were reached; CuPy arrays on a GPU, NumPy on the CPU.
+    """
+    if not isinstance(view, GraphView):
+        raise TypeError(f"view must be a knngraph.beam.GraphView, got {type(view).__name__}")
+    queue_size = check_int(queue_size, "queue_size", low=1, high=MAX_QUEUE_SIZE)
+    k = check_int(k, "k", low=1)
+    if k > queue_size:
+        raise ValueError(f"k={k} is larger than queue_size={queue_size}; the search keeps queue_size results, so "
+                         "raise queue_size to at least k")
+    search_width = check_int(search_width, "search_width", low=0, high=MAX_SEARCH_WIDTH)
+    max_registers = check_int(max_registers, "max_registers", low=0, high=255)
+    if getattr(queries, "ndim", None) != 2 or queries.shape[1] != view.shape[1]:
+        raise ValueError(f"queries must be a 2-D array of {view.shape[1]}-dimensional rows, got shape "
+                         f"{getattr(queries, 'shape', None)}")
+    if slack is not None and len(slack) != 4:
+        raise ValueError(f"slack must be None or (kb, tau, nn1, max_exp), got {slack!r}")
+    dev = resolve_device(device, view.vectors, queries)
+    if out is not None:
+        check_out(out, queries.shape[0], k, dev)
+    if dev.is_cuda:
+        check_n_threads(n_threads)  # a GPU search runs no CPU kernels: nothing to set
+        return _search_gpu(dev, view, queries, k, queue_size, search_width, max_registers, stats, out, slack)
+    with cpu_threads(n_threads):
+        return _search_cpu(view, queries, k, queue_size, stats, out, slack)
+
+
+def _search_cpu(view: GraphView, queries, k, queue_size, stats, out, slack):
+    """The CPU twin (:func:`knngraph.beam.cpu.search_beam`) over the view's host arrays (graph, vectors the
+    kernel reads, inverse norms, entry points, visited stamps: made once). Per call: the NaN check of the
+    queries, the kernel and the metric's reported distances, computed in place."""
+    from .cpu import search_beam
+
+    q = as_numpy(queries)
+    check_finite(q, "queries")
+    t0 = time.perf_counter()
+    g_ids, _, inv_b, entries = view.arrays(_CPU)
+    metric = view.metric
+    with view.borrow_scratch() as scratch:
+        d, i, nd, ne = search_beam(g_ids, view.cpu_vectors(), q, inv_b, view.kind, entries, k, queue_size,
+                                   scratch=scratch, out=out, slack=slack)
+    if metric == "sqeuclidean" or metric == "euclidean":
+        np.maximum(d, 0, out=d)
+        if metric == "euclidean":
+            np.sqrt(d, out=d)
+    elif metric == "cosine":
+        np.clip(d, 0, 2, out=d)
+    if d.size and i[:, -1].min() < 0:  # fewer than k reached
+        d[i < 0] = np.inf
+    if stats is not None:
+        stats["distances_per_query"] = float(nd.mean()) if nd.size else 0.0
+        stats["expansions_per_query"] = float(ne.mean()) if ne.size else 0.0
+        stats["algo"] = "beam"
+        stats["seconds"] = time.perf_counter() - t0
+    return d, i
+
+
+def _search_gpu(dev: Device, view: GraphView, queries, k, queue_size, search_width, max_registers, stats, out,
+                slack):
+    """The GPU kernels (:mod:`knngraph.beam._kernels`) on ``queries`` (host or device). Per call it only
+    moves host queries to the GPU, converts them when the kernel needs another dtype and launches one
+    kernel through a :class:`~knngraph.beam.cuda.BeamPlan` kept in the view's cache: the graph, vectors,
+    entry points, norms and the compiled launch stay on the GPU. Host queries are checked for NaN / inf on
+    the host (ValueError); device queries are not copied back for that (it would stall the call): the
+    kernel gives a row holding NaN or inf ids -1 and distances NaN. ``KNNGRAPH_RAW_LAUNCH=0``: numba's
+    launch instead of the prepared one. Returns (reported distances, ids) on the GPU."""
+    import cupy as cp
+
+    from .._cuda_launch import raw_launch_enabled
+    from . import _kernels as bk
+    from .cuda import BeamPlan, beam_max_registers, beam_mode, fitting_width, search_beam_device
+    from .cuda import search_width as automatic_width
+
+    t0 = time.perf_counter()
+    g_ids, xb, inv_b, entries = view.arrays(dev)
+    kind = view.kind
+    with device_context(dev):
+        on_device = is_device_array(queries)
+        if not on_device:
+            check_finite(queries, "queries")
+        # device queries on this GPU are used in place; others (host, another GPU) copied here
+        q = queries if type(queries) is cp.ndarray and queries.data.device_id == dev.index else cp.asarray(queries)
+        mode = beam_mode(xb.dtype, q.dtype, q.shape[1], xb.data.ptr, q.data.ptr)
+        if mode not in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) and q.dtype not in (np.float32, np.float16):
+            q = q.astype(cp.float32)  # the kernel stages float32 or float16 queries as float32
+        nq = q.shape[0]
+        d, i = out if out is not None else (cp.empty((nq, k), cp.float32), cp.empty((nq, k), cp.int32))
+        regs = max_registers or beam_max_registers(mode)
+        width = automatic_width(nq, sm_count(dev.index), search_width, queue_size)
+        if not search_width:  # automatic: no wider than the block's shared memory holds
+            width = fitting_width(width, queue_size, q.shape[1], mode)
+        if raw_launch_enabled():
+            # one plan per configuration and calling thread: GGNN's slack values (tau, nn1, ...) are written per
+            # call; a plan's query counters and counts are its caller's (threads may search on streams of their
+            # own, whose kernels overlap on the GPU)
+            key = (dev, "beam", queue_size, k, mode, q.dtype.char, q.shape[1], regs, width, slack is not None,
+                   threading.get_ident())
+            plan = view.cache.get(key)
+            if plan is None:
+                plan = BeamPlan(g_ids, xb, _norms(dev, view, mode, inv_b), entries, kind, k, queue_size, mode,
+                                bk.report_code(view.metric), q.shape[1], sm_count(dev.index), regs, width, q.dtype,
+                                slack is not None)
+                view.cache[key] = plan
+            plan(q, d, i, slack)
+            nd, ne = plan.counts(nq) if stats is not None else (None, None)
+        else:
+            nd, ne = cp.empty(nq, cp.int32), cp.empty(nq, cp.int32)
+            search_beam_device(g_ids, xb, q, _norms(dev, view, mode, inv_b), kind, entries, k, queue_size, mode,
+                               xp=cp, sm_count=sm_count(dev.index), out=(d, i, nd, ne),
+                               report=bk.report_code(view.metric), width=width, slack=slack)
+        if stats is not None:
+            stats["distances_per_query"] = float(nd.mean())
+            stats["expansions_per_query"] = float(ne.mean())
+            stats["algo"] = "beam"
+            stats["search_width"] = width
+    if stats is not None:
+        stats["seconds"] = time.perf_counter() - t0
+    return d, i
+
+
+def _norms(dev: Device, view: GraphView, mode: int, inv_b):
+    """The norms the GPU kernel reads, made once per device: int32 squared norms of 8-bit vectors for the
+    dp4a L2 distance, else ``inv_b`` (the inverse norms for cosine, a 1-element dummy otherwise)."""
+    from . import _kernels as bk
+
+    if mode not in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) or view.kind != distance_kind("sqeuclidean"):
+        return inv_b
+    key = (str(dev), "square_norms")
+    if key not in view.cache:
+        import cupy as cp
+
+        from .cuda import square_norms
+
+        view.cache[key] = square_norms(view.arrays(dev)[1], cp)
+    return view.cache[key]

@@ -1,0 +1,170 @@
+"""The fast graph searcher on the CPU (numba, queries in parallel): the walk of the GPU kernels
+(:mod:`._kernels`) with ``search_width=1``.
+
+One sorted list of the Q nearest vertices seen, each marked once expanded; expand the first unmarked one,
+offer its unvisited neighbours, stop when every entry is marked. It is SONG's search with the queue and the
+top-k merged into one list of Q entries (Zhao, Tan, Li, "SONG: Approximate Nearest Neighbor Search on GPU",
+section IV: its two structures of Q each keep expanding until the queue's best is worse than the Q-th
+result; here a vertex that falls off the list is never expanded), and it reaches SONG's recall with about
+30% fewer distances on sift (``benchmarks/cpu_search.py``). The visited stamps
+(:mod:`knngraph.primitives.stamps`) never forget within a query, so no distance is computed twice. Per
+expansion the unvisited neighbours are gathered first and their rows prefetched (a ``prefetcht0`` per cache
+line, up to 8), then their distances computed: the loads of later rows overlap the arithmetic of earlier
+ones, which took the search from memory-latency bound to about 1.6x fewer CPU-seconds per query on sift
+20k. Queries go to 4 workers per thread, each with its own stamps row, handed out one at a time, so a
+thread slowed by other work on the machine holds up only its current worker.
+
+With ``slack`` each query also stops at GGNN's bound (Groh et al., "GGNN: Graph-Based GPU Nearest Neighbor
+Search", Eq. 2; :func:`~knngraph.primitives.lists.slack_bound`) or after ``max_exp`` expansions, as the GPU
+kernel does.
+
+Distances are those of :func:`knngraph.primitives.rows.row_distance`: the query row is widened to float32
+once per query and each base row read once (float16 vectors as their bit patterns, see
+:func:`knngraph.beam.search`).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange
+
+from ..primitives.compile import threaded_and_serial
+from ..primitives.lists import less, slack_bound
+from ..primitives.rows import line_shape, load_query, prefetch, prefetch_row, query_row, row_distance, write_row
+from ..primitives.stamps import Scratch, next_generation, worker_count
+
+__all__ = ["search_beam"]
+
+
+@numba.njit(inline="always")
+def _beam_insert(lk, li, lx, m, cap, d, v):
+    """Insert (d, v), unexpanded, into the ascending list lk/li/lx[:m] (capacity ``cap``; when full the
+    last entry falls off; the caller checked that (d, v) comes before it). Returns the slot."""
+    t = m if m < cap else cap - 1
+    while t > 0 and less(d, v, lk[t - 1], li[t - 1]):
+        lk[t] = lk[t - 1]
+        li[t] = li[t - 1]
+        lx[t] = lx[t - 1]
+        t -= 1
+    lk[t] = d
+    li[t] = v
+    lx[t] = 0
+    return t
+
+
+def _beam(graph, base, queries, inv_b, kind, entries, k, cap, stamps, gens, workers, out_k, out_i, out_nd,
+          out_ne, kb, tau, nn1, max_exp):
+    nq = queries.shape[0]
+    deg = graph.shape[1]
+    ne = entries.shape[0]
+    step, lines = line_shape(base)
+    for w in prange(workers):
+        vis = stamps[w]
+        lk = np.empty(cap, np.float32)
+        li = np.empty(cap, np.int32)
+        lx = np.empty(cap, np.uint8)
+        cand = np.empty(max(deg, ne), np.int32)
+        qrow = query_row(queries)
+        for j in range(w, nq, workers):
+            inv_q = load_query(queries, j, qrow, kind)
+            g = next_generation(vis, gens, w)
+            m = 0
+            nd = 0
+            ne_ = 0
+            lo = cap
+            c = 0
+            for t in range(ne):
+                v = entries[t]
+                if vis[v] != g:
+                    vis[v] = g
+                    cand[c] = v
+                    c += 1
+                    prefetch_row(base, v, step, lines)
+            for t in range(c):
+                v = cand[t]
+                d = row_distance(kind, base, v, qrow, inv_b, inv_q)
+                if m < cap or less(d, v, lk[m - 1], li[m - 1]):
+                    pos = _beam_insert(lk, li, lx, m, cap, d, v)
+                    if m < cap:
+                        m += 1
+                    lo = min(lo, pos)
+            nd += c
+            p = lo
+            while p < m:
+                # GGNN's slack stop (kb > 0): the first unexpanded vertex beyond the bound, or the expansion cap
+                if kb > 0 and (ne_ >= max_exp or (m >= kb and lk[p] > slack_bound(lk[kb - 1], lk[0], tau, nn1))):
+                    break
+                # expand the first unexpanded vertex; everything before it is expanded
+                u = li[p]
+                lx[p] = 1
+                ne_ += 1
+                if p + 1 < m and not lx[p + 1]:  # most often the next vertex to expand: fetch its row now
+                    prefetch(graph, li[p + 1], 0)
+                lo = cap
+                # gather the unvisited neighbours and prefetch their rows, then compute: the loads of
+                # one row overlap the arithmetic of the previous ones
+                c = 0
+                for t in range(deg):
+                    v = graph[u, t]
+                    if v >= 0 and vis[v] != g:
+                        vis[v] = g
+                        cand[c] = v
+                        c += 1
+                        prefetch_row(base, v, step, lines)
+                nd += c
+                for t in range(c):
+                    v = cand[t]
+                    d = row_distance(kind, base, v, qrow, inv_b, inv_q)
+                    if m < cap or less(d, v, lk[m - 1], li[m - 1]):
+                        pos = _beam_insert(lk, li, lx, m, cap, d, v)
+                        if m < cap:
+                            m += 1
+                        if pos <= p:
+                            p += 1
+                        lo = min(lo, pos)
+                p = min(lo, p + 1)
+                while p < m and lx[p]:
+                    p += 1
+            write_row(out_k, out_i, j, lk, li, m, k)
+            out_nd[j] = nd
+            out_ne[j] = ne_
+
+
+_BEAM = threaded_and_serial(_beam, fastmath=True)
+
+
+def search_beam(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, *, scratch=None, out=None,
+                slack=None):
+    """The beam searcher on every query (host arrays, already validated): best-first over one sorted list
+    of the ``queue_size`` nearest vertices seen, expanding the first unexpanded one until none is left,
+    with a visited set that never forgets (the search of :mod:`knngraph.beam._kernels`, the same walk as
+    ``reference_walk`` in ``tests/beam/test_search_sim.py``). ``base``: what
+    :func:`~knngraph.primitives.rows.row_distance` reads (any numeric dtype, float16 as uint16 bits);
+    ``queries``: any dtype (each row is read as float32); ``scratch``: a
+    :class:`~knngraph.primitives.stamps.Scratch` for ``len(base)`` vertices to reuse (default: a new one);
+    ``out``: (float32, int32) C-contiguous [nq, k] arrays to write; ``slack``: None, or ``(kb, tau, nn1,
+    max_exp)`` to stop each query at GGNN's bound too (as the GPU kernel, :mod:`._kernels`).
+    Returns internal distances float32, ids int32 (both [nq, k], -1 / inf where fewer than k were
+    reached), distance computations and expansions per query."""
+    q = queries if queries.flags.c_contiguous else np.ascontiguousarray(queries)
+    if q.dtype == np.float16:
+        q = q.astype(np.float32)
+    nq = q.shape[0]
+    if out is None:
+        out = (np.empty((nq, k), np.float32), np.empty((nq, k), np.int32))
+    out_nd = np.empty(nq, np.int32)
+    out_ne = np.empty(nq, np.int32)
+    if scratch is None:
+        scratch = Scratch(base.shape[0])
+    workers = worker_count(nq, scratch)
+    kb, tau, nn1, max_exp = (0, 0.0, 0.0, 0) if slack is None else slack
+    stop = (np.int64(kb), np.float32(tau), np.float32(nn1), np.int64(max_exp))
+    if workers == 1:
+        _BEAM[1](graph_ids, base, q, inv_b, kind, entries, k, queue_size, scratch.stamps, scratch.gens, 1,
+                 out[0], out[1], out_nd, out_ne, *stop)
+    else:
+        with numba.parallel_chunksize(1):
+            _BEAM[0](graph_ids, base, q, inv_b, kind, entries, k, queue_size, scratch.stamps, scratch.gens, workers,
+                     out[0], out[1], out_nd, out_ne, *stop)
+    return out[0], out[1], out_nd, out_ne

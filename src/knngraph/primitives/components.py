@@ -1,0 +1,116 @@
+"""Reachability and connected components of fixed-degree graphs (int32 rows, -1 = no edge), on the host
+with numba: a breadth-first pass from given vertices over the directed edges, and union-find over the
+edges taken both ways. :meth:`knngraph.Graph.components` and the connectivity step of search graphs
+(:mod:`knngraph.graphops.connect`) are built on them."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from .._device import as_numpy
+from .._typing import Array
+
+__all__ = ["reachable", "unreachable_count", "weak_components", "bfs", "find_root"]
+
+
+@numba.njit(cache=True)
+def bfs(ids, entries, seen):
+    n, deg = ids.shape
+    queue = np.empty(n, np.int64)
+    head = 0
+    tail = 0
+    for t in range(entries.shape[0]):
+        e = entries[t]
+        if 0 <= e < n and not seen[e]:
+            seen[e] = True
+            queue[tail] = e
+            tail += 1
+    while head < tail:
+        u = queue[head]
+        head += 1
+        for j in range(deg):
+            v = ids[u, j]
+            if v >= 0 and not seen[v]:
+                seen[v] = True
+                queue[tail] = v
+                tail += 1
+    return tail
+
+
+def reachable(ids: Array, entries: Array) -> np.ndarray:
+    """Boolean mask of the vertices of the graph ``ids`` (int32 rows, -1 = no edge; host or device) that a
+    search started from ``entries`` can reach (directed edges)."""
+    g = np.ascontiguousarray(as_numpy(ids), dtype=np.int32)
+    seen = np.zeros(g.shape[0], np.bool_)
+    bfs(g, np.ascontiguousarray(as_numpy(entries), dtype=np.int64), seen)
+    return seen
+
+
+def unreachable_count(ids: Array, entries: Array) -> int:
+    """Vertices of the graph ``ids`` that no search from ``entries`` reaches."""
+    return int((~reachable(ids, entries)).sum())
+
+
+@numba.njit(cache=True)
+def find_root(parent, x):
+    root = x
+    while parent[root] != root:
+        root = parent[root]
+    while parent[x] != root:  # path compression
+        nxt = parent[x]
+        parent[x] = root
+        x = nxt
+    return root
+
+
+@numba.njit(cache=True)
+def _union_edges(ids, member, parent):
+    n, deg = ids.shape
+    for u in range(n):
+        if not member[u]:
+            continue
+        for j in range(deg):
+            v = ids[u, j]
+            if v >= 0 and member[v]:
+                a = find_root(parent, u)
+                b = find_root(parent, v)
+                if a != b:
+                    if a < b:
+                        parent[b] = a
+                    else:
+                        parent[a] = b
+
+
+@numba.njit(cache=True)
+def _labels(member, parent, labels):
+    """labels[v] = dense component number of member v (0, 1, ... in order of smallest id), -1 elsewhere."""
+    n = member.shape[0]
+    root_label = np.full(n, -1, np.int64)
+    count = 0
+    for v in range(n):
+        if member[v]:
+            r = find_root(parent, v)
+            if root_label[r] < 0:
+                root_label[r] = count
+                count += 1
+            labels[v] = root_label[r]
+        else:
+            labels[v] = -1
+    return count
+
+
+def weak_components(ids, member=None) -> tuple[int, np.ndarray]:
+    """(count, labels) of the weakly connected components of the graph ``ids`` (edges taken both ways),
+    restricted to the vertices of the boolean mask ``member`` (default: all): labels are 0 .. count-1 in
+    order of each component's smallest id, -1 for vertices outside ``member``."""
+    g = np.ascontiguousarray(as_numpy(ids), dtype=np.int32)
+    n = g.shape[0]
+    m = np.ones(n, np.bool_) if member is None else np.ascontiguousarray(member, dtype=np.bool_)
+    parent = np.arange(n, dtype=np.int64)
+    _union_edges(g, m, parent)
+    labels = np.empty(n, np.int64)
+    count = _labels(m, parent, labels)
+    return int(count), labels
+
+

@@ -1,0 +1,161 @@
+"""Several devices in one process (``devices=``), on logical CPU devices: the splitting of rows and queries,
+the merge of per-device top-k lists, the choice sharded / replicated, persistence, and the refusals of bad
+device lists. The same code drives several GPUs (``tests/test_multidevice_gpu.py``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import knngraph
+from knngraph import bruteforce, ggnn, multidevice, song
+from knngraph.multidevice import MultiDeviceIndex
+
+CPUS = ["cpu", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def data(sample):
+    return sample.base[:4000], sample.queries[:150]
+
+
+@pytest.fixture(scope="module")
+def truth(data):
+    base, queries = data
+    return knngraph.knn(base, queries, 10, device="cpu")
+
+
+@pytest.mark.parametrize("layout", ["sharded", "replicated"])
+def test_exact_search_on_several_devices_gives_the_one_device_ids(data, truth, layout):
+    base, queries = data
+    r = knngraph.knn(base, queries, 10, devices=CPUS + ["cpu"], layout=layout)
+    np.testing.assert_array_equal(r.indices, truth.indices)
+    np.testing.assert_array_equal(r.distances, truth.distances)
+    index = bruteforce.build(bruteforce.IndexParams(), base, devices=CPUS, layout=layout)
+    assert isinstance(index, MultiDeviceIndex) and index.layout == layout and len(index) == len(base)
+    if layout == "sharded":
+        assert [len(p) for p in index.parts] == [2000, 2000] and index.bounds.tolist() == [0, 2000, 4000]
+    np.testing.assert_array_equal(bruteforce.search(index, queries, 10).indices, truth.indices)
+
+
+def test_exact_graph_on_several_devices_is_the_one_device_graph(data):
+    base, _ = data
+    one = knngraph.knn_graph(base[:1500], 8, device="cpu")
+    three = knngraph.knn_graph(base[:1500], 8, devices=["cpu"] * 3)
+    np.testing.assert_array_equal(three.indices, one.indices)
+    np.testing.assert_allclose(three.distances, one.distances)
+    assert three.info["devices"] == ["cpu"] * 3
+
+
+@pytest.mark.parametrize("name", ["song", "ggnn"])
+@pytest.mark.parametrize("layout", ["sharded", "replicated"])
+def test_approximate_search_on_several_devices_keeps_recall(data, truth, name, layout):
+    base, queries = data
+    mod = {"song": song, "ggnn": ggnn}[name]
+    params = (song.IndexParams(graph_degree=16, intermediate_graph_degree=32) if name == "song"
+              else ggnn.IndexParams(graph_degree=16, refinements=0))
+    index = mod.build(params, base, devices=CPUS, layout=layout, verbose=False)
+    d, i = mod.search(index, queries, 10)
+    assert knngraph.recall_at_k(i, truth.indices, 10) >= 0.95
+    assert (np.diff(d, axis=1) >= 0).all()
+    one = mod.build(params, base, device="cpu", verbose=False)
+    base_recall = knngraph.recall_at_k(mod.search(one, queries, 10, device="cpu").indices, truth.indices, 10)
+    assert knngraph.recall_at_k(i, truth.indices, 10) >= base_recall - 0.03
+
+
+@pytest.mark.parametrize("name", ["song", "ggnn", "exact"])
+def test_replicated_search_of_a_one_device_index_returns_its_rows(data, name):
+    base, queries = data
+    if name == "song":
+        index = song.build(song.IndexParams(graph_degree=16, intermediate_graph_degree=32), base, device="cpu",
+                           verbose=False)
+        mod = song
+    elif name == "ggnn":
+        index, mod = ggnn.build(ggnn.IndexParams(graph_degree=16, refinements=0), base, device="cpu",
+                                verbose=False), ggnn
+    else:
+        index, mod = bruteforce.build(bruteforce.IndexParams(), base, device="cpu"), bruteforce
+    one = mod.search(index, queries, 10, device="cpu")
+    stats: dict = {}
+    spread = mod.search(index, queries, 10, devices=["cpu"] * 3, stats=stats)
+    np.testing.assert_array_equal(spread.indices, one.indices)
+    np.testing.assert_array_equal(spread.distances, one.distances)
+    assert stats["layout"] == "replicated" and stats["devices"] == ["cpu"] * 3
+    # a query count smaller than the devices, and out=
+    out = (np.empty((2, 10), np.float32), np.empty((2, 10), np.int32))
+    r = mod.search(index, queries[:2], 10, devices=["cpu"] * 3, out=out)
+    assert r.indices is out[1]
+    np.testing.assert_array_equal(out[1], one.indices[:2])
+
+
+def test_sharded_filter_is_cut_per_shard(data):
+    base, queries = data
+    allowed = np.zeros(len(base), bool)
+    allowed[1500:2600] = True  # across the shard boundary at 2000
+    index = bruteforce.build(bruteforce.IndexParams(), base, devices=CPUS, layout="sharded")
+    got = bruteforce.search(index, queries, 5, filter=allowed)
+    want = knngraph.knn(base, queries, 5, device="cpu", filter=allowed)
+    np.testing.assert_array_equal(got.indices, want.indices)
+    assert ((got.indices >= 1500) & (got.indices < 2600)).all()
+
+
+def test_layout_auto_replicates_what_fits_and_shards_what_does_not(data):
+    base, _ = data
+    nbytes = base.nbytes
+    assert multidevice.choose_layout("auto", base, multidevice.resolve_devices(CPUS), 4 * nbytes) == "replicated"
+    assert multidevice.choose_layout("auto", base, multidevice.resolve_devices(CPUS), 4 * nbytes - 1) == "sharded"
+    index = bruteforce.build(bruteforce.IndexParams(), base, devices=CPUS, memory_limit=2 * nbytes)
+    assert index.layout == "sharded"
+
+
+def test_sharded_index_saves_and_loads(data, tmp_path):
+    base, queries = data
+    index = song.build(song.IndexParams(graph_degree=16, intermediate_graph_degree=32), base, devices=CPUS,
+                       layout="sharded", verbose=False)
+    song.save(tmp_path / "spread", index)
+    back = song.load(tmp_path / "spread")
+    assert isinstance(back, MultiDeviceIndex) and back.layout == "sharded" and back.bounds.tolist() == [0, 2000, 4000]
+    np.testing.assert_array_equal(song.search(back, queries, 10).indices, song.search(index, queries, 10).indices)
+    with pytest.raises(ValueError, match="a sharded index of 2 parts needs 2 devices, got 3"):
+        multidevice.load(tmp_path / "spread", devices=["cpu"] * 3)
+
+
+def test_clustered_graph_over_devices_when_the_graph_does_not_fit_one(data):
+    base, _ = data
+    g = knngraph.knn_graph(base, 16, method="nndescent", devices=CPUS, memory_limit=600_000, verbose=False)
+    assert g.info["pieces"] > 2 and sum(g.info["pieces_per_device"]) == g.info["pieces"]
+    assert min(g.info["pieces_per_device"]) >= 1  # both devices took pieces
+    assert knngraph.graph_recall(g, base=base, k=10, sample=300) >= 0.9
+    small = knngraph.knn_graph(base, 16, method="nndescent", devices=CPUS, verbose=False)
+    assert small.info["devices"] == ["cpu"]  # it fits one device: built there
+
+
+@pytest.mark.parametrize("devices, error, match", [
+    ([], ValueError, "devices must name at least one device, got an empty list"),
+    ([-1], ValueError, "GPU id -1 is negative"),
+    (["cpu", "cuda:0"], ValueError, "no GPU is usable|mixes CPU and GPU"),
+    ([True], TypeError, "is not a device"),
+    (["auto"], ValueError, "'auto' is not a device"),
+    ([7], ValueError, "devices: .*(no GPU is usable|GPU index out of range)"),
+    (3.5, TypeError, "devices must be a list"),
+])
+def test_bad_device_lists_are_refused_naming_the_device(data, devices, error, match):
+    base, queries = data
+    with pytest.raises(error, match=match):
+        knngraph.knn(base, queries, 3, devices=devices)
+
+
+def test_a_failing_device_fails_the_build_naming_it(data, monkeypatch):
+    base, _ = data
+    calls = []
+    real = bruteforce.build
+
+    def flaky(params, dataset, **kw):
+        calls.append(len(dataset))
+        if len(calls) == 2:
+            raise MemoryError("out of memory for this shard")
+        return real(params, dataset, **kw)
+
+    monkeypatch.setattr(bruteforce, "build", flaky)
+    with pytest.raises(MemoryError, match=r"on device cpu: MemoryError: out of memory for this shard"):
+        multidevice.build(bruteforce, bruteforce.IndexParams(), base, CPUS, layout="sharded")
