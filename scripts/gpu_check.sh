@@ -9,6 +9,12 @@
 #   bench    - every GPU benchmark in GPU_BENCHMARKS below (FILTER: run only those whose name contains it)
 #   sanitize - scripts/gpu_sanitize.py under compute-sanitizer memcheck and racecheck; fails on any kernel
 #              error or hazard (scripts/sanitizer_summary.py filters the driver probing of numba's start)
+#   multi    - a machine of several GPUs in one call of at most $MULTI_SECONDS (default 540): first
+#              benchmarks/studies/multi_gpu.py alone on every GPU (scaling needs quiet GPUs), then one lane
+#              per GPU side by side (CUDA_VISIBLE_DEVICES): the GPU tests in four groups (the several-GPU
+#              tests on two cards), the clustered-recall, filtered-search and first-call studies and the speed
+#              guard of this tree against an older one in .before/ (if carried); every step under its
+#              share of the time; everything it writes ends in $OUT/multi.tar.xz
 #   all      - tests and bench (default)
 #
 # Results (logs, JSON, PNG) go to $OUT (the lent machine's return folder) or ./out. Real data comes from
@@ -24,6 +30,10 @@ export KNNGRAPH_GPU_TESTS=1 PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+# carried compressed data (.dataz/*.tar.xz, archives of .data/ made by scripts/prepare_device_data.py)
+if [ ! -d .data ] && ls .dataz/*.tar.xz >/dev/null 2>&1; then
+  for f in .dataz/*.tar.xz; do tar xJf "$f"; done
 fi
 [ -d .data ] && export KNNGRAPH_DEVICE_DATA="$ROOT/.data"
 
@@ -119,6 +129,52 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
     eval "$cmd" 2>&1 | tee "$OUT/bench_$name.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
+fi
+if [ "$what" = multi ]; then
+  start=$SECONDS
+  budget=${MULTI_SECONDS:-540}
+  W="$OUT/multi"
+  mkdir -p "$W"
+  left() { echo $(( budget - 30 - (SECONDS - start) )); }
+  gpus=$(python3 -c "import cupy; print(cupy.cuda.runtime.getDeviceCount())")
+  echo "== $gpus GPUs; several-GPU benchmark" | tee "$W/steps.log"
+  # the several-GPU study: at most 45% of the time; parts in order of importance (a part cut short leaves the
+  # lines written before it)
+  timeout $(( budget * 45 / 100 )) python3 benchmarks/studies/multi_gpu.py --out "$W" \
+    --parts "${MULTI_PARTS:-replicated,sharded,dask,graph}" --shard-rows "${MULTI_SHARD_ROWS:-1000000}" \
+    --graph-rows "${MULTI_GRAPH_ROWS:-2000000}" > "$W/multi_gpu.log" 2>&1
+  echo "multi_gpu rc=$? at $((SECONDS - start)) s" | tee -a "$W/steps.log"
+  T() { timeout "$(left)" "$@"; }  # a step ends by the deadline of the whole call
+  pyt="python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="
+  top_level=$(ls tests/test_*.py | grep -v test_multidevice_gpu | tr '\n' ' ')
+  lanes=(
+    "T $pyt tests/beam tests/song > $W/tests_beam_song.log 2>&1;
+     T python3 benchmarks/studies/gpu_regression.py --out $W/regression_new > $W/regression_new.log 2>&1;
+     [ -d .before ] && (cd .before && PYTHONPATH=$ROOT/scripts/device_env:$ROOT/.before/src:$ROOT/.before \
+        T python3 benchmarks/studies/gpu_regression.py --out $W/regression_old > $W/regression_old.log 2>&1)"
+    "T $pyt tests/ggnn tests/grnnd tests/distributed > $W/tests_ggnn_grnnd_distributed.log 2>&1"
+    "CUDA_VISIBLE_DEVICES=LANE,NEXT T $pyt tests/test_multidevice_gpu.py > $W/tests_multidevice.log 2>&1;
+     T $pyt tests/bruteforce tests/nndescent tests/primitives $top_level > $W/tests_rest.log 2>&1"
+    "T python3 benchmarks/studies/clustered_recall.py --device cuda --n 100000 --out $W > $W/clustered.log 2>&1;
+     T python3 benchmarks/studies/filtered_search.py --device cuda --n 450000 --queries 10000 --calibrate \
+        --label cuda_sift450k --out $W > $W/filtered.log 2>&1;
+     T python3 benchmarks/studies/first_call.py --out $W > $W/first_call.log 2>&1"
+  )
+  pids=()
+  for g in $(seq 0 $(( gpus - 1 ))); do
+    cmds=""
+    for i in "${!lanes[@]}"; do
+      if [ $(( i % gpus )) -eq "$g" ]; then cmds+="${lanes[$i]//LANE/$g};"; fi
+    done
+    cmds=${cmds//NEXT/$(( (g + 1) % gpus ))}
+    (export CUDA_VISIBLE_DEVICES=$g; eval "$cmds") &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  echo "lanes done at $((SECONDS - start)) s" | tee -a "$W/steps.log"
+  for f in "$W"/tests_*.log; do echo "-- $f"; grep -E "^(FAILED|ERROR)|passed|failed" "$f" | tail -15; done \
+    | tee "$W/tests_summary.txt"
+  tar cJf "$OUT/multi.tar.xz" -C "$OUT" multi && rm -rf "$W"
 fi
 if [ "$what" = sanitize ]; then
   for tool in memcheck racecheck; do

@@ -100,7 +100,7 @@ def _beam_cases():
     """The fast searcher (``beam/_kernels``) in every distance mode: dp4a on 8-bit words (uint8, int8),
     float16 read four or two halves at a time (minilm-words' dim 384; an even dim) and element by element (an
     odd dim), float32, 8-bit vectors with float queries; warp per query and block per query (width 4); with
-    GGNN's slack stop on uint8."""
+    GGNN's slack stop and with a filter (bitset) on uint8."""
     import numpy as np
 
     from knngraph.primitives.distances import DIST_COS, DIST_L2SQ
@@ -121,14 +121,17 @@ def _beam_cases():
         q_t = arr(u32) if mode in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) else arr(f32)
         cases = ((24, 1, False), (64, 1, False), (24, 4, False)) if label in ("u8", "f16", "f32") else \
             ((24, 1, False), (24, 4, False))
-        if label == "u8":  # GGNN's slack stop (ggnn.search with cache='sorted')
-            cases += ((128, 1, True), (128, 4, True))
-        for qs, width, slack in cases:
+        cases = tuple(c + (False,) for c in cases)
+        if label == "u8":  # GGNN's slack stop (ggnn.search with cache='sorted'); filtered searches
+            cases += ((128, 1, True, False), (128, 4, True, False), (128, 1, False, True), (128, 4, False, True))
+        for qs, width, slack, filtered in cases:
             kern, _ = beam_config(qs, dim, mode, DIST_COS if label.startswith("f16") else DIST_L2SQ, width=width,
-                                  slack=slack)
-            out.append((f"beam_{label}_q{qs}_w{width}" + ("_slack" if slack else ""), kern.py_func,
+                                  slack=slack, filtered=filtered)
+            # ..., kb, tau, nn1, max_exp, allowed (the bitset of a filtered kernel, else the query counter: unread)
+            name = f"beam_{label}_q{qs}_w{width}" + ("_slack" if slack else "") + ("_filtered" if filtered else "")
+            out.append((name, kern.py_func,
                         (arr(i32), base_t, q_t, arr(f32, 1), arr(i32, 1), i64, i64, i64, arr(i32, 1), arr(f32),
-                         arr(i32), arr(i32, 1), arr(i32, 1), i64, f64, f64, i64)))  # ..., kb, tau, nn1, max_exp
+                         arr(i32), arr(i32, 1), arr(i32, 1), i64, f64, f64, i64, arr(u32 if filtered else i32, 1))))
     return out
 
 

@@ -5,7 +5,9 @@
 #   bash scripts/setup.sh test     # ... plus the test dependencies
 #   bash scripts/setup.sh bench    # ... plus the benchmark baselines (pynndescent, hnswlib, faiss-cpu, matplotlib)
 #
-# Set KNNGRAPH_CUDA=cuda12|cuda13|none to override the GPU detection.
+# Set KNNGRAPH_CUDA=cuda12|cuda13|none to override the GPU detection. With a GPU it then compiles every GPU
+# kernel once (`knngraph warmup`, kept in ~/.cache/knngraph/kernels), so that the first command answers at
+# once; KNNGRAPH_NO_WARMUP=1 skips that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -26,3 +28,7 @@ if [ ${#extras[@]} -gt 0 ]; then spec=".[$(IFS=,; echo "${extras[*]}")]"; fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q -e "$spec"
 echo "knngraph installed in .venv ($spec)"
+if [ "$cuda" != none ] && [ -z "${KNNGRAPH_NO_WARMUP:-}" ]; then
+  echo "compiling knngraph's GPU kernels for this machine (knngraph warmup, once)"
+  .venv/bin/knngraph warmup --device cuda || echo "knngraph warmup failed: kernels will compile on first use" >&2
+fi

@@ -52,3 +52,15 @@ def sample():
     from knngraph.datasets import load_sample
 
     return load_sample()
+
+
+@pytest.fixture(scope="session")
+def nnd_index(sample):
+    """A SONG index over an NN-Descent graph of the 20k sample, prepared (the ``query()`` recipe); built once
+    for the fast searcher's tests (tests/beam) and the CPU query paths (tests/test_cpu_search_speedpath.py)."""
+    import knngraph
+    from knngraph import nndescent, song
+
+    g = nndescent.build(nndescent.IndexParams(graph_degree=32), sample.base, device="cpu", verbose=False).graph
+    prepared = knngraph.optimize_graph(g, sample.base, graph_degree=24, device="cpu", verbose=False)
+    return song.from_graph(prepared, sample.base, device="cpu", verbose=False)

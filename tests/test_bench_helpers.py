@@ -44,7 +44,7 @@ def test_qps_at_a_recall_interpolates_between_queue_sizes():
 
 
 def test_search_gpu_scores_by_the_runners_recall():
-    """``load`` / ``score`` (what benchmarks/profile_search_width.py imports): the dataset in another
+    """``load`` / ``score`` (what benchmarks/studies/profile_search_width.py imports): the dataset in another
     dtype keeps its ground truth, and the recall of its own true ids is 1, of shifted ids lower."""
     import argparse
 

@@ -75,6 +75,13 @@ def test_silently_absent_baseline_fails(results, tmp_path):
     partial = _write_without(results, tmp_path / "partial.jsonl", lambda ln: ln["method"] == "absent-baseline")
     with pytest.raises(MissingDataError, match="baseline absent-baseline neither measured nor skipped"):
         generate([partial], tmp_path / "REPORT.md", tmp_path / "fig", figures=FIGS)
+    # allowed, the report is written and names the baseline its runs lack under the figure
+    out = generate([partial], tmp_path / "REPORT.md", tmp_path / "fig", figures=FIGS, allow_missing_baselines=True)
+    assert "Not in these runs: absent-baseline" in out.read_text()
+    # a missing required method stays an error
+    neither = _write_without(partial, tmp_path / "neither.jsonl", lambda ln: ln["method"] == "knngraph-nndescent")
+    with pytest.raises(MissingDataError, match="no measurement of knngraph-nndescent"):
+        generate([neither], tmp_path / "R2.md", tmp_path / "fig2", figures=FIGS, allow_missing_baselines=True)
 
 
 def test_scaling_figure_needs_its_range(results, tmp_path):

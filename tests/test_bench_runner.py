@@ -268,7 +268,7 @@ def test_gpu_suite_puts_cuvs_next_to_knngraph():
         (spec,) = by[("search", name, "batch")]
         assert {1, 10, 100, 1000} <= set(spec.batch_sizes) and spec.max_calls == 1000
         assert spec.dataset == "sift-photos-450k" and spec.device == "cuda"
-    defaults = song.IndexParams()
+    defaults = song.AUTO_ROUTES["cuda"]  # what song.build's automatic fields take on a GPU
     same_graph = {"build_algo": [defaults.build_algo],
                   "intermediate_graph_degree": [defaults.intermediate_graph_degree],
                   "graph_degree": [defaults.graph_degree]}

@@ -10,7 +10,6 @@ import knngraph
 from knngraph import metrics, song
 from knngraph.evaluate import recall_at_k
 
-from .beam.conftest import nnd_index  # noqa: F401 (the fixture)
 from .song.conftest import complete_graph, random_vectors
 
 
@@ -85,21 +84,18 @@ def test_out_and_padding_and_bad_arguments(sample, nnd_index, rng):
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="n_threads must be a positive integer"):
             song.search(nnd_index, q, 5, device="cpu", n_threads=bad)
-    with pytest.raises(ValueError, match="algo='beam' does not support a filter"):
-        song.search(nnd_index, q, 5, song.SearchParams(algo="beam"), device="cpu",
-                    filter=np.ones(len(sample.base), bool))
     with pytest.raises(ValueError, match="algo='beam' does not support visited='bloom'"):
         song.search(nnd_index, q, 5, song.SearchParams(algo="beam", visited="bloom"), device="cpu")
 
 
-def test_filter_still_walks_with_song(sample, nnd_index):
-    """A filter takes SONG's walk (algo='auto'); only allowed ids come back, near the exact answer."""
+def test_filter_walks_with_the_fast_searcher(sample, nnd_index):
+    """A filtered walk runs the fast searcher (algo='auto'); only allowed ids come back, near the exact answer."""
     mask = np.zeros(len(sample.base), bool)
     mask[::3] = True
     st = {}
-    d, i = song.search(nnd_index, sample.queries[:100], 10, song.SearchParams(queue_size=32), device="cpu",
-                       verbose=False, filter=mask, stats=st)
-    assert st["filtered_path"] == "graph" and "algo" not in st
+    d, i = song.search(nnd_index, sample.queries[:100], 10, song.SearchParams(queue_size=32, filtered_path="graph"),
+                       device="cpu", verbose=False, filter=mask, stats=st)
+    assert st["filtered_path"] == "graph" and st["algo"] == "beam" and st["queue_size"] == 96
     assert mask[i[i >= 0]].all()
     ref_d, ref_i = knngraph.knn(sample.base, sample.queries[:100], 10, device="cpu", verbose=False, filter=mask)
     assert recall_at_k(i, ref_i, 10, distances=d, true_distances=ref_d) >= 0.95

@@ -1,14 +1,15 @@
 """Filtered search (``filter=``): a boolean mask or a uint32 bitset of the ids that may be returned.
 
-Exact search with a filter equals a float64 brute force over the allowed vectors; SONG never returns a
-disallowed id, pads with -1 / inf when fewer than k ids are allowed, and keeps recall floors on
+Exact search with a filter equals a float64 brute force over the allowed vectors; SONG and GGNN (on the
+fast searcher's filtered walk, or the exact scan the cost model picks) never return a disallowed id, pad
+with -1 / inf when fewer than k ids are allowed (none at all included), and keep recall floors on
 sift-photos 20k at 1%, 10%, 50% and 90% of the ids allowed (the 1% case takes the exact path)."""
 
 import numpy as np
 import pytest
 
 import knngraph
-from knngraph import bruteforce, song
+from knngraph import beam, bruteforce, ggnn, song
 from knngraph.primitives.filters import bitset_words, is_allowed, prepare_filter
 
 
@@ -46,20 +47,21 @@ def test_mask_and_bitset_are_the_same_filter(rng):
     (np.ones(20, np.float32), TypeError, "got dtype float32"),
     (np.ones(1, np.uint64), TypeError, "got dtype uint64"),
     (np.ones((4, 5), bool), ValueError, "must be 1-D, got shape (4, 5)"),
-    (np.zeros(20, bool), ValueError, "allows no id"),
-    (np.zeros(1, np.uint32), ValueError, "allows no id"),
     (np.array(["a"] * 20), TypeError, "got dtype <U1"),
 ])
-@pytest.mark.parametrize("search", ["exact", "song"])
+@pytest.mark.parametrize("search", ["exact", "song", "ggnn"])
 def test_bad_filters_are_refused(rng, bad, exc, fragment, search):
     x = rng.standard_normal((20, 4)).astype(np.float32)
     if search == "exact":
         index = bruteforce.build(bruteforce.IndexParams(), x, device="cpu", verbose=False)
         call = lambda: bruteforce.search(index, x[:2], 3, device="cpu", verbose=False, filter=bad)  # noqa: E731
-    else:
+    elif search == "song":
         index = song.build(song.IndexParams(graph_degree=4, intermediate_graph_degree=8), x, device="cpu",
                            verbose=False)
         call = lambda: song.search(index, x[:2], 3, device="cpu", verbose=False, filter=bad)  # noqa: E731
+    else:
+        index = ggnn.build(ggnn.IndexParams(graph_degree=4, segment_size=8), x, device="cpu", verbose=False)
+        call = lambda: ggnn.search(index, x[:2], 3, device="cpu", verbose=False, filter=bad)  # noqa: E731
     with pytest.raises(exc, match="filter") as info:
         call()
     assert fragment in str(info.value)
@@ -84,22 +86,36 @@ def test_exact_search_with_filter_is_brute_force_over_the_allowed(rng, share):
     np.testing.assert_array_equal(i2, i)
 
 
-def test_fewer_allowed_than_k_pads_with_missing(rng):
+@pytest.mark.parametrize("search", ["exact", "song_exact", "song_walk", "song_paper_walk", "ggnn"])
+def test_fewer_allowed_than_k_pads_with_missing_and_none_allowed_is_all_missing(rng, search):
     base = rng.standard_normal((500, 8)).astype(np.float32)
     mask = np.zeros(500, bool)
     mask[[4, 99, 321]] = True
-    for search in ("exact", "song"):
-        if search == "exact":
-            d, i = knngraph.knn(base, base[:6], 5, device="cpu", verbose=False, filter=mask)
-        else:
-            index = song.build(song.IndexParams(graph_degree=8, intermediate_graph_degree=16), base, device="cpu",
-                               verbose=False)
-            # a walk (no exact shortcut) must also pad
-            d, i = song.search(index, base[:6], 5, song.SearchParams(filtered_exact_ratio=0), device="cpu",
-                               verbose=False, filter=mask)
-        assert (np.sort(i[:, :3], axis=1) == [4, 99, 321]).all(), search
-        assert (i[:, 3:] == -1).all() and np.isinf(d[:, 3:]).all(), search
-        assert np.isfinite(d[:, :3]).all() and (np.diff(d[:, :3], axis=1) >= 0).all(), search
+    if search == "exact":
+        def call(m):
+            return knngraph.knn(base, base[:6], 5, device="cpu", verbose=False, filter=m)
+    elif search == "ggnn":
+        index = ggnn.build(ggnn.IndexParams(graph_degree=8), base, device="cpu", verbose=False)
+
+        def call(m):
+            return ggnn.search(index, base[:6], 5, ggnn.SearchParams(filtered_path="graph"), device="cpu",
+                               verbose=False, filter=m)
+    else:
+        index = song.build(song.IndexParams(graph_degree=8, intermediate_graph_degree=16), base, device="cpu",
+                           verbose=False)
+        # the walks (no exact shortcut) must pad too, the fast searcher's and SONG's
+        sp = {"song_exact": song.SearchParams(filtered_path="exact"),
+              "song_walk": song.SearchParams(filtered_path="graph"),
+              "song_paper_walk": song.SearchParams(filtered_path="graph", algo="song")}[search]
+
+        def call(m):
+            return song.search(index, base[:6], 5, sp, device="cpu", verbose=False, filter=m)
+    d, i = call(mask)
+    assert (np.sort(i[:, :3], axis=1) == [4, 99, 321]).all()
+    assert (i[:, 3:] == -1).all() and np.isinf(d[:, 3:]).all()
+    assert np.isfinite(d[:, :3]).all() and (np.diff(d[:, :3], axis=1) >= 0).all()
+    d, i = call(np.zeros(500, bool))  # nothing allowed: every row missing
+    assert (i == -1).all() and np.isinf(d).all()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -113,18 +129,19 @@ def sift20k_index(sample):
 
 @pytest.mark.parametrize("share, floor, path", [
     (0.01, 1.0, "exact"),   # 200 allowed ids: the exact search over them
-    (0.10, 0.99, "graph"),  # the walk with a grown queue (measured 0.999)
-    (0.50, 0.99, "graph"),  # measured 0.999
-    (0.90, 0.99, "graph"),  # measured 0.998
+    (0.10, 0.99, "graph"),  # the walk with a list of 640
+    (0.50, 0.99, "graph"),  # a list of 128
+    (0.90, 0.98, "graph"),  # a list of 72
 ])
 def test_song_filtered_recall_on_sift20k(sample, sift20k_index, share, floor, path):
     base, queries = sample.base, sample.queries[:300]
     mask = np.random.default_rng(7).random(len(base)) < share
-    ratio = 100.0 if path == "exact" else 0.0
     stats = {}
-    d, i = song.search(sift20k_index, queries, 10, song.SearchParams(filtered_exact_ratio=ratio), device="cpu",
+    d, i = song.search(sift20k_index, queries, 10, song.SearchParams(filtered_path=path), device="cpu",
                        verbose=False, stats=stats, filter=mask)
     assert stats["filtered_path"] == path
+    if path == "graph":
+        assert stats["algo"] == "beam" and stats["queue_size"] == beam.filtered_queue_size(64, mask.mean())
     assert mask[i[i >= 0]].all(), "a disallowed id was returned"
     _, ri = _reference(base, queries, 10, mask)
     recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(i.tolist(), ri.tolist())])
@@ -133,19 +150,39 @@ def test_song_filtered_recall_on_sift20k(sample, sift20k_index, share, floor, pa
 
 def test_song_default_picks_exact_for_few_allowed_and_walk_for_many(sample, sift20k_index):
     rng = np.random.default_rng(3)
-    q = sample.queries[:20]
-    for share, path in ((0.05, "exact"), (0.9, "graph")):
+    q = sample.queries[:200]
+    for share, path in ((0.01, "exact"), (0.9, "graph")):
         stats = {}
         song.search(sift20k_index, q, 10, device="cpu", verbose=False, stats=stats,
                     filter=rng.random(len(sample.base)) < share)
         assert stats["filtered_path"] == path, share
 
 
+@pytest.mark.parametrize("device_kind", ["cpu", "cuda"])
+def test_cost_model_picks_the_exact_scan_for_few_allowed_and_the_walk_for_many(device_kind):
+    """The cost model at the ends (1%: the exact scan, 90%: the walk) for a batch of 10k sift queries over
+    a million vectors and a single query; in between it changes its mind at most once as the allowed share
+    grows (a cost model, not a ratio: the switch moves with the batch, the dimension and the queue)."""
+    n, dim = 1_000_000, 128
+    for nq in (1, 10_000):
+        assert beam.filtered_path(n // 100, n, nq, dim, 64, device_kind) == ("exact", 0)
+        assert beam.filtered_path(9 * n // 10, n, nq, dim, 64, device_kind) == ("graph", 72)
+        picks = [beam.filtered_path(int(s * n), n, nq, dim, 32, device_kind)[0] for s in np.linspace(0.02, 0.3, 15)]
+        assert picks == sorted(picks, key=lambda p: p == "graph"), picks  # exact ... exact, graph ... graph
+    # no id allowed, a list the walk cannot hold, and the forced paths
+    assert beam.filtered_path(0, n, 10, dim, 64, device_kind)[0] == "exact"
+    assert beam.filtered_path(n // 10, n, 10, dim, 200, device_kind)[0] == "exact"  # 200 / 0.1 > 1024
+    assert beam.filtered_path(n // 100, n, 10, dim, 64, device_kind, "graph") == ("graph", beam.MAX_QUEUE_SIZE)
+    assert beam.filtered_path(n - 1, n, 10, dim, 64, device_kind, "exact") == ("exact", 0)
+    with pytest.raises(ValueError, match="filtered_path must be one of 'auto', 'graph', 'exact', got 'walk'"):
+        beam.filtered_path(n // 2, n, 10, dim, 64, device_kind, "walk")
+
+
 def test_song_hashed_index_with_filter(sample):
     base = sample.base[:5000]
     index = song.build(song.IndexParams(hash_bits=128), base, device="cpu", verbose=False)
     mask = np.random.default_rng(1).random(5000) < 0.5
-    d, i = song.search(index, sample.queries[:100], 10, song.SearchParams(queue_size=128, filtered_exact_ratio=0),
+    d, i = song.search(index, sample.queries[:100], 10, song.SearchParams(queue_size=128, filtered_path="graph"),
                        device="cpu", verbose=False, filter=mask)
     assert mask[i[i >= 0]].all()
     _, ri = _reference(base, sample.queries[:100], 10, mask)
@@ -156,7 +193,55 @@ def test_song_hashed_index_with_filter(sample):
 def test_all_allowed_is_the_unfiltered_search(sample, sift20k_index):
     q = sample.queries[:100]
     d0, i0 = song.search(sift20k_index, q, 10, device="cpu", verbose=False)
-    d1, i1 = song.search(sift20k_index, q, 10, song.SearchParams(filtered_exact_ratio=0), device="cpu",
+    d1, i1 = song.search(sift20k_index, q, 10, song.SearchParams(filtered_path="graph"), device="cpu",
                          verbose=False, filter=np.ones(len(sample.base), bool))
     np.testing.assert_array_equal(i1, i0)
     np.testing.assert_array_equal(d1, d0)
+
+
+# --------------------------------------------------------------------------------------------------
+# GGNN
+
+
+@pytest.fixture(scope="module")
+def ggnn20k(sample):
+    return ggnn.build(ggnn.IndexParams(graph_degree=24), sample.base, device="cpu", verbose=False)
+
+
+@pytest.mark.parametrize("share, floor", [(0.1, 0.97), (0.5, 0.97), (0.9, 0.97)])
+def test_ggnn_filtered_walk_on_sift20k(sample, ggnn20k, share, floor):
+    """GGNN's sorted cache with a filter: the fast searcher's filtered walk (list and slack stop grown by
+    the allowed share), allowed ids only, near the exact answer over the allowed vectors."""
+    queries = sample.queries[:300]
+    mask = np.random.default_rng(8).random(len(sample.base)) < share
+    st = {}
+    d, i = ggnn.search(ggnn20k, queries, 10, ggnn.SearchParams(filtered_path="graph"), device="cpu",
+                       verbose=False, filter=mask, stats=st)
+    assert st["filtered_path"] == "graph" and st["allowed_fraction"] == mask.mean()
+    assert mask[i[i >= 0]].all()
+    _, ri = _reference(sample.base, queries, 10, mask)
+    recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(i.tolist(), ri.tolist())])
+    assert recall >= floor, recall
+
+
+def test_ggnn_sharded_filter_and_exact_path(sample):
+    """Each shard walks with its part of the filter; the cost model's exact scan answers a 1% filter."""
+    base = sample.base[:6000]
+    index = ggnn.build(ggnn.IndexParams(graph_degree=16, n_shards=3), base, device="cpu", verbose=False)
+    queries = sample.queries[:100]
+    for share, path, floor in ((0.3, "graph", 0.95), (0.01, "exact", 1.0)):
+        mask = np.random.default_rng(1).random(len(base)) < share
+        st = {}
+        d, i = ggnn.search(index, queries, 10, ggnn.SearchParams(tau=1.0, filtered_path=path), device="cpu",
+                           verbose=False, filter=mask, stats=st)
+        assert st["filtered_path"] == path and mask[i[i >= 0]].all()
+        _, ri = _reference(base, queries, 10, mask)
+        recall = np.mean([len(set(a) & set(b) - {-1}) / min(10, mask.sum()) for a, b in zip(i.tolist(), ri.tolist())])
+        assert recall >= floor, (share, recall)
+
+
+def test_ggnn_rings_cache_refuses_filters(sample, ggnn20k):
+    with pytest.raises(ValueError, match="cache='rings' does not support filter="):
+        ggnn.search(ggnn20k, sample.queries[:2], 5, ggnn.SearchParams(cache="rings"), device="cpu",
+                    filter=np.ones(len(sample.base), bool))
+

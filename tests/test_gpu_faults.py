@@ -54,7 +54,8 @@ def test_device_queries_of_other_dtypes_and_strides(data):
         song.search(index, cp.asarray(queries, dtype=cp.int32), 10)
 
 
-@pytest.mark.skipif("__import__('cupy').cuda.runtime.getDeviceCount() < 2", reason="needs two GPUs")
+@pytest.mark.skipif("not __import__('knngraph').gpu_available() or __import__('cupy').cuda.runtime.getDeviceCount() < 2",
+                    reason="needs two GPUs")
 def test_queries_on_another_gpu_are_searched_where_the_index_is(data):
     import cupy as cp
 

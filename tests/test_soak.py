@@ -6,11 +6,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.soak import soak  # noqa: E402
 
 
+@pytest.mark.slow  # about 15 s on 2 cores
 def test_short_soak_on_the_cpu(sample):
     base = np.ascontiguousarray(sample.base[:3000])
     queries = np.ascontiguousarray(sample.queries[:1500])

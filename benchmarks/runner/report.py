@@ -549,8 +549,22 @@ def _best_at(rows, threshold) -> dict:
 # -------------------------------------------------------------------------------------- report
 
 
-def generate(results, out_md: Path, figures_dir: Path, figures=FIGURES) -> Path:
+def missing_baselines(fig: Figure, lines) -> list[str]:
+    """The baselines of ``fig`` that its lines neither measured nor skipped with a note."""
+    if unmeasured(fig, lines):
+        return []
+    rows = _select(fig, lines)
+    return [m for m in fig.baselines
+            if not any(r["method"] == m and (r.get("status") == "ok" or (r.get("status") == "skipped" and r.get("note")))
+                       for r in rows)]
+
+
+def generate(results, out_md: Path, figures_dir: Path, figures=FIGURES, allow_missing_baselines: bool = False) -> Path:
     """Check every figure, then draw the PNGs into ``figures_dir`` and write ``out_md``.
+
+    ``allow_missing_baselines``: a figure whose runs did not measure a baseline (result files of runs made
+    without cuVS installed) is drawn without it, and the report says under the figure which baselines its
+    runs lack; without it such a figure is an error like any missing data.
 
     Raises
     ------
@@ -559,6 +573,8 @@ def generate(results, out_md: Path, figures_dir: Path, figures=FIGURES) -> Path:
     """
     lines = latest(load_lines(results))
     problems = [p for fig in figures for p in check(fig, lines)]
+    if allow_missing_baselines:
+        problems = [p for p in problems if "neither measured nor skipped" not in p]
     if problems:
         raise MissingDataError("; ".join(problems))
     out_md = Path(out_md)
@@ -594,6 +610,10 @@ def generate(results, out_md: Path, figures_dir: Path, figures=FIGURES) -> Path:
         ok = [r for r in rows if r.get("status") == "ok"]
         png = draw(fig, ok, Path(figures_dir) / f"{fig.name}.png")
         md += [f"## {fig.title}", "", f"![{fig.name}]({(rel / png.name).as_posix()})", ""]
+        lacking = missing_baselines(fig, lines)
+        if lacking:
+            md += [f"Not in these runs: {', '.join(lacking)} (cuVS was not installed where they ran; the suite "
+                   f"measures its baselines in the same run wherever it is).", ""]
         md += _provenance(ok)
         if fig.kind in ("pareto", "batch", "latency"):
             md += [""] + _search_table(ok)

@@ -39,6 +39,8 @@ Parts of the GPU suite (``--parts``):
 
 from __future__ import annotations
 
+from knngraph.song import AUTO_ROUTES
+
 from .run import RunSpec
 
 __all__ = ["cpu_suite", "gpu_suite", "search_graph_runs", "CPU_PARTS", "GPU_PARTS", "DEFAULT_GPU_PARTS",
@@ -127,7 +129,9 @@ def gpu_suite(parts=DEFAULT_GPU_PARTS, quick: bool = False, device: str = "cuda"
         max_calls = 5 if quick else 1000
         small = {"batch_sizes": batches, "max_calls": max_calls, "tag": "batch", "build_repeats": 1}
         # song.build's defaults: the graph knngraph's GPU searcher uses and cuvs-cagra-on-knngraph searches
-        song_graph = {"build_algo": ["exact"], "intermediate_graph_degree": [96], "graph_degree": [32]}
+        gpu_route = AUTO_ROUTES["cuda"]
+        song_graph = {"build_algo": [gpu_route.build_algo], "intermediate_graph_degree": [gpu_route.intermediate_graph_degree],
+                      "graph_degree": [gpu_route.graph_degree]}
         cagra = {"itopk_size": itopk, "search_width": [1]}
         specs += [
             RunSpec(sift, "search", "knngraph-exact", device=device),

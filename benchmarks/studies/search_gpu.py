@@ -95,7 +95,7 @@ _LOADED: list = []  # the dataset load() read last, which score() scores against
 
 def load(args):
     """(base, queries, true top-10 ids, their distances, metric, bytes per vector row) of
-    :func:`load_dataset` (the form ``benchmarks/profile_search_width.py`` reads)."""
+    :func:`load_dataset` (the form ``benchmarks/studies/profile_search_width.py`` reads)."""
     ds = load_dataset(args)
     _LOADED[:] = [ds]
     gt, gt_d = ds.truth(10)
@@ -105,7 +105,7 @@ def load(args):
 def score(ids, dists=None, gt=None, gt_d=None):
     """recall@10 of ``ids``, the results of the first ``len(ids)`` queries of the dataset :func:`load`
     read last, by the runner's definition (:func:`benchmarks.runner.quality.recall`); the other arguments
-    are ignored (the signature ``benchmarks/profile_search_width.py`` calls)."""
+    are ignored (the signature ``benchmarks/studies/profile_search_width.py`` calls)."""
     return quality.recall(_LOADED[0], ids, 10, first=len(ids))
 
 

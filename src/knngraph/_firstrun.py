@@ -11,7 +11,9 @@ NN-Descent build; numba looks in its disk cache before compiling a new signature
 
 Nothing is started when the kernels are already on disk, when the machine has one core, or when
 ``KNNGRAPH_NO_BACKGROUND_COMPILE`` is set; a child that fails costs nothing but the time it took (the
-caller compiles the kernels itself).
+caller compiles the kernels itself). Both processes take the lock of :func:`knngraph._warmup.lock_numba_cache_writes`
+around their writes to numba's disk cache, so that a kernel both compile (for different argument types) keeps
+every entry.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def start_nndescent_compile(dtype) -> subprocess.Popen | None:
         return None
     if _on_disk(cpu.local_join):
         return None
+    _lock_cache_writes()
     _log.debug("compiling NN-Descent's kernels in a second process")
     return subprocess.Popen([sys.executable, "-m", "knngraph._firstrun", np.dtype(dtype).name],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -82,12 +85,20 @@ def compile_forest(x, k: int) -> None:
     engine.unpermute(gd, gi, order)
 
 
+def _lock_cache_writes() -> None:
+    from ._warmup import can_lock, lock_numba_cache_writes
+
+    if can_lock():
+        lock_numba_cache_writes()
+
+
 def _compile(dtype: str) -> None:
     import knngraph
     from . import song
     from .datasets import load_sample
     from .primitives.compile import SERIAL_BELOW, compile_seconds
 
+    _lock_cache_writes()
     sample = load_sample()
     base = np.ascontiguousarray(sample.base[: SERIAL_BELOW + 1000], dtype=dtype)  # threaded kernels
     graph = knngraph.knn_graph(base, 16, method="nndescent", device="cpu", verbose=False, init="random",

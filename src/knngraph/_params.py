@@ -57,12 +57,18 @@ class Options:
         return value
 
 
+@dataclasses.dataclass(frozen=True)
 class Boolean:
-    """True or False (NumPy booleans accepted), stored as a Python bool."""
+    """True or False (NumPy booleans accepted), stored as a Python bool; with ``allow_none`` also None."""
+
+    allow_none: bool = False
 
     def check(self, owner: str, field: str, value):
+        if value is None and self.allow_none:
+            return value
         if not isinstance(value, (bool, np.bool_)):
-            raise ValueError(f"The {field!r} parameter of {owner} must be True or False. Got {value!r} instead.")
+            raise ValueError(f"The {field!r} parameter of {owner} must be True or False"
+                             f"{' or None' if self.allow_none else ''}. Got {value!r} instead.")
         return bool(value)
 
 
@@ -78,13 +84,16 @@ class Mapping:
         return dict(value)
 
 
+@dataclasses.dataclass(frozen=True)
 class GraphBuilder:
-    """The name of a graph builder of :mod:`knngraph.registry`."""
+    """The name of a graph builder of :mod:`knngraph.registry`; with ``auto``, also 'auto' (listed last)."""
+
+    auto: bool = False
 
     def check(self, owner: str, field: str, value):
         from .registry import graph_builders
 
-        names = graph_builders()
+        names = graph_builders() + (("auto",) if self.auto else ())
         if value not in names:
             raise ValueError(f"The {field!r} parameter of {owner} must be one of "
                              f"{{{', '.join(repr(v) for v in names)}}}. Got {value!r} instead.")

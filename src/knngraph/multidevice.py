@@ -10,6 +10,10 @@ algorithm of :mod:`knngraph.registry` underneath.
   there peer to peer where the GPUs can reach each other, else through host memory).
 * **replicated**: the whole index on every device; the queries of a call are cut into one batch per device,
   searched at once, and gathered in order. For throughput.
+* **deletion** (:func:`delete`, what ``song.delete`` and ``ggnn.delete`` do with a multi-device index): a
+  sharded index deletes each part's ids in that part, on the part's device (where a compaction rebuilds
+  it: a part keeps its own ids, so a global id stays ``bounds[j]`` + the part's id); a replicated one
+  deletes in its index.
 * ``layout="auto"``: replicated when the index's vectors fit every device's memory budget with room for
   its search (a quarter of the budget: graphs and query batches take the rest), else sharded.
 
@@ -43,8 +47,8 @@ from ._device import (Device, array_kind, as_numpy, default_memory_limit, device
                       parse_memory, resolve_device, return_as)
 from .index import KNNResult
 
-__all__ = ["MultiDeviceIndex", "resolve_devices", "choose_layout", "build", "search", "replicate", "knn_graph", "save",
-           "load", "is_saved", "LAYOUTS", "DeviceError", "shard_bounds"]
+__all__ = ["MultiDeviceIndex", "resolve_devices", "choose_layout", "build", "search", "delete", "replicate",
+           "knn_graph", "save", "load", "is_saved", "LAYOUTS", "DeviceError", "shard_bounds"]
 
 LAYOUTS = ("auto", "sharded", "replicated")
 MANIFEST = "manifest.json"
@@ -370,7 +374,7 @@ def search(index: MultiDeviceIndex, queries, k: int, params=None, *, device="aut
 
         def shard_job(j):
             a = int(bounds[j])
-            kk = min(k, int(bounds[j + 1]) - a)
+            kk = min(k, int(bounds[j + 1]) - a, len(index.parts[j]))  # a compacted part holds fewer rows
             d_j, i_j = module.search(index.parts[j], _to_device(q, devs[j]), kk, params, device=devs[j],
                                      filter=masks[j], stats=per_device_stats[j], **kw)
             xp_j = _xp(devs[j])
@@ -400,6 +404,35 @@ def search(index: MultiDeviceIndex, queries, k: int, params=None, *, device="aut
 
 def _xp(dev: Device):
     return __import__("cupy") if dev.is_cuda else np
+
+
+def delete(index: MultiDeviceIndex, ids, *, compact_above: float = 0.5, memory_limit=None,
+           verbose: bool = True) -> MultiDeviceIndex:
+    """Delete the vectors with the global ids ``ids`` from a :class:`MultiDeviceIndex` (see the module
+    docs) with its algorithm's ``delete`` (``compact_above`` as there), every part at once on its device.
+    The index's parts are replaced by what the parts' deletes return (compacted parts are new indexes);
+    returns ``index``. TypeError when the algorithm cannot delete; ValueError for ids outside
+    [0, len(index))."""
+    from .primitives.filters import RowIds
+
+    if not isinstance(index, MultiDeviceIndex):
+        raise TypeError(f"index must be a knngraph.multidevice.MultiDeviceIndex, got {type(index).__name__}")
+    module = _module_of(index)
+    if not hasattr(module, "delete"):
+        raise TypeError(f"{index.algorithm} indexes do not delete vectors; search with a filter instead")
+    gone = ~RowIds(len(index)).delete(ids).live_mask()  # the ids validated, as a mask of the global ids
+    kw = dict(compact_above=compact_above, memory_limit=memory_limit, verbose=verbose)
+    if index.layout == "sharded":
+        cuts = [(int(index.bounds[j]), int(index.bounds[j + 1])) for j in range(len(index.parts))]
+        devs = index.devices
+        jobs = [(lambda j=j, a=a, b=b: module.delete(index.parts[j], np.flatnonzero(gone[a:b]), device=devs[j], **kw))
+                for j, (a, b) in enumerate(cuts)]
+    else:
+        devs = index.devices[:len(index.parts)]
+        jobs = [(lambda p=p, dev=dev: module.delete(p, np.flatnonzero(gone), device=dev, **kw))
+                for p, dev in zip(index.parts, devs)]
+    index.parts = tuple(_run_all(index.executor(), devs, jobs))
+    return index
 
 
 def save(path, index: MultiDeviceIndex) -> None:

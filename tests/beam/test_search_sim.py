@@ -213,8 +213,10 @@ def test_block_kernel_matches_reference_walk_of_that_width(dtype, metric, width,
         np.testing.assert_allclose(gk[j], rd, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("width,tau,max_exp", [(1, 0.5, 100), (1, 0.0, 100), (1, 2.0, 5), (2, 0.5, 100),
-                                                (3, 1.0, 7)])
+@pytest.mark.parametrize("width,tau,max_exp", [(1, 0.5, 100), (1, 0.0, 100), (1, 2.0, 5),
+                                                # several warps per query: about 7 s each on 2 cores
+                                                pytest.param(2, 0.5, 100, marks=pytest.mark.slow),
+                                                pytest.param(3, 1.0, 7, marks=pytest.mark.slow)])
 def test_slack_stop_matches_reference_walk_and_cpu(width, tau, max_exp, rng):
     """GGNN's slack stop (``ggnn.search`` with cache='sorted'): the kernel (one warp, or ``width`` warps
     per query) stops where the reference walk does, by the bound d_kb + tau^2 min(|d_1|, nn1) or the

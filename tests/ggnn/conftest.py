@@ -9,7 +9,7 @@ from knngraph import ggnn
 @pytest.fixture(scope="session")
 def sift_ggnn(sample):
     """GGNN index of sift 20k with the default parameters (k=24, s=32, L=4, tau_b=0.5) but one refinement
-    pass instead of two (a third less build time in CI; benchmarks/ggnn_cpu.py measures the defaults), CPU."""
+    pass instead of two (a third less build time in CI; benchmarks/studies/ggnn_cpu.py measures the defaults), CPU."""
     return ggnn.build(ggnn.IndexParams(refinements=1), sample.base, device="cpu", verbose=False)
 
 

@@ -13,7 +13,7 @@ from knngraph.ggnn._hierarchy import bottom_segment, plan, select_layer, selecti
 from .conftest import complete_graph, recall_at
 
 #: the query slack documented for recall@10 >= 0.95 on sift 20k (0.984 with the default build,
-#: benchmarks/ggnn_cpu.py)
+#: benchmarks/studies/ggnn_cpu.py)
 TAU_95 = 0.5
 
 
@@ -131,6 +131,7 @@ def test_same_seed_same_index(small):
 # ------------------------------------------------------------------------------------------- recall
 
 
+@pytest.mark.slow  # builds GGNN on sift 20k (the session's sift_ggnn): about 30 s on 2 cores
 @pytest.mark.parametrize("cache", ["sorted", "rings"])
 def test_recall_floor_on_sift20k(sample, sift_ggnn, cache):
     stats = {}
@@ -147,6 +148,7 @@ def test_recall_floor_on_sift20k(sample, sift_ggnn, cache):
     np.testing.assert_allclose(d[:50], ref, rtol=1e-5)
 
 
+@pytest.mark.slow  # a GGNN build of sift 20k: about 10 s on 2 cores
 def test_fast_build_setting_keeps_recall_on_sift20k(sample):
     """The fast build the README and the docs recommend (degree 20, 14 inverse-link slots, no refinement:
     1.65 s at 450k on an H200): recall@10 0.9775 on sift 20k at queue 256, tau 1.0 (the queue is what

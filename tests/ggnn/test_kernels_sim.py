@@ -205,6 +205,7 @@ def test_device_sym_place_and_write_match_cpu(seed):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow  # simulator: about 35 s on 2 cores
 def test_simulated_build_is_the_cpu_build(rng):
     """The whole build with the device functions (every array resident, the links placed on the device)
     returns the CPU build's hierarchy entry for entry on integer data."""
@@ -381,7 +382,8 @@ def _tie_heavy(rng, n, d, hi=3):
 
 @pytest.mark.parametrize("n,k,queue,cache,max_it,deg", [
     (90, 4, 3, 17, 40, 40),    # kb 10, prioq 3, ring 4: every part overflows; rows of 40 (two chunks)
-    (400, 4, 3, 17, 50, 40),   # more distinct ids than the hash table of 128 takes before a rebuild
+    pytest.param(400, 4, 3, 17, 50, 40, marks=pytest.mark.slow),  # more distinct ids than the hash table of 128
+    # takes before a rebuild (simulator: about 16 s on 2 cores)
     (90, 40, 40, 100, 12, 40),  # best and prioq longer than a warp; ring 20
     (90, 10, 64, 256, 200, 7),  # the library's default layout
     (90, 10, 40, 1100, 30, 7),  # a cache too large for a hash table: scanned

@@ -70,7 +70,7 @@ def test_device_input_gives_device_graph(sample):
 def test_sift450k_search_recall_and_rng_rows():
     """The default build on sift-photos 450k: SONG on the graph as built reaches recall@10 >= 0.95 at
     queue size 96 and >= 0.985 at 256 (CPU path: 0.980 / 0.995 at 64 / 128 on 20k, 0.966 / 0.990 on
-    100k); rows sampled keep the RNG property. Build time is the benchmark's (benchmarks/grnnd_gpu.py),
+    100k); rows sampled keep the RNG property. Build time is the benchmark's (benchmarks/studies/grnnd_gpu.py),
     not asserted here."""
     base, queries, gt = _sift450k()
     index = grnnd.build(grnnd.IndexParams(), base, device="cuda", verbose=False)

@@ -38,6 +38,7 @@ def test_rounds_match_the_cpu_path():
     assert (cn <= 8).all() and (cn > 0).all()
 
 
+@pytest.mark.slow  # simulator: about 20 s on 2 cores
 def test_rounds_with_large_pools_match_the_cpu_path():
     """Pools of 20-40 entries: hundreds of terms per vertex, so the propose kernel's queue of live terms
     fills, is tested 32 at a time, carries its rest over and is flushed at the end; same pools and counts
@@ -50,6 +51,7 @@ def test_rounds_with_large_pools_match_the_cpu_path():
     assert gs == cs and sum(cs["redirects"]) > 0 and cn.max() > 16
 
 
+@pytest.mark.slow  # simulator: about 20 s on 2 cores
 @pytest.mark.parametrize("dtype, kind", [("uint8", DIST_L2SQ), ("int8", DIST_IP)])
 def test_rounds_on_full_range_bytes_match_the_cpu_path(dtype, kind):
     """8-bit rows with d % 8 == 0 are read by the kernels as 64-bit words with dp4a (signed for int8):
@@ -72,6 +74,7 @@ def test_rounds_on_full_range_bytes_match_the_cpu_path(dtype, kind):
     assert (cn > 0).all()
 
 
+@pytest.mark.slow  # simulator: about 20 s on 2 cores
 @pytest.mark.parametrize("alpha", [1.2, 1.5])
 def test_rounds_match_the_cpu_path_with_prune_alpha(alpha):
     """The relaxed test f * d(i, j) < max(d(v, i), d(v, j)) (f = alpha^2 on squared L2) for dropping,
@@ -89,6 +92,7 @@ def test_rounds_match_the_cpu_path_with_prune_alpha(alpha):
     assert cn.sum() > c1.sum()
 
 
+@pytest.mark.slow  # simulator: about 25 s on 2 cores
 def test_build_with_prune_alpha_matches_the_cpu_graph():
     """The whole build (rounds and the final relaxed prune) at alpha = 1.2: the same graph from the GPU
     kernels in the simulator as from the CPU path."""

@@ -73,7 +73,7 @@ def test_search_paths_and_options_checked_before_building(tmp_path, capsys, monk
          "'queue_size' parameter of SearchParams", ""),
         (["--save-index", str(tmp_path / "s.song"), "--alpha", "nan"], "argument --alpha: expected a finite number",
          ""),
-        (["--save-index", str(tmp_path / "s.song"), "--graph-degree", "0"], "'graph_degree' parameter of IndexParams",
+        (["--save-index", str(tmp_path / "s.song"), "--graph-degree", "2000"], "'graph_degree' parameter of IndexParams",
          ""),
         (["--save-index", str(tmp_path / "s.song"), "--graph", str(tmp_path / "missing.knng")], "--graph",
          "no such file"),

@@ -36,7 +36,7 @@ def _sift450k():
 
 def prepared_sift450k(base):
     """The prepared exact graph (k-NN 96 -> degree 32, the defaults) built on the GPU, cached for the
-    benchmark (benchmarks/song_gpu.py reads the same files)."""
+    benchmark (benchmarks/studies/song_gpu.py reads the same files)."""
     path = CACHE / "sift450k-exact96-opt32.knng"
     if path.exists():
         return knngraph.Graph.load(path)
@@ -133,15 +133,16 @@ def test_bloom_hashing_batches_and_device_arrays(sample, rng):
 
 @pytest.mark.parametrize("share", [0.01, 0.1, 0.5, 0.9])
 def test_filtered_search_on_gpu_matches_cpu(sample, share):
-    """Filtered SONG on the GPU: the CPU path's ids (the walk at 10-90% allowed, the exact search over
-    the allowed vectors at 1%), no disallowed id, also with the bitset form and device inputs."""
+    """Filtered search on the GPU (the fast searcher, one warp per query): the CPU path's ids (the walk at
+    10-90% allowed, the exact search over the allowed vectors at 1%), no disallowed id, also with the
+    bitset form and device inputs."""
     import cupy as cp
 
     raw = knngraph.knn_graph(sample.base, 64, device="cuda", verbose=False)
     g = knngraph.optimize_graph(raw, sample.base, graph_degree=32, device="cuda")
     index = song.from_graph(g.to_host(), sample.base, song.IndexParams(), device="cuda")
     mask = np.random.default_rng(5).random(len(sample.base)) < share
-    sp = song.SearchParams(filtered_exact_ratio=100.0 if share == 0.01 else 0.0)
+    sp = song.SearchParams(filtered_path="exact" if share == 0.01 else "graph", search_width=1)  # the CPU walk
     sg, sc = {}, {}
     dg, ig = index.search(sample.queries, 10, sp, device="cuda", verbose=False, stats=sg, filter=mask)
     dc, ic = index.search(sample.queries, 10, sp, device="cpu", verbose=False, stats=sc, filter=mask)

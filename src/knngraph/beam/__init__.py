@@ -13,7 +13,11 @@ and metric, with the per-device state that searches keep (device copies, norms, 
 search configuration, the CPU's visited stamps). :func:`search` keeps the ``queue_size`` nearest vertices
 seen in one sorted list, expands the first unexpanded one until none is left (on a GPU the first
 ``search_width``, warps teaming up on one query) and returns the first ``k``; with ``slack`` each query also
-stops at GGNN's bound (Groh et al., "GGNN: Graph-Based GPU Nearest Neighbor Search", Eq. 2).
+stops at GGNN's bound (Groh et al., "GGNN: Graph-Based GPU Nearest Neighbor Search", Eq. 2). With ``filter``
+the walk is the same and each query returns the first ``k`` allowed entries of a list grown by the allowed
+share (:func:`filtered_queue_size`); :func:`filtered_path` is the cost model that the searchers over it
+(:func:`knngraph.song.search`, :func:`knngraph.ggnn.search`) ask whether the exact scan over the allowed
+vectors is cheaper (``_filtered.py``).
 
 Where things are: the GPU kernels in ``_kernels.py`` (numba-cuda), their host side (distance modes, search
 widths, shared memory, prepared launches) in ``cuda.py``, the CPU twin in ``cpu.py`` and this entry in
@@ -21,6 +25,8 @@ widths, shared memory, prepared launches) in ``cuda.py``, the CPU twin in ``cpu.
 first GPU use.
 """
 
-from ._search import MAX_QUEUE_SIZE, MAX_SEARCH_WIDTH, GraphView, search
+from ._filtered import COSTS, FILTERED_PATHS, FilteredCosts, filtered_path
+from ._search import MAX_QUEUE_SIZE, MAX_SEARCH_WIDTH, GraphView, filtered_kb, filtered_queue_size, search
 
-__all__ = ["GraphView", "search", "MAX_QUEUE_SIZE", "MAX_SEARCH_WIDTH"]
+__all__ = ["GraphView", "search", "MAX_QUEUE_SIZE", "MAX_SEARCH_WIDTH", "filtered_queue_size", "filtered_kb",
+           "filtered_path", "FilteredCosts", "COSTS", "FILTERED_PATHS"]

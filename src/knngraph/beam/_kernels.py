@@ -38,6 +38,14 @@ stage done by the whole warp:
   is then GGNN's cache in the authors' sorted-buffer layout (best list and priority queue in one sorted
   buffer, an "expanded" mark per entry): :func:`knngraph.ggnn.search` with ``cache='sorted'``.
 
+* **an optional filter** (``filtered=True``, compile-time; the trailing ``allowed`` argument, the uint32
+  bitset of the ids that may be returned, :mod:`knngraph.primitives.filters`, which kernels without the
+  filter never read): the walk is the same (vertices that may not be returned are expanded too: they lead
+  to the allowed ones) and the results are the first k allowed entries of the final list, compacted by
+  the warp (a ballot and a prefix count per 32 entries), -1 / inf past the allowed entries the list holds.
+  The host sizes the list from the allowed share (:func:`knngraph.beam.filtered_queue_size`). Traversal
+  and filtering are separate as in CAGRA's bitset-filtered search.
+
 A warp takes its next query from a global counter when it finishes one. Nothing is allocated in the
 kernel: the list, the chunk, the table and the query live in shared memory slices sized by compile-time
 capacities; per-thread state is a fixed number of scalars.
@@ -54,11 +62,13 @@ from numba import config, cuda, float32, int32, uint32, uint64
 from ..primitives.compile import cuda_version, device_function
 from ..primitives.constants import FULL_MASK, WARP
 from ..primitives.distances import DIST_COS, DIST_IP, DIST_L2SQ
+from ..primitives.filters import is_allowed
 from ..primitives.intrinsics import dp4a_i8, dp4a_u8
 from ..primitives.lists import slack_bound
 from ..primitives.warp import finish_query_device, less_device, warp_sort32
 
 _slack_bound = cuda_version(slack_bound)
+_is_allowed = cuda_version(is_allowed)
 
 INF = float32(np.inf)
 NAN = float32(np.nan)
@@ -618,6 +628,33 @@ def _write_results(lk, li, loff, qsize, k, j, report, out_k, out_i, lane):
 
 
 @device_function
+def _write_allowed(lk, li, loff, qsize, k, j, report, out_k, out_i, lane, allowed):
+    """As :func:`_write_results` with only the list entries whose ids the bitset ``allowed`` holds: the
+    first k of them, nearest first (each chunk of 32 entries compacted by a ballot and the count of allowed
+    lanes before each), then -1 / inf."""
+    got = int32(0)
+    b = int32(0)
+    while b < qsize and got < k:
+        t = b + lane
+        e = li[loff + t] if t < qsize else PAD
+        v = raw_id(e)
+        ok = e != PAD and _is_allowed(allowed, v)
+        vote = cuda.ballot_sync(FULL_MASK, ok)
+        if ok:
+            pos = got + cuda.popc(vote & cuda.lanemask_lt())
+            if pos < k:
+                out_k[j, pos] = report_distance(report, lk[loff + t])
+                out_i[j, pos] = v
+        got += cuda.popc(vote)
+        b += WARP
+    t = min(got, k) + lane
+    while t < k:
+        out_k[j, t] = INF
+        out_i[j, t] = -1
+        t += WARP
+
+
+@device_function
 def _write_no_neighbours(k, j, out_k, out_i, out_nd, out_ne, lane):
     """A query holding NaN or inf has no neighbours: ids -1, distances NaN."""
     t = lane
@@ -668,7 +705,7 @@ def team_size(row_units: int, per_lane: int = 4) -> int:
 
 @functools.lru_cache(maxsize=None)
 def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize: int, wpb: int, per_lane: int,
-                width: int = 1, slack: bool = False):
+                width: int = 1, slack: bool = False, filtered: bool = False):
     """The search kernel for list capacity ``qcap`` (runtime queue_size <= qcap), a visited table of
     ``hsize`` slots (a power of two), a staged query of ``qwords`` 4-byte words, a distance mode and kind
     (``primitives.distances.DIST_*``; compile-time, so that the distance loop holds only its arithmetic),
@@ -680,10 +717,12 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize:
     shared list together (a search width, as CAGRA's multi-parent steps): fewer sequential steps per
     query, for batches too small to fill the GPU with one warp each.
 
-    ``slack``: the kernel also stops a query at GGNN's bound (the trailing arguments ``kb, tau, nn1,
-    max_exp``, see the module docs); without it they are not read."""
+    ``slack``: the kernel also stops a query at GGNN's bound (the arguments ``kb, tau, nn1, max_exp``, see
+    the module docs); without it they are not read. ``filtered``: the kernel returns the first k entries of
+    the final list whose ids the last argument, ``allowed`` (a uint32 bitset), holds
+    (:func:`_write_allowed`); without it ``allowed`` is a placeholder it never reads."""
     if width > 1:
-        return _block_kernel(qcap, hsize, qwords, mode, kind, tsize, per_lane, width, slack)
+        return _block_kernel(qcap, hsize, qwords, mode, kind, tsize, per_lane, width, slack, filtered)
     LN = 2 * wpb * qcap
     HN = wpb * hsize
     CN = wpb * WARP
@@ -698,7 +737,7 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize:
 
     @cuda.jit
     def kernel(graph, base, queries, norms, entries, k, qsize, report, counter, out_k, out_i, out_nd, out_ne, kb,
-               tau, nn1, max_exp):
+               tau, nn1, max_exp, allowed):
         lk = cuda.shared.array(LN, dtype=float32)
         li = cuda.shared.array(LN, dtype=int32)
         ht = cuda.shared.array(HN, dtype=int32)
@@ -783,7 +822,10 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize:
                     cuda.syncwarp(FULL_MASK)
                     nexp += 1
                     step = 0
-            _write_results(lk, li, loff, qsize, k, j, report, out_k, out_i, lane)
+            if filtered:
+                _write_allowed(lk, li, loff, qsize, k, j, report, out_k, out_i, lane, allowed)
+            else:
+                _write_results(lk, li, loff, qsize, k, j, report, out_k, out_i, lane)
             if lane == 0:
                 out_nd[j] = nd
                 out_ne[j] = nexp
@@ -795,7 +837,7 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize:
 
 
 def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize: int, per_lane: int, width: int,
-                  slack: bool):
+                  slack: bool, filtered: bool):
     """Block-per-query kernel of :func:`beam_kernel` (``width`` warps). Every step: warp 0 marks the
     ``width`` first unexpanded entries of the list as this step's parents (with ``slack``, only those
     within GGNN's bound and the expansion cap); warp w reads parent w's row 32 ids at a time, claims,
@@ -814,7 +856,7 @@ def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsiz
 
     @cuda.jit
     def kernel(graph, base, queries, norms, entries, k, qsize, report, counter, out_k, out_i, out_nd, out_ne, kb,
-               tau, nn1, max_exp):
+               tau, nn1, max_exp, allowed):
         lk = cuda.shared.array(LN, dtype=float32)
         li = cuda.shared.array(LN, dtype=int32)
         ht = cuda.shared.array(hsize, dtype=int32)
@@ -933,7 +975,10 @@ def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsiz
                     cuda.syncthreads()
                     step += WARP
             if w == 0:
-                _write_results(lk, li, cur * qcap, qsize, k, j, report, out_k, out_i, lane)
+                if filtered:
+                    _write_allowed(lk, li, cur * qcap, qsize, k, j, report, out_k, out_i, lane, allowed)
+                else:
+                    _write_results(lk, li, cur * qcap, qsize, k, j, report, out_k, out_i, lane)
                 if lane == 0:
                     out_nd[j] = nd
                     out_ne[j] = nexp

@@ -4,6 +4,8 @@ CPU twin :mod:`.cpu`)."""
 
 from __future__ import annotations
 
+import contextlib
+import math
 import threading
 import time
 from contextlib import AbstractContextManager
@@ -18,9 +20,10 @@ from .._validate import check_finite, check_int
 from ..index import check_n_threads, check_out, cpu_threads
 from ..metrics import canonical_metric
 from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms
+from ..primitives.filters import AllowedIds, prepare_filter
 from ..primitives.stamps import ScratchPool
 
-__all__ = ["GraphView", "search", "MAX_QUEUE_SIZE", "MAX_SEARCH_WIDTH"]
+__all__ = ["GraphView", "search", "filtered_queue_size", "filtered_kb", "MAX_QUEUE_SIZE", "MAX_SEARCH_WIDTH"]
 
 #: largest queue_size (the kernels' list lives in shared memory)
 MAX_QUEUE_SIZE = 1024
@@ -28,6 +31,23 @@ MAX_QUEUE_SIZE = 1024
 MAX_SEARCH_WIDTH = 8
 
 _CPU = Device("cpu")
+
+
+def filtered_queue_size(queue_size: int, fraction: float) -> int:
+    """The list of a filtered walk: ``queue_size / fraction`` entries (rounded up; at least
+    ``queue_size``, at most :data:`~knngraph.beam.MAX_QUEUE_SIZE`), so that it holds about ``queue_size``
+    allowed ones when a ``fraction`` of the ids is allowed."""
+    if fraction <= 0:
+        return MAX_QUEUE_SIZE
+    return int(min(MAX_QUEUE_SIZE, max(queue_size, math.ceil(queue_size / fraction - 1e-9))))
+
+
+def filtered_kb(kb: int, fraction: float, queue: int) -> int:
+    """GGNN's slack stop under a filter: the bound's ``kb``-th entry becomes the one about ``kb`` allowed
+    entries deep (``kb / fraction``, at most the list's ``queue``)."""
+    if fraction <= 0:
+        return int(queue)
+    return int(min(queue, max(kb, math.ceil(kb / fraction - 1e-9))))
 
 
 class GraphView:
@@ -137,7 +157,7 @@ class GraphView:
 def search(view: GraphView, queries: Array, k: int, queue_size: int, *, device: DeviceLike = "auto",
            search_width: int = 0, max_registers: int = 0, stats: dict | None = None,
            out: tuple[Array, Array] | None = None, slack: tuple[int, float, float, int] | None = None,
-           n_threads: int | None = None) -> tuple[Array, Array]:
+           n_threads: int | None = None, filter: Array | AllowedIds | None = None) -> tuple[Array, Array]:
     """The ``k`` nearest vertices of each query found by the fast graph searcher over ``view``.
 
     Best-first from the view's entry points over one sorted list of the ``queue_size`` nearest vertices
@@ -165,8 +185,8 @@ def search(view: GraphView, queries: Array, k: int, queue_size: int, *, device: 
     max_registers : int, default=0
         GPU only: register cap per thread (0: :func:`knngraph.beam.cuda.beam_max_registers`).
     stats : dict, optional
-        Filled with ``distances_per_query``, ``expansions_per_query``, ``algo`` ('beam'), ``seconds`` and
-        on a GPU ``search_width``.
+        Filled with ``distances_per_query``, ``expansions_per_query``, ``algo`` ('beam'), ``seconds``, on a
+        GPU ``search_width``, and with a filter ``queue_size`` (the list's length) and ``allowed_fraction``.
     out : (distances, indices), optional
         C-contiguous float32 / int32 arrays of shape (n_queries, k) on the search's device, filled and
         returned.
@@ -175,12 +195,23 @@ def search(view: GraphView, queries: Array, k: int, queue_size: int, *, device: 
         (:func:`knngraph.ggnn.search` with ``cache='sorted'``).
     n_threads : int, optional
         CPU only: threads of this call (see :func:`knngraph.index.cpu_threads`).
+    filter : array or AllowedIds, optional
+        The vertices that may be returned: a boolean mask over the vertices, a uint32 bitset
+        (:mod:`knngraph.primitives.filters`) or a validated :class:`~knngraph.primitives.filters.AllowedIds`.
+        The walk is the same (vertices that may not be returned are expanded too: they lead to those that
+        may) and each query returns the first k allowed entries of its final list, whose length is then
+        :func:`~knngraph.beam.filtered_queue_size` (``queue_size`` / the allowed share, at most 1024: about
+        ``queue_size`` allowed entries), with the slack stop's ``kb`` grown alike
+        (:func:`~knngraph.beam.filtered_kb`); a ``search_width`` whose block does not hold that list is
+        narrowed until it does. A filter that allows every vertex is the unfiltered search; one that allows
+        none returns -1 / inf rows without searching.
 
     Returns
     -------
     (distances, indices)
         Reported distances of the view's metric (float32) and ids (int32), shape (n_queries, k), nearest
-        first, -1 / inf where fewer than k vertices were reached; CuPy arrays on a GPU, NumPy on the CPU.
+        first, -1 / inf where fewer than k vertices were reached (or allowed); CuPy arrays on a GPU, NumPy
+        on the CPU.
     """
     if not isinstance(view, GraphView):
         raise TypeError(f"view must be a knngraph.beam.GraphView, got {type(view).__name__}")
@@ -196,20 +227,51 @@ def search(view: GraphView, queries: Array, k: int, queue_size: int, *, device: 
                          f"{getattr(queries, 'shape', None)}")
     if slack is not None and len(slack) != 4:
         raise ValueError(f"slack must be None or (kb, tau, nn1, max_exp), got {slack!r}")
+    allowed = prepare_filter(filter, view.shape[0])
+    if allowed is not None and allowed.n_allowed == allowed.n:
+        allowed = None  # every vertex allowed: the unfiltered search
     dev = resolve_device(device, view.vectors, queries)
     if out is not None:
         check_out(out, queries.shape[0], k, dev)
+    if allowed is not None:
+        queue_size = filtered_queue_size(queue_size, allowed.fraction)
+        if slack is not None:
+            slack = (filtered_kb(int(slack[0]), allowed.fraction, queue_size), *slack[1:])
+        if stats is not None:
+            stats.update(queue_size=queue_size, allowed_fraction=allowed.fraction)
+        if allowed.n_allowed == 0:
+            check_n_threads(n_threads)
+            return _no_results(dev, queries, k, stats, out)
     if dev.is_cuda:
         check_n_threads(n_threads)  # a GPU search runs no CPU kernels: nothing to set
-        return _search_gpu(dev, view, queries, k, queue_size, search_width, max_registers, stats, out, slack)
+        return _search_gpu(dev, view, queries, k, queue_size, search_width, max_registers, stats, out, slack,
+                           allowed)
     with cpu_threads(n_threads):
-        return _search_cpu(view, queries, k, queue_size, stats, out, slack)
+        return _search_cpu(view, queries, k, queue_size, stats, out, slack, allowed)
 
 
-def _search_cpu(view: GraphView, queries, k, queue_size, stats, out, slack):
+def _no_results(dev: Device, queries, k, stats, out):
+    """The answer of a filter that allows nothing: every row -1 / inf (host queries still checked)."""
+    if not is_device_array(queries):
+        check_finite(as_numpy(queries), "queries")
+    nq = queries.shape[0]
+    xp = np
+    if dev.is_cuda:
+        import cupy as xp
+    with device_context(dev) if dev.is_cuda else contextlib.nullcontext():
+        d, i = out if out is not None else (xp.empty((nq, k), xp.float32), xp.empty((nq, k), xp.int32))
+        d.fill(np.inf)
+        i.fill(-1)
+    if stats is not None:
+        stats.update(distances_per_query=0.0, expansions_per_query=0.0, algo="beam", seconds=0.0)
+    return d, i
+
+
+def _search_cpu(view: GraphView, queries, k, queue_size, stats, out, slack, allowed):
     """The CPU twin (:func:`knngraph.beam.cpu.search_beam`) over the view's host arrays (graph, vectors the
     kernel reads, inverse norms, entry points, visited stamps: made once). Per call: the NaN check of the
-    queries, the kernel and the metric's reported distances, computed in place."""
+    queries, the kernel and the metric's reported distances, computed in place; ``allowed``: None or the
+    :class:`AllowedIds` whose bitset the kernel filters the results by."""
     from .cpu import search_beam
 
     q = as_numpy(queries)
@@ -219,7 +281,8 @@ def _search_cpu(view: GraphView, queries, k, queue_size, stats, out, slack):
     metric = view.metric
     with view.borrow_scratch() as scratch:
         d, i, nd, ne = search_beam(g_ids, view.cpu_vectors(), q, inv_b, view.kind, entries, k, queue_size,
-                                   scratch=scratch, out=out, slack=slack)
+                                   scratch=scratch, out=out, slack=slack,
+                                   allowed=None if allowed is None else allowed.bits)
     if metric == "sqeuclidean" or metric == "euclidean":
         np.maximum(d, 0, out=d)
         if metric == "euclidean":
@@ -237,19 +300,20 @@ def _search_cpu(view: GraphView, queries, k, queue_size, stats, out, slack):
 
 
 def _search_gpu(dev: Device, view: GraphView, queries, k, queue_size, search_width, max_registers, stats, out,
-                slack):
+                slack, allowed):
     """The GPU kernels (:mod:`knngraph.beam._kernels`) on ``queries`` (host or device). Per call it only
-    moves host queries to the GPU, converts them when the kernel needs another dtype and launches one
-    kernel through a :class:`~knngraph.beam.cuda.BeamPlan` kept in the view's cache: the graph, vectors,
-    entry points, norms and the compiled launch stay on the GPU. Host queries are checked for NaN / inf on
-    the host (ValueError); device queries are not copied back for that (it would stall the call): the
-    kernel gives a row holding NaN or inf ids -1 and distances NaN. ``KNNGRAPH_RAW_LAUNCH=0``: numba's
+    moves host queries (and the bitset of a filter, ``allowed``) to the GPU, converts them when the kernel
+    needs another dtype and launches one kernel through a :class:`~knngraph.beam.cuda.BeamPlan` kept in
+    the view's cache: the graph, vectors, entry points, norms and the compiled launch stay on the GPU.
+    Host queries are checked for NaN / inf on the host (ValueError); device queries are not copied back
+    for that (it would stall the call): the kernel gives a row holding NaN or inf ids -1 and distances
+    NaN. ``KNNGRAPH_RAW_LAUNCH=0``: numba's
     launch instead of the prepared one. Returns (reported distances, ids) on the GPU."""
     import cupy as cp
 
     from .._cuda_launch import raw_launch_enabled
     from . import _kernels as bk
-    from .cuda import BeamPlan, beam_max_registers, beam_mode, fitting_width, search_beam_device
+    from .cuda import BeamPlan, beam_max_registers, beam_mode, fitting_width, list_capacity, search_beam_device
     from .cuda import search_width as automatic_width
 
     t0 = time.perf_counter()
@@ -266,29 +330,31 @@ def _search_gpu(dev: Device, view: GraphView, queries, k, queue_size, search_wid
             q = q.astype(cp.float32)  # the kernel stages float32 or float16 queries as float32
         nq = q.shape[0]
         d, i = out if out is not None else (cp.empty((nq, k), cp.float32), cp.empty((nq, k), cp.int32))
+        bits = None if allowed is None else cp.asarray(allowed.bits)  # a few KB per call, like the queries
         regs = max_registers or beam_max_registers(mode)
         width = automatic_width(nq, sm_count(dev.index), search_width, queue_size)
-        if not search_width:  # automatic: no wider than the block's shared memory holds
+        if not search_width or allowed is not None:  # automatic, or a filter's longer list: no wider than fits
             width = fitting_width(width, queue_size, q.shape[1], mode)
         if raw_launch_enabled():
-            # one plan per configuration and calling thread: GGNN's slack values (tau, nn1, ...) are written per
-            # call; a plan's query counters and counts are its caller's (threads may search on streams of their
-            # own, whose kernels overlap on the GPU)
-            key = (dev, "beam", queue_size, k, mode, q.dtype.char, q.shape[1], regs, width, slack is not None,
-                   threading.get_ident())
+            # one plan per configuration and calling thread: the list's length within its capacity, GGNN's slack
+            # values (tau, nn1, ...) and a filter's bitset are written per call; a plan's query counters and
+            # counts are its caller's (threads may search on streams of their own, whose kernels overlap on the
+            # GPU)
+            key = (dev, "beam", list_capacity(queue_size), k, mode, q.dtype.char, q.shape[1], regs, width,
+                   slack is not None, bits is not None, threading.get_ident())
             plan = view.cache.get(key)
             if plan is None:
                 plan = BeamPlan(g_ids, xb, _norms(dev, view, mode, inv_b), entries, kind, k, queue_size, mode,
                                 bk.report_code(view.metric), q.shape[1], sm_count(dev.index), regs, width, q.dtype,
-                                slack is not None)
+                                slack is not None, bits is not None)
                 view.cache[key] = plan
-            plan(q, d, i, slack)
+            plan(q, d, i, slack, bits, queue_size)
             nd, ne = plan.counts(nq) if stats is not None else (None, None)
         else:
             nd, ne = cp.empty(nq, cp.int32), cp.empty(nq, cp.int32)
             search_beam_device(g_ids, xb, q, _norms(dev, view, mode, inv_b), kind, entries, k, queue_size, mode,
                                xp=cp, sm_count=sm_count(dev.index), out=(d, i, nd, ne),
-                               report=bk.report_code(view.metric), width=width, slack=slack)
+                               report=bk.report_code(view.metric), width=width, slack=slack, allowed=bits)
         if stats is not None:
             stats["distances_per_query"] = float(nd.mean())
             stats["expansions_per_query"] = float(ne.mean())

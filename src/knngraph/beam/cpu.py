@@ -6,7 +6,7 @@ offer its unvisited neighbours, stop when every entry is marked. It is SONG's se
 top-k merged into one list of Q entries (Zhao, Tan, Li, "SONG: Approximate Nearest Neighbor Search on GPU",
 section IV: its two structures of Q each keep expanding until the queue's best is worse than the Q-th
 result; here a vertex that falls off the list is never expanded), and it reaches SONG's recall with about
-30% fewer distances on sift (``benchmarks/cpu_search.py``). The visited stamps
+30% fewer distances on sift (``benchmarks/studies/cpu_search.py``). The visited stamps
 (:mod:`knngraph.primitives.stamps`) never forget within a query, so no distance is computed twice. Per
 expansion the unvisited neighbours are gathered first and their rows prefetched (a ``prefetcht0`` per cache
 line, up to 8), then their distances computed: the loads of later rows overlap the arithmetic of earlier
@@ -16,7 +16,8 @@ thread slowed by other work on the machine holds up only its current worker.
 
 With ``slack`` each query also stops at GGNN's bound (Groh et al., "GGNN: Graph-Based GPU Nearest Neighbor
 Search", Eq. 2; :func:`~knngraph.primitives.lists.slack_bound`) or after ``max_exp`` expansions, as the GPU
-kernel does.
+kernel does. With ``allowed`` (a bitset, :mod:`knngraph.primitives.filters`) the walk is the same and each
+query returns the first k allowed entries of its final list, as the GPU's filtered kernel does.
 
 Distances are those of :func:`knngraph.primitives.rows.row_distance`: the query row is widened to float32
 once per query and each base row read once (float16 vectors as their bit patterns, see
@@ -30,6 +31,7 @@ import numpy as np
 from numba import prange
 
 from ..primitives.compile import threaded_and_serial
+from ..primitives.filters import is_allowed
 from ..primitives.lists import less, slack_bound
 from ..primitives.rows import line_shape, load_query, prefetch, prefetch_row, query_row, row_distance, write_row
 from ..primitives.stamps import Scratch, next_generation, worker_count
@@ -53,8 +55,25 @@ def _beam_insert(lk, li, lx, m, cap, d, v):
     return t
 
 
+@numba.njit(inline="always")
+def _write_allowed_row(out_k, out_i, j, keys, ids, m, k, allowed):
+    """Row j of the output: the first k of the m sorted (key, id) pairs whose ids the bitset ``allowed``
+    holds, then inf / -1."""
+    t = 0
+    for p in range(m):
+        if t == k:
+            break
+        if is_allowed(allowed, ids[p]):
+            out_k[j, t] = keys[p]
+            out_i[j, t] = ids[p]
+            t += 1
+    for r in range(t, k):
+        out_k[j, r] = np.inf
+        out_i[j, r] = -1
+
+
 def _beam(graph, base, queries, inv_b, kind, entries, k, cap, stamps, gens, workers, out_k, out_i, out_nd,
-          out_ne, kb, tau, nn1, max_exp):
+          out_ne, kb, tau, nn1, max_exp, filtered, allowed):
     nq = queries.shape[0]
     deg = graph.shape[1]
     ne = entries.shape[0]
@@ -126,16 +145,21 @@ def _beam(graph, base, queries, inv_b, kind, entries, k, cap, stamps, gens, work
                 p = min(lo, p + 1)
                 while p < m and lx[p]:
                     p += 1
-            write_row(out_k, out_i, j, lk, li, m, k)
+            if filtered:
+                _write_allowed_row(out_k, out_i, j, lk, li, m, k, allowed)
+            else:
+                write_row(out_k, out_i, j, lk, li, m, k)
             out_nd[j] = nd
             out_ne[j] = ne_
 
 
 _BEAM = threaded_and_serial(_beam, fastmath=True)
+#: the bitset an unfiltered search passes (never read)
+_NO_FILTER = np.zeros(1, np.uint32)
 
 
 def search_beam(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, *, scratch=None, out=None,
-                slack=None):
+                slack=None, allowed=None):
     """The beam searcher on every query (host arrays, already validated): best-first over one sorted list
     of the ``queue_size`` nearest vertices seen, expanding the first unexpanded one until none is left,
     with a visited set that never forgets (the search of :mod:`knngraph.beam._kernels`, the same walk as
@@ -144,9 +168,11 @@ def search_beam(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, *
     ``queries``: any dtype (each row is read as float32); ``scratch``: a
     :class:`~knngraph.primitives.stamps.Scratch` for ``len(base)`` vertices to reuse (default: a new one);
     ``out``: (float32, int32) C-contiguous [nq, k] arrays to write; ``slack``: None, or ``(kb, tau, nn1,
-    max_exp)`` to stop each query at GGNN's bound too (as the GPU kernel, :mod:`._kernels`).
+    max_exp)`` to stop each query at GGNN's bound too (as the GPU kernel, :mod:`._kernels`); ``allowed``:
+    None, or the uint32 bitset of the ids that may be returned (the first k allowed entries of each final
+    list are).
     Returns internal distances float32, ids int32 (both [nq, k], -1 / inf where fewer than k were
-    reached), distance computations and expansions per query."""
+    reached or allowed), distance computations and expansions per query."""
     q = queries if queries.flags.c_contiguous else np.ascontiguousarray(queries)
     if q.dtype == np.float16:
         q = q.astype(np.float32)
@@ -160,11 +186,13 @@ def search_beam(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, *
     workers = worker_count(nq, scratch)
     kb, tau, nn1, max_exp = (0, 0.0, 0.0, 0) if slack is None else slack
     stop = (np.int64(kb), np.float32(tau), np.float32(nn1), np.int64(max_exp))
+    # one compiled kernel for both: a filtered search reads the bitset, an unfiltered one a placeholder
+    filt = (allowed is not None, allowed if allowed is not None else _NO_FILTER)
     if workers == 1:
         _BEAM[1](graph_ids, base, q, inv_b, kind, entries, k, queue_size, scratch.stamps, scratch.gens, 1,
-                 out[0], out[1], out_nd, out_ne, *stop)
+                 out[0], out[1], out_nd, out_ne, *stop, *filt)
     else:
         with numba.parallel_chunksize(1):
             _BEAM[0](graph_ids, base, q, inv_b, kind, entries, k, queue_size, scratch.stamps, scratch.gens, workers,
-                     out[0], out[1], out_nd, out_ne, *stop)
+                     out[0], out[1], out_nd, out_ne, *stop, *filt)
     return out[0], out[1], out_nd, out_ne

@@ -195,6 +195,10 @@ def filtered_exact(dev: Device, base, queries, k, metric, allowed, *, select="au
     implementation for ``dev``: the exact search over those vectors, ids mapped back; -1 / inf past the
     number of allowed ids. Validated arrays in, NumPy or CuPy arrays out."""
     xp = _xp_of(base) if dev.is_cuda else np
+    if allowed.n_allowed == 0:  # nothing to search: every row is missing
+        qxp = __import__("cupy") if dev.is_cuda else np
+        nq = queries.shape[0]
+        return qxp.full((nq, k), np.inf, qxp.float32), qxp.full((nq, k), -1, qxp.int32)
     ids = allowed.ids()
     if allowed.n_allowed == allowed.n:
         d, i = _exact(dev, base, queries, k, metric, graph=False, select=select, memory_limit=memory_limit,

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
-    "emit", "jsonable", "Timer",
+    "emit", "jsonable", "Timer", "warm_up", "warmup_queries", "warmup_rows", "graph_slice", "WARMUP_QUERIES",
+    "WARMUP_ROWS",
     "CommandError", "CommandParser", "report_error",
     "GRAPH_EXTENSION", "file_extension", "is_graph_file", "check_output", "check_outputs", "check_input",
     "read_or_fail", "read_vectors", "file_metric", "read_graph", "write_ids", "write_graph_or_ids",
@@ -56,7 +57,11 @@ def jsonable(o):
 class Timer:
     """Wall seconds of a block less the seconds numba spent compiling knngraph's kernels inside it (a first
     run: :func:`knngraph.primitives.compile.compile_seconds`), so that reported timings are those of a
-    warm run; ``compiled`` holds the compilation, reported apart (``note``)."""
+    warm run; ``compiled`` holds the compilation, reported apart (``note``). ``load``: the seconds of the
+    warm-up call before the block (:func:`warm_up`), reported apart too."""
+
+    load = 0.0
+    load_compiled = 0.0
 
     def __enter__(self):
         from ..primitives.compile import compile_seconds
@@ -71,9 +76,76 @@ class Timer:
         self.seconds = max(time.perf_counter() - self._t0 - self.compiled, 1e-9)
         return False
 
+    def warmed(self, warm: Timer) -> Timer:
+        """This timer with the warm-up call ``warm`` (a :class:`Timer` of :func:`warm_up`) reported apart:
+        its seconds as ``load``, its compilation added to ``compiled``."""
+        self.load, self.load_compiled = warm.seconds, warm.compiled
+        return self
+
+    @property
+    def compile_total(self) -> float:
+        """Compilation in the warm-up call and the timed block."""
+        return self.compiled + self.load_compiled
+
     @property
     def note(self) -> str:
-        return f" (+ {self.compiled:.1f} s compiling kernels, first run only)" if self.compiled >= 0.05 else ""
+        parts = [f"{self.load:.1f} s loading kernels"] if self.load >= 0.05 else []
+        if self.compile_total >= 0.05:
+            parts.append(f"{self.compile_total:.1f} s compiling kernels, first run only")
+        return f" (+ {'; '.join(parts)})" if parts else ""
+
+
+#: queries of the warm-up search before a timed one on the CPU (:func:`warm_up`): enough to take the kernels of
+#: a large batch (the threaded beam search from 2 queries, the exact search's GEMM path from 5)
+WARMUP_QUERIES = 64
+#: rows of the warm-up build before a timed one (:func:`warm_up`)
+WARMUP_ROWS = 2000
+#: the most queries of a warm-up search on a GPU, which takes the whole batch (its search width and kernel
+#: depend on the batch size; a GPU search of it costs milliseconds); batches this large take width 1
+_GPU_WARMUP_QUERIES = 1 << 20
+
+
+def warmup_queries(queries, device) -> np.ndarray:
+    """The queries of the warm-up search before a timed search of ``queries`` on ``device``: the first
+    :data:`WARMUP_QUERIES` on the CPU, the whole batch (at most 2^20) on a GPU."""
+    from .._device import resolve_device
+
+    rows = _GPU_WARMUP_QUERIES if resolve_device(device).is_cuda else WARMUP_QUERIES
+    return queries[:rows]
+
+
+def warmup_rows(n: int, k: int) -> int:
+    """Rows of the warm-up build of a k-NN graph of degree ``k`` (:data:`WARMUP_ROWS`, more than ``k``)."""
+    return min(n, max(WARMUP_ROWS, 4 * k + 4))
+
+
+def warm_up(call) -> Timer:
+    """Run ``call()`` (the same work as a timed call, on a small slice) and return its :class:`Timer`.
+
+    A process pays on its first kernel call for loading numba's compiled kernels from its disk cache (and,
+    on a GPU, for the CUDA context and the kernels' machine code): seconds that :func:`compile_seconds
+    <knngraph.primitives.compile.compile_seconds>` does not count, since nothing is compiled. The commands
+    run such a call before the one they time and report its seconds apart (:meth:`Timer.warmed`), so that
+    their queries per second and build times are those of the work itself. Warnings of the warm-up call
+    (e.g. a slice of a graph that leaves vertices unreachable) are not shown."""
+    import warnings
+
+    with Timer() as t, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        call()
+    return t
+
+
+def graph_slice(graph, rows: int):
+    """The first ``rows`` rows of ``graph`` with their edges to later rows dropped (-1 / inf): a graph over
+    ``base[:rows]`` for a warm-up call (:func:`warm_up`)."""
+    from ..graph import Graph
+
+    g = graph.to_host()
+    ids = np.asarray(g.indices[:rows])
+    keep = ids < rows
+    return Graph(np.where(keep, ids, -1).astype(np.int32), np.where(keep, np.asarray(g.distances[:rows]), np.inf)
+                 .astype(np.float32), g.metric)
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -371,7 +443,7 @@ def _parse_json_dict(text: str) -> dict:
 
 def _option_type(field: dataclasses.Field):
     default = field.default
-    if isinstance(default, bool):
+    if isinstance(default, bool) or str(field.type).startswith("bool"):  # "bool | None": True, False or automatic
         return _parse_bool
     if isinstance(default, int):
         return int

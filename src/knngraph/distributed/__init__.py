@@ -10,6 +10,7 @@ worker on each GPU). Install with ``pip install 'knngraph[dask]'``.
     client = distributed.Client("tcp://scheduler:8786")          # or LocalCluster / LocalCUDACluster
     index = kd.build(song.IndexParams(graph_degree=32), ["part0.fbin", "part1.fbin"], client=client)
     d, i = kd.search(index, queries, k=10, params=song.SearchParams(queue_size=64))   # ids are global
+    kd.delete(index, ids)                                   # a task per shard holding some of them
     kd.save("sift.sharded", index); index = kd.load("sift.sharded", client=client)
 
     g = kd.knn_graph(dask_array, 32, client=client, piece_rows=5_000_000)   # Dask arrays (d, i)
@@ -45,6 +46,7 @@ except ImportError:  # pragma: no cover - the dask extra is missing
 
 from ._common import ShardError, connect
 from ._graph import knn_graph, load_graph
-from ._index import ShardedIndex, build, load, save, search
+from ._index import ShardedIndex, build, delete, load, save, search
 
-__all__ = ["ShardedIndex", "build", "search", "save", "load", "knn_graph", "load_graph", "connect", "ShardError"]
+__all__ = ["ShardedIndex", "build", "search", "delete", "save", "load", "knn_graph", "load_graph", "connect",
+           "ShardError"]

@@ -1,5 +1,5 @@
-"""The sharded search index: :class:`ShardedIndex`, :func:`build`, :func:`search`, :func:`save`,
-:func:`load`.
+"""The sharded search index: :class:`ShardedIndex`, :func:`build`, :func:`search`, :func:`delete`,
+:func:`save`, :func:`load`.
 
 Every shard is an index of one searching algorithm of :mod:`knngraph.registry` (``searches=True``),
 built, saved and loaded through that algorithm's module contract (:mod:`knngraph.index`) by a Dask task;
@@ -11,6 +11,7 @@ shard lost with its worker is rebuilt or reloaded on another one.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -32,7 +33,8 @@ from ._common import Shard, ShardError, _is_dask_array, get_client, n_workers, n
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["ShardedIndex", "build", "search", "save", "load", "read_manifest", "MANIFEST", "DEFAULT_BATCH_SIZE"]
+__all__ = ["ShardedIndex", "build", "search", "delete", "save", "load", "read_manifest", "MANIFEST",
+           "DEFAULT_BATCH_SIZE"]
 
 #: the manifest file of a saved sharded index
 MANIFEST = "manifest.json"
@@ -127,6 +129,13 @@ def _search_shards(queries, k, params, offsets, device, *indexes):
 
 def _merge(k, *parts):
     return merge_topk([p[0] for p in parts], [p[1] for p in parts], k)
+
+
+def _delete_shard(index, ids, compact_above, device, memory_limit):
+    # a copy: the task's input (the shard's previous index, another future's result) stays as it was
+    mod = registry.get(index.algorithm).load()
+    return mod.delete(copy.copy(index), ids, compact_above=compact_above, device=device, memory_limit=memory_limit,
+                      verbose=False)
 
 
 def _load_shard(path, algorithm, metric):
@@ -406,6 +415,50 @@ def search(index: ShardedIndex, queries: Array, k: int, params: Any = None, *, d
     if kind is None:
         return KNNResult(out_d, out_i)
     return KNNResult(return_as(kind, out_d), return_as(kind, out_i))
+
+
+def delete(index: ShardedIndex, ids: Any, *, compact_above: float = 0.5, device: str = "auto",
+           memory_limit: MemoryLimit = None) -> ShardedIndex:
+    """Delete the vectors with the global ids ``ids``: one task per shard that holds some of them, on the
+    worker holding it, with the shards' algorithm's ``delete`` (:func:`knngraph.song.delete`,
+    :func:`knngraph.ggnn.delete`: marked in a bitset every search clears from its allowed ids, the shard
+    compacted past ``compact_above`` of its rows deleted, its ids kept). Each such shard becomes the
+    result of its task (Dask keeps the lineage: a shard lost with its worker is rebuilt and its deletes
+    redone); :func:`save` writes the marks. Returns ``index`` (its shards replaced).
+
+    Parameters
+    ----------
+    index : ShardedIndex
+    ids : 1-D array of int
+        Global ids in [0, len(index)); ids deleted already stay deleted.
+    compact_above : float, default=0.5
+        Per shard, as the algorithm's ``delete``.
+    device : {'auto', 'cpu', 'cuda', 'cuda:N'}, default='auto'
+        Where a compaction builds, resolved by each worker.
+    memory_limit : int or str or None, default=None
+        Per worker, for a compaction.
+    """
+    import dask
+
+    from ..primitives.filters import RowIds, check_compact_above
+
+    if not isinstance(index, ShardedIndex):
+        raise TypeError(f"index must be a knngraph.distributed.ShardedIndex, got {type(index).__name__}")
+    compact_above = check_compact_above(compact_above)
+    if not hasattr(registry.get(index.algorithm).load(), "delete"):
+        raise TypeError(f"{index.algorithm} indexes do not delete vectors; search with a filter instead")
+    gone = ~RowIds(len(index)).delete(ids).live_mask()  # the ids validated, as a mask of the global ids
+    token = dask.base.tokenize(index.futures[0].key if index.futures else "", os.urandom(8))
+    futures = []
+    for s, f, where in zip(index.shards, index.futures, _holders(index)):
+        local = np.flatnonzero(gone[s.offset:s.offset + s.rows])
+        if local.size == 0:
+            futures.append(f)
+            continue
+        futures.append(index.client.submit(named, s.name, _delete_shard, f, local, compact_above, device, memory_limit,
+                                           key=_key("delete", s, token), **_near(where)))
+    index.futures = futures
+    return index
 
 
 # --------------------------------------------------------------------------------------------------

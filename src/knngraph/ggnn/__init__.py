@@ -15,12 +15,14 @@ The module contract (:mod:`knngraph.index`)::
     d, i = ggnn.search(index, queries, k=10, params=ggnn.SearchParams(tau=0.5))
     index = ggnn.from_graph(any_graph, base)                                # GGNN search on any graph
     song_index = knngraph.song.from_graph(index.graph, base)                # other searchers on its graph
+    d, i = ggnn.search(index, queries, k=10, filter=mask)                   # only ids where mask is True
+    index = ggnn.delete(index, ids)                                         # never returned again
     ggnn.save("sift.ggnn", index); index = ggnn.load("sift.ggnn")
 
 **The speed/recall knob is ``SearchParams.tau``** (tau_q): a query stops when the best unexpanded
 candidate is farther than d_k + tau^2 * min(d_1, d+_nn1) (squared distances, see below). Measured on the
 CPU, sift 20k, k=10, default build, default (sorted) cache: tau 0 -> recall@10 0.86, 0.3 -> 0.93, 0.5 ->
-0.98, 0.8 -> 0.99 (``benchmarks/ggnn_cpu.py``; ``tests/ggnn`` holds recall@10 >= 0.95 at tau = 0.5 with
+0.98, 0.8 -> 0.99 (``benchmarks/studies/ggnn_cpu.py``; ``tests/ggnn`` holds recall@10 >= 0.95 at tau = 0.5 with
 either cache). With the sorted cache ``queue_size`` bounds what a large tau can reach: raise both.
 
 **Build** (section 5, Algorithm 3): the n points in random order form g^(L-1) bottom segments of about s
@@ -68,7 +70,12 @@ slices; a search runs on every shard and merges the per-shard top-k. On a GPU, s
   order, on the CPU and the GPU alike (the paper's code places them with atomics as they are found; on
   the GPU that made the graph depend on the scheduling and search worse), so builds are reproducible.
 * A7: each shard keeps its own d+_nn1.
-* ``extend`` rebuilds the index with the new vectors (the paper has no insertion).
+* ``extend`` rebuilds the index with the new vectors (the paper has no insertion), leaving deleted ones out.
+* Filters and deletion (not in the paper): the sorted cache's walk is the fast searcher's filtered walk,
+  its list and the slack stop's d_k entry grown by the allowed share (:func:`knngraph.beam.search`), or
+  the exact scan over the allowed vectors when the cost model of :func:`knngraph.beam.filtered_path`
+  finds it cheaper; ``delete`` marks ids in a bitset that every search clears from its allowed ids
+  (``cache='rings'`` refuses both).
 
 **GPU build**: the build's arrays stay on the device from start to end. The merges and the linking's path
 searches run as CUDA kernels (one block per point, the search's cache); the links are placed with the
@@ -82,8 +89,8 @@ nearest-neighbour statistics run on the host, on one column of distances each.
 run one after another.
 """
 
-from ._index import Index, build, extend, from_graph, load, save, search, shard_build_bytes
+from ._index import Index, build, compact, delete, extend, from_graph, load, save, search, shard_build_bytes
 from ._params import MAX_CACHE_SIZE, IndexParams, SearchParams
 
-__all__ = ["IndexParams", "SearchParams", "Index", "build", "from_graph", "search", "extend", "save", "load",
-           "shard_build_bytes", "MAX_CACHE_SIZE"]
+__all__ = ["IndexParams", "SearchParams", "Index", "build", "from_graph", "search", "extend", "delete", "compact",
+           "save", "load", "shard_build_bytes", "MAX_CACHE_SIZE"]

@@ -1,5 +1,5 @@
 """The GGNN index: :class:`Index`, :func:`build`, :func:`from_graph`, :func:`search`, :func:`extend`,
-:func:`save`, :func:`load`.
+:func:`delete`, :func:`compact`, :func:`save`, :func:`load`.
 
 An index holds the vectors, the bottom layer of each shard's hierarchy as one :class:`~knngraph.Graph`
 (global ids; shards never link to each other), the entry points of each shard (its top layer) and each
@@ -16,7 +16,7 @@ from typing import overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .. import multidevice
+from .. import beam, multidevice
 from .._device import (Device, array_kind, as_numpy, default_memory_limit, device_context, implementation,
                        is_device_array, is_on, parse_memory, resolve_device, return_as)
 from .._device import on_input_device
@@ -25,15 +25,15 @@ from .._validate import check_finite, check_k, check_same_dim, check_vectors
 from ..graph import Graph
 from ..graphops import connect_graph, default_entry_points, medoid, warn_unreachable
 from ..index import Index as IndexBase
-from ..index import (KNNResult, assembling, check_out, cpu_threads, fill_out, load_index, refuse_keyword,
-                     runtime_docs, save_index)
+from ..index import KNNResult, assembling, check_out, cpu_threads, fill_out, load_index, runtime_docs, save_index
 from ..primitives.distances import distance_kind, inverse_norms, report_distances
+from ..primitives.filters import RowIds, check_compact_above, results_as_user_ids
 from ._build import build_device_bytes, build_hierarchy, kept_scratch_bytes
 from ._params import MAX_SORTED_SIZE, MIN_VISITED, IndexParams, SearchParams
 from ._shards import search_shards, shard_bounds
 
-__all__ = ["Index", "build", "from_graph", "search", "extend", "save", "load", "shard_build_bytes",
-           "shards_for_memory"]
+__all__ = ["Index", "build", "from_graph", "search", "extend", "delete", "compact", "save", "load",
+           "shard_build_bytes", "shards_for_memory"]
 
 
 @dataclasses.dataclass(eq=False)
@@ -41,7 +41,9 @@ class Index(IndexBase):
     """A GGNN index: vectors, the bottom-layer graph (global ids), per shard its rows
     (``shard_bounds``), entry points (``entry_points[entry_bounds[s]:entry_bounds[s + 1]]``, global ids)
     and d+_nn1 (``nn1``). ``hierarchy`` holds the whole build of an unsharded index (layer sizes, the
-    rows of every layer, the inverse links, build timings); it is not saved."""
+    rows of every layer, the inverse links, build timings); it is not saved. ``row_ids``
+    (:class:`~knngraph.primitives.filters.RowIds`), once vectors were deleted (:func:`delete`): the
+    deleted rows and, after a compaction, each row's id."""
 
     dataset: Array
     params: IndexParams
@@ -51,6 +53,7 @@ class Index(IndexBase):
     shard_bounds: np.ndarray
     nn1: np.ndarray
     hierarchy: dict | None = None
+    row_ids: RowIds | None = None
     _cache: dict = dataclasses.field(default_factory=dict, repr=False)
 
     algorithm = "ggnn"
@@ -441,14 +444,19 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
         cache_size (``cache='rings'``).
     params : SearchParams, optional
         ``tau`` (the speed/recall knob), ``max_iterations``, ``queue_size``, ``cache`` (the cache's layout),
-        ``cache_size``, ``search_width``.
+        ``cache_size``, ``search_width``, ``filtered_path``.
     {device}
     {verbose}
-    filter : None
-        Not supported: a ValueError says so (GGNN's slack stop has no notion of ids that may not be
-        returned); search the index's graph with :func:`knngraph.song.search`, which takes filters:
-        ``song.search(song.from_graph(index.graph, index.dataset), queries, k, filter=...)``.
+    {filter}
+        Over the index's ids (those of a compacted index too, see :func:`delete`); deleted vectors are
+        never returned either. ``cache='sorted'`` only (``'rings'`` refuses filters and indexes with
+        deleted vectors): each shard's walk passes through vertices that are not allowed, with its list
+        and the slack stop's d_k entry grown by the allowed share (:func:`knngraph.beam.search`), and
+        returns the first k allowed entries; or the search is the exact one over the allowed vectors, as
+        the cost model of :func:`knngraph.beam.filtered_path` (or ``params.filtered_path``) says.
     {stats}
+        With a filter (or deleted vectors) also ``filtered_path`` ('graph' or 'exact') and
+        ``allowed_fraction``.
     {memory_limit}
         On a GPU, shards that do not fit it together are uploaded, searched and dropped one at a time.
     {out}
@@ -470,8 +478,11 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
         raise TypeError(f"index must be a knngraph.ggnn.Index (ggnn.build or ggnn.from_graph), got "
                         f"{type(index).__name__}")
     sp = SearchParams() if params is None else _check_params(params, SearchParams, "search")
-    refuse_keyword("ggnn", "filter", filter, "search the index's graph with song.search, which takes filters: "
-                   "song.search(song.from_graph(index.graph, index.dataset), queries, k, filter=...)")
+    rows = index.row_ids if index.row_ids is not None else RowIds(index.shape[0])
+    allowed = rows.search_filter(filter)
+    if allowed is not None and sp.cache == "rings":
+        raise ValueError("ggnn.search with cache='rings' does not support filter= (nor an index with deleted "
+                         "vectors: they are filtered out); use SearchParams(cache='sorted'), the default")
     qkind = array_kind(queries)
     dev = resolve_device(device, index.dataset, queries)
     q = check_vectors(queries, "queries", on_gpu=dev.is_cuda and is_device_array(queries))
@@ -482,11 +493,27 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
         check_out(out, q.shape[0], k, dev)
     check_finite(q, "queries")
     t0 = time.perf_counter()
+    path = None
+    if allowed is not None:
+        path, _ = beam.filtered_path(allowed.n_allowed, allowed.n, q.shape[0], q.shape[1], sp.queue,
+                                     "cuda" if dev.is_cuda else "cpu", sp.filtered_path)
     with cpu_threads(n_threads):
-        d, i, nd, ne = search_shards(index, q, k, sp, dev, memory_limit=memory_limit, verbose=verbose)
+        if path == "exact":
+            from .. import bruteforce
+
+            exact = bruteforce.Index(index.dataset, bruteforce.IndexParams(metric=index.metric))
+            d, i = bruteforce.search(exact, q, k, device=dev, memory_limit=memory_limit, verbose=verbose,
+                                     filter=allowed)
+            nd = ne = 0.0
+        else:
+            d, i, nd, ne = search_shards(index, q, k, sp, dev, memory_limit=memory_limit, verbose=verbose,
+                                         allowed=allowed)
+    i = results_as_user_ids(i, index.row_ids, index._cache)
     if stats is not None:
         stats.update(distances_per_query=float(nd), expansions_per_query=float(ne),
                      seconds=time.perf_counter() - t0)
+        if path is not None:
+            stats.update(filtered_path=path, allowed_fraction=allowed.fraction)
     if out is not None:
         return fill_out(out, d, i)
     return KNNResult(return_as(qkind, d), return_as(qkind, i))
@@ -502,7 +529,9 @@ def extend(index: Index, new_vectors: Array, *, device: DeviceLike = "auto", mem
            verbose: bool = True) -> Index:
     """A new index over the index's vectors and ``new_vectors`` (ids ``len(index) + i``), built anew with
     the index's params: GGNN's hierarchy is built bottom-up over fixed segments and has no insertion
-    step in the paper. ``index`` is unchanged.
+    step in the paper. ``index`` is unchanged. Deleted vectors (:func:`delete`) are left out of the
+    rebuild (a compaction for free): their ids stay deleted, the others keep theirs, and the new vectors
+    take the next ids (after every id given so far).
 
     Parameters
     ----------
@@ -520,14 +549,97 @@ def extend(index: Index, new_vectors: Array, *, device: DeviceLike = "auto", mem
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.ggnn.Index, got {type(index).__name__}")
     dev, new = check_new_vectors(index.dataset, new_vectors, device)
+    old, rows = index.dataset, None
+    if index.row_ids is not None:
+        live, kept = index.row_ids.compacted()
+        rows = kept.extended(new.shape[0])
+        old = old[__import__("cupy").asarray(live) if is_device_array(old) else live]
     if is_device_array(index.dataset) and dev.is_cuda:  # device vectors stay on the device
         import cupy as cp
 
         with device_context(dev):
-            data = cp.concatenate([cp.asarray(index.dataset), cp.asarray(new)])
+            data = cp.concatenate([cp.asarray(old), cp.asarray(new)])
     else:
-        data = np.concatenate([as_numpy(index.dataset), as_numpy(new)])
-    return build(index.params, data, device=dev, memory_limit=memory_limit, verbose=verbose)
+        data = np.concatenate([as_numpy(old), as_numpy(new)])
+    params = dataclasses.replace(index.params, n_shards=min(index.params.n_shards, max(1, data.shape[0] // 2)))
+    out = build(params, data, device=dev, memory_limit=memory_limit, verbose=verbose)
+    out.row_ids = rows
+    return out
+
+
+@runtime_docs
+def delete(index: Index | multidevice.MultiDeviceIndex, ids: ArrayLike, *, compact_above: float = 0.5,
+           device: DeviceLike = "auto", memory_limit: MemoryLimit = None, verbose: bool = True
+           ) -> Index | multidevice.MultiDeviceIndex:
+    """Delete the vectors with the ids ``ids``: searches never return them again.
+
+    As :func:`knngraph.song.delete`: the vectors stay in the graph and still guide the walks, the index
+    keeps a bitset of its deleted rows (:class:`~knngraph.primitives.filters.RowIds`) that every search
+    (``cache='sorted'``; 'rings' refuses an index with deleted vectors) clears from its allowed ids, and
+    past ``compact_above`` of the rows deleted the index is rebuilt over the live vectors with the same
+    ids (:func:`compact`). :func:`save` keeps the marks; :func:`extend` rebuilds without the deleted
+    vectors.
+
+    Parameters
+    ----------
+    index : Index or MultiDeviceIndex
+        A sharded :class:`~knngraph.multidevice.MultiDeviceIndex` deletes each part's ids in its part.
+    ids : 1-D array of int
+        Ids in [0, number of ids given so far); ids deleted already stay deleted.
+    compact_above : float, default=0.5
+        Compact when the deleted share of the rows passes this (0: at every delete; 1: never).
+    {device}
+        Where a compaction builds.
+    {memory_limit}
+    {verbose}
+
+    Returns
+    -------
+    Index or MultiDeviceIndex
+        The index to use from now on: ``index`` itself with its marks updated, or the compacted index
+        (``index`` then keeps its marks and stays usable).
+    """
+    compact_above = check_compact_above(compact_above)
+    if isinstance(index, multidevice.MultiDeviceIndex):
+        return multidevice.delete(index, ids, compact_above=compact_above, memory_limit=memory_limit,
+                                  verbose=verbose)
+    if not isinstance(index, Index):
+        raise TypeError(f"index must be a knngraph.ggnn.Index, got {type(index).__name__}")
+    rows = (index.row_ids or RowIds(index.shape[0])).delete(ids)
+    index.row_ids = rows
+    if rows.deleted_fraction > compact_above and rows.n_deleted < rows.n_rows - 1:
+        return compact(index, device=device, memory_limit=memory_limit, verbose=verbose)
+    return index
+
+
+@runtime_docs
+def compact(index: Index, *, device: DeviceLike = "auto", memory_limit: MemoryLimit = None,
+            verbose: bool = True) -> Index:
+    """A new index over the live vectors of ``index`` (those not deleted, :func:`delete`), built with its
+    params (:func:`build`; fewer shards if the live vectors are too few for them), that keeps their ids:
+    its ``row_ids`` holds the id of each row and searches return those. ``index`` is unchanged; one with
+    nothing deleted comes back as it is.
+
+    Parameters
+    ----------
+    index : Index
+    {device}
+    {memory_limit}
+    {verbose}
+    """
+    if not isinstance(index, Index):
+        raise TypeError(f"index must be a knngraph.ggnn.Index, got {type(index).__name__}")
+    rows = index.row_ids
+    if rows is None or rows.n_deleted == 0:
+        return index
+    live, new_rows = rows.compacted()
+    if live.size < 2:
+        raise ValueError(f"cannot compact an index with {live.size} live vector(s): a GGNN index needs at least 2")
+    xp = __import__("cupy") if is_device_array(index.dataset) else np
+    params = dataclasses.replace(index.params, n_shards=min(index.params.n_shards, int(live.size) // 2))
+    new = build(params, index.dataset[xp.asarray(live)], device=device, memory_limit=memory_limit, verbose=verbose)
+    new.row_ids = new_rows
+    return new
 
 
 def save(path: FileTarget, index: Index | multidevice.MultiDeviceIndex) -> None:
@@ -541,7 +653,12 @@ def save(path: FileTarget, index: Index | multidevice.MultiDeviceIndex) -> None:
     arrays = {"dataset": index.dataset, "graph_indices": g.indices, "graph_distances": g.distances,
               "entry_points": index.entry_points, "entry_bounds": index.entry_bounds,
               "shard_bounds": index.shard_bounds, "nn1": index.nn1}
-    save_index(path, index, arrays, {"graph_info": g.info})
+    meta = {"graph_info": g.info}
+    if index.row_ids is not None:  # deleted rows and ids (files without them load as nothing deleted)
+        row_arrays, row_meta = index.row_ids.arrays()
+        arrays.update(row_arrays)
+        meta.update(row_meta)
+    save_index(path, index, arrays, meta)
 
 
 def load(path: FileTarget, *, metric: str | None = None) -> Index | multidevice.MultiDeviceIndex:
@@ -561,5 +678,6 @@ def load(path: FileTarget, *, metric: str | None = None) -> Index | multidevice.
                 eb.shape != sb.shape or eb[0] != 0 or eb[-1] != e.size or (np.diff(eb) < 0).any() or \
                 nn1.shape != (sb.size - 1,):
             raise ValueError("its shard layout is inconsistent")
+        rows = RowIds.from_saved(n, arrays, meta)
         return Index(dataset, params, graph, e.astype(np.int32), eb.astype(np.int64), sb.astype(np.int64),
-                     nn1.astype(np.float32))
+                     nn1.astype(np.float32), row_ids=rows)

@@ -53,7 +53,7 @@ THREADS = WARP
 #: refinement runs them too) and of the search kernel. Uncapped (PTX for sm_90, ptxas 13; ``python
 #: scripts/kernel_ptx.py OUT ggnn``) the search kernel takes 178 registers per thread (11 one-warp blocks per
 #: SM), merge 182, the path searches 156. Measured on an H100 (sift-photos 450k, k=24, 10k queries at tau
-#: 0.5, ``benchmarks/profile_ggnn_build.py``, results/profile_ggnn_build_caps_h100.jsonl): capped at 128 the
+#: 0.5, ``benchmarks/studies/profile_ggnn_build.py``, results/profile_ggnn_build_caps_h100.jsonl): capped at 128 the
 #: search takes 9.5-10.0 ms instead of 13.0-13.3 ms uncapped (and 10.3-10.5 ms with the per-proposal pushes
 #: this kernel had before, capped alike), and the build 4.26-4.69 s instead of 5.56 s uncapped and 4.68-4.70 s
 #: at 96 (the graph is the same at every cap). KNNGRAPH_GGNN_MAX_REGISTERS sets both.

@@ -105,7 +105,7 @@ class SearchParams(Params):
         fast searcher (:mod:`knngraph.beam`: the whole warp merges a chunk of
         candidates by rank, lanes team up per distance, dp4a for 8-bit vectors). On sift-photos 20k
         (CPU) 'sorted' with its default queue reaches the recall of 'rings' at each tau with 40-75% of
-        the distances; GPU speeds: ``benchmarks/ggnn_gpu.py``.
+        the distances; GPU speeds: ``benchmarks/studies/ggnn_gpu.py``.
     cache_size : int, default=256
         ``cache='rings'``: ids in the whole cache, the best list (max(k, 10)), the priority queue and
         the visited ring, which gets the rest (at least 32). ``cache='sorted'`` sizes its visited
@@ -117,6 +117,10 @@ class SearchParams(Params):
         queue (at least 2 from 128, the default, and 4 from 512) and the shared memory a block holds, as
         :class:`knngraph.song.SearchParams` does; set it for results independent of the batch, 1 for
         those of the CPU).
+    filtered_path : {'auto', 'graph', 'exact'}, default='auto'
+        Filtered searches (and indexes with deleted vectors), ``cache='sorted'``: the exact search over the
+        allowed vectors or the walk with its list grown by the allowed share, as
+        :class:`knngraph.song.SearchParams` (``'auto'``: the cost model of :func:`knngraph.beam.filtered_path`).
     """
 
     tau: float = 0.5
@@ -126,11 +130,12 @@ class SearchParams(Params):
     cache_size: int = 256
     batch_size: int = 0
     search_width: int = 0
+    filtered_path: str = "auto"
 
     _constraints = {"tau": Interval(0.0, 64.0, integer=False), "max_iterations": Interval(1, 1 << 20),
                     "queue_size": Interval(0, MAX_CACHE_SIZE), "cache": Options(("sorted", "rings")),
                     "cache_size": Interval(16, MAX_CACHE_SIZE), "batch_size": Interval(0, None),
-                    "search_width": Interval(0, 8)}
+                    "search_width": Interval(0, 8), "filtered_path": Options(("auto", "graph", "exact"))}
 
     @property
     def queue(self) -> int:

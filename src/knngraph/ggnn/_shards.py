@@ -87,11 +87,13 @@ def _sorted_view(index, s: int):
     return view
 
 
-def _search_sorted(index, s: int, q, k: int, sp, dev: Device):
+def _search_sorted(index, s: int, q, k: int, sp, dev: Device, allowed=None):
     """GGNN search of shard s with the sorted cache: the fast searcher's list of ``sp.queue`` entries,
     stopped by the slack rule (Eq. 2 with the shard's d+_nn1, d_k the list's max(k, 10)-th entry) or
-    ``max_iterations`` expansions. Returns (reported distances, shard-local ids, distances computed,
-    expansions per query)."""
+    ``max_iterations`` expansions; ``allowed``: None or the shard's part of a filter
+    (:class:`~knngraph.primitives.filters.AllowedIds` over its rows): the fast searcher's filtered walk,
+    whose list and d_k entry grow by the allowed share (:func:`knngraph.beam.search`). Returns (reported
+    distances, shard-local ids, distances computed, expansions per query)."""
     view = _sorted_view(index, s)
     kb = max(k, 10)
     slack = (kb, float(sp.tau), float(index.nn1[s]), int(sp.max_iterations))
@@ -102,7 +104,7 @@ def _search_sorted(index, s: int, q, k: int, sp, dev: Device):
         qb = q[b0:b0 + batch]
         st = {}
         parts.append(beam.search(view, qb, k, sp.queue, device=dev, search_width=sp.search_width, stats=st,
-                                 slack=slack))
+                                 slack=slack, filter=allowed))
         nd += st["distances_per_query"] * qb.shape[0]
         ne += st["expansions_per_query"] * qb.shape[0]
     xp = np if isinstance(parts[0][1], np.ndarray) else __import__("cupy")
@@ -129,10 +131,12 @@ def _search_rings(index, s: int, q, k: int, sp, dev: Device, kind: int):
     return out_d, out_i, float(nd.mean()) if nd.size else 0.0, float(ne.mean()) if ne.size else 0.0
 
 
-def search_shards(index, q, k: int, sp, dev: Device, *, memory_limit=None, verbose=False):
+def search_shards(index, q, k: int, sp, dev: Device, *, memory_limit=None, verbose=False, allowed=None):
     """Search every shard of ``index`` for the validated queries ``q`` (with the cache layout
-    ``sp.cache``) on ``dev``; returns (reported distances, global ids, mean distances computed, mean
-    vertices expanded) on the host or on ``dev``."""
+    ``sp.cache``) on ``dev``; ``allowed``: None or the rows a search may return
+    (:class:`~knngraph.primitives.filters.AllowedIds`, ``cache='sorted'`` only), each shard its part.
+    Returns (reported distances, global row ids, mean distances computed, mean vertices expanded) on the
+    host or on ``dev``."""
     devs = [dev]
     kind = distance_kind(index.metric)
     n_sh = index.n_shards
@@ -148,7 +152,8 @@ def search_shards(index, q, k: int, sp, dev: Device, *, memory_limit=None, verbo
         kk = min(k, int(index.shard_bounds[s + 1]) - a)
         with device_context(d_s):
             if sp.cache == "sorted":
-                out_d, out_i, nd, ne = _search_sorted(index, s, q, kk, sp, d_s)
+                part = None if allowed is None else allowed.rows(a, int(index.shard_bounds[s + 1]))
+                out_d, out_i, nd, ne = _search_sorted(index, s, q, kk, sp, d_s, part)
             else:
                 out_d, out_i, nd, ne = _search_rings(index, s, q, kk, sp, d_s, kind)
             if (len(devs) > 1 or n_sh > 1) and d_s.is_cuda:

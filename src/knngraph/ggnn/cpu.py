@@ -50,7 +50,7 @@ def threshold(kind, bd, nb, kb, path, tau, nn1):
     (the path searches of sym) the bound is d_1 + tau^2 * nn1, as the authors' code bounds them
     (digest 1.6): a walk towards z with slack rather than a gathering of the kb points nearest to z. On
     sift-photos 100k it spends 40% less time there for the same graph quality
-    (``benchmarks/ggnn_build_tradeoff.py``); the slack of the queries, tau^2 min(d_1, nn1), made the
+    (``benchmarks/studies/ggnn_build_tradeoff.py``); the slack of the queries, tau^2 min(d_1, nn1), made the
     walk too narrow (sift-photos 20k, k=16: recall@10 0.90 instead of 0.95)."""
     if path:
         if nb < 1:

@@ -17,6 +17,7 @@ import threading
 
 import numpy as np
 
+from .._cuda_launch import launch, max_cooperative_blocks
 from .._device import sm_count
 from . import _kernels as kn
 from ..primitives.distances import DIST_COS
@@ -46,8 +47,9 @@ def search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, tau, nn1, m
         qb = xp.ascontiguousarray(xp.asarray(queries[s:e], dtype=xp.float32))
         inv_qb = inv_q[s:e] if kind == DIST_COS else inv_q
         blocks = int(max(1, min(e - s, sm * 64 if xp is not np else 4)))
-        kern[blocks, kn.THREADS](graph_ids, base, qb, inv_b, inv_qb, kind, entries, k, np.float32(tau),
-                                 np.float32(nn1), max_iterations, out_d[s:e], out_i[s:e], out_nd[s:e], out_ne[s:e])
+        launch(kern, blocks, kn.THREADS, (graph_ids, base, qb, inv_b, inv_qb, int(kind), entries, int(k),
+                                          np.float32(tau), np.float32(nn1), int(max_iterations), out_d[s:e],
+                                          out_i[s:e], out_nd[s:e], out_ne[s:e]))
     return out_d, out_i, out_nd, out_ne
 
 
@@ -106,7 +108,8 @@ def brute_segments(base, inv, kind, trans, lo, starts, k, out_i, out_d, *, xp=No
     seg[:] = xp.searchsorted(starts, xp.arange(nrows, dtype=np.int32), side="right") - 1
     kern = kn.brute_kernel(int(k))
     threads = 32 if xp is np else 128
-    kern[_blocks(nrows, threads, xp), threads](base, inv, kind, trans, lo, seg, starts, nrows, out_i, out_d)
+    launch(kern, _blocks(nrows, threads, xp), threads,
+           (base, inv, int(kind), trans, int(lo), seg, starts, int(nrows), out_i, out_d))
 
 
 def merge_queries(base, inv, kind, graph, trans, sel, offsets, top_seg, lt, lm, s, k, P, V, tau, nn1, max_pops,
@@ -120,8 +123,8 @@ def merge_queries(base, inv, kind, graph, trans, sel, offsets, top_seg, lt, lm, 
     kern = kn.merge_kernel(int(k), int(P), int(V))
     sm = 1 if xp is np else sm_count()
     blocks = int(max(1, min(nz, 4 if xp is np else sm * 64)))
-    kern[blocks, kn.THREADS](base, inv, kind, graph, trans, sel, lo_m, nz, lo_t, top_seg, lt, lm, s, np.float32(tau),
-                             np.float32(nn1), max_pops, out_i, out_d)
+    launch(kern, blocks, kn.THREADS, (base, inv, int(kind), graph, trans, sel, lo_m, nz, lo_t, top_seg, int(lt),
+                                      int(lm), int(s), np.float32(tau), np.float32(nn1), int(max_pops), out_i, out_d))
 
 
 def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V, tau, nn1, req_i, req_d, req_n, *,
@@ -138,8 +141,8 @@ def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V,
     sm = 1 if xp is np else sm_count()
     blocks = int(max(1, min(nz, 4 if xp is np else sm * 64)))
     ksym = sym.shape[1]
-    kern[blocks, kn.THREADS](base, inv, kind, graph, trans, lo, z0, nz, knn, ksym, sym, cnt, np.float32(tau),
-                             np.float32(nn1), req_i, req_d, req_n)
+    launch(kern, blocks, kn.THREADS, (base, inv, int(kind), graph, trans, int(lo), int(z0), int(nz), int(knn),
+                                      int(ksym), sym, cnt, np.float32(tau), np.float32(nn1), req_i, req_d, req_n))
 
 
 def sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n, *, xp=None):
@@ -168,13 +171,13 @@ def sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n
     lists = _scratch("lists", (3, graph.shape[0] - lo, ksym), np.int32, xp, fill=lk.EMPTY)
     flags = _scratch("flags", (4,), np.int32, xp)
     flags[:] = 0
-    lk.active_kernel[_blocks(nq, T, xp), T](req_n, nz, knn, act, flags[2:])
+    launch(lk.active_kernel, _blocks(nq, T, xp), T, (req_n, int(nz), int(knn), act, flags[2:]))
     na = int(flags[2])
     if na == 0:
         return 0
     static = _scratch("static", (nq,), np.int32, xp)
-    args = _views(xp, graph, knn, ksym, sym, sym_d, cnt, lo, z0, act, na, req_i, req_d, req_n, static, fates, lists,
-                  flags)
+    args = (graph, int(knn), int(ksym), sym, sym_d, cnt, int(lo), int(z0), act, na, req_i, req_d, req_n, static, fates,
+            lists, flags)
     _cooperative_launch(lk.place_kernel, args, T, _blocks(na, T, xp), xp)
     return int(flags[3])
 
@@ -183,22 +186,8 @@ def _cooperative_launch(kernel, args, threads, want, xp):
     """A cooperative launch of ``kernel`` (a grid barrier inside: every block resident at once) on at most
     ``want`` blocks and at most what the device holds for it (one in the simulator, whose grid barrier
     is the block's)."""
-    if xp is np:
-        kernel[1, threads](*args)
-        return
-    compiled = kernel.specialize(*args)  # compiled for these argument types once, then cached
-    blocks = next(iter(compiled.overloads.values())).max_cooperative_grid_blocks(threads)
-    compiled[max(1, min(want, blocks)), threads](*args)
-
-
-def _views(xp, *arrays):
-    """numba device views of CuPy arrays (the arrays themselves in the simulator; other arguments as
-    they are)."""
-    if xp is np:
-        return arrays
-    from numba import cuda
-
-    return tuple(cuda.as_cuda_array(a) if isinstance(a, xp.ndarray) else a for a in arrays)
+    blocks = 1 if xp is np else min(want, max_cooperative_blocks(kernel, args, threads))
+    launch(kernel, max(1, blocks), threads, args, cooperative=True)
 
 
 def sym_write(graph, gdist, lo, n_rows, knn, sym, sym_d, cnt, *, xp=None):
@@ -214,4 +203,5 @@ def sym_write(graph, gdist, lo, n_rows, knn, sym, sym_d, cnt, *, xp=None):
     if n_rows == 0 or width == 0:
         return
     T = lk.THREADS if xp is not np else 32
-    lk.sym_write_kernel(int(width))[_blocks(n_rows, T, xp), T](graph, gdist, lo, n_rows, knn, sym, sym_d, cnt)
+    launch(lk.sym_write_kernel(int(width)), _blocks(n_rows, T, xp), T,
+           (graph, gdist, int(lo), int(n_rows), int(knn), sym, sym_d, cnt))

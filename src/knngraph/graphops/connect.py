@@ -272,6 +272,8 @@ def connect(ids, dists, entries, vectors, nearest, *, metric: str = "sqeuclidean
     "links"}`` (``links``: the [u, r] edges the passes added, the first :data:`MAX_RECORDED_LINKS`),
     the last a vertex per component (largest first, the member nearest to its centroid; empty for one
     component): searchers start there too, so that a query starts in its own cluster when one holds it.
+    Vertices that ``max_passes`` passes leave unreached (``unreached_after``) add entry points of their
+    own after those, so that a search from ``entries`` and ``entry_points`` reaches every vertex.
 
     ``rng_rule=True`` keeps the relative neighbourhood rule of an RNG-pruned graph (GRNND's: for kept
     neighbours n1 nearer than n2 of v, d(n1, n2) >= d(v, n2)): no component bridges (step 1), and each
@@ -327,6 +329,17 @@ def connect(ids, dists, entries, vectors, nearest, *, metric: str = "sqeuclidean
                 # the way back only where it cuts no edge a vertex of r's own component may need
                 _link(ids, dists, r, u, np.float32(d), indeg, seen)
         out["linked_components"] += count
+    if out["unreached_after"]:
+        # what the passes could not link (the rows its links need would each cut another way in, as around
+        # a hub of large norm under inner product) gets entry points of its own: an unreached vertex, then
+        # again one of what that does not reach, until a search from the entry points reaches everything
+        seen = np.zeros(n, np.bool_)
+        bfs(ids, entries, seen)
+        bfs(ids, np.asarray(out["entry_points"], dtype=np.int64), seen)
+        while not seen.all():
+            v = int(np.argmin(seen))
+            out["entry_points"].append(v)
+            bfs(ids, np.array([v], np.int64), seen)
     return out
 
 

@@ -1,6 +1,7 @@
 """Graph operations on the CPU (numba, nodes in parallel): the pruning routine of
-:func:`knngraph.graphops.optimize_graph` and the merge of sorted neighbour lists
-(:func:`knngraph.graphops.merge_sorted_lists`). :mod:`knngraph.graphops.cuda` has the same functions.
+:func:`knngraph.graphops.optimize_graph`, the merge of sorted neighbour lists
+(:func:`knngraph.graphops.merge_sorted_lists`) and the reverse edges of host graphs
+(:func:`knngraph.graphops.reverse_edges`). :mod:`knngraph.graphops.cuda` has the first two.
 
 Pruning: one routine serves both passes of :func:`~knngraph.graphops.optimize_graph`. For node u it takes a primary candidate list P (ids) and a secondary
 list F, and writes at most R ids:
@@ -23,7 +24,7 @@ from ..primitives.compile import pick, threaded_and_serial
 from ..primitives.distances import cpu_distance
 from ..primitives.lists import dedup_sorted, less, sort_pairs
 
-__all__ = ["prune", "merge_sorted_lists"]
+__all__ = ["prune", "merge_sorted_lists", "reverse_edges"]
 
 
 @numba.njit(cache=True, fastmath=True)
@@ -161,3 +162,64 @@ def merge_sorted_lists(ad, ai, bd, bi, k):
     pick(_MERGE, n)(np.ascontiguousarray(ad), np.ascontiguousarray(ai), np.ascontiguousarray(bd),
                     np.ascontiguousarray(bi), out_d, out_i)
     return out_d, out_i
+
+
+@numba.njit(cache=True)
+def _bucket_in_edges(ids, dists, starts, src, dist):
+    """Every edge u -> t of the rows ``ids`` into target t's bucket ``[starts[t], starts[t + 1])`` of
+    ``src`` / ``dist``, in source order."""
+    n, r = ids.shape
+    at = starts[:-1].copy()
+    for u in range(n):
+        for j in range(r):
+            t = ids[u, j]
+            if t >= 0:
+                src[at[t]] = u
+                dist[at[t]] = dists[u, j]
+                at[t] += 1
+
+
+def _nearest_in_edges(starts, src, dist, rev, rev_d):
+    """Per target, the ``rev.shape[1]`` sources of its bucket smallest by (distance, source id), in that
+    order, -1 / inf padded (a bounded insertion: buckets arrive in source order, so ties keep it)."""
+    n, degree = rev.shape
+    for t in prange(n):
+        m = 0
+        for e in range(starts[t], starts[t + 1]):
+            d = dist[e]
+            s = src[e]
+            if m == degree:
+                if not less(d, s, rev_d[t, m - 1], rev[t, m - 1]):
+                    continue
+                m -= 1
+            p = m
+            while p > 0 and less(d, s, rev_d[t, p - 1], rev[t, p - 1]):
+                rev[t, p] = rev[t, p - 1]
+                rev_d[t, p] = rev_d[t, p - 1]
+                p -= 1
+            rev[t, p] = s
+            rev_d[t, p] = d
+            m += 1
+        for p in range(m, degree):
+            rev[t, p] = -1
+            rev_d[t, p] = np.inf
+
+
+_REVERSE = threaded_and_serial(_nearest_in_edges)
+
+
+def reverse_edges(ids, dists, degree: int):
+    """:func:`knngraph.graphops.reverse_edges` of host rows ``ids`` (int32, -1 = no edge) and their float32
+    ``dists``: for each node up to ``degree`` sources of edges into it, nearest first, ties by source id."""
+    ids = np.ascontiguousarray(ids, dtype=np.int32)
+    n = ids.shape[0]
+    counts = np.bincount(ids[ids >= 0], minlength=n)
+    starts = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    src = np.empty(int(starts[-1]), np.int32)
+    dist = np.empty(int(starts[-1]), np.float32)
+    _bucket_in_edges(ids, np.ascontiguousarray(dists, dtype=np.float32), starts, src, dist)
+    rev = np.empty((n, degree), np.int32)
+    rev_d = np.empty((n, degree), np.float32)
+    pick(_REVERSE, n)(starts, src, dist, rev, rev_d)
+    return rev, rev_d

@@ -17,6 +17,7 @@ import functools
 import numpy as np
 from numba import cuda, float32, int32
 
+from .._cuda_launch import launch
 from ..primitives.compile import cuda_version
 from ..primitives.constants import FULL_MASK, ID_NONE, WARP, pow2_at_least
 from ..primitives.lists import dedup_sorted, sort_pairs
@@ -184,8 +185,9 @@ def prune(base, inv, kind, factor, primary, primary2, secondary, degree, fill, *
     out_ids = xp.empty((n, degree), xp.int32)
     out_d = xp.empty((n, degree), xp.float32)
     blocks = (n + wpb - 1) // wpb
-    kern[blocks, wpb * WARP](base, inv, kind, factor, primary, primary2, secondary, int(degree), bool(fill),
-                             out_ids, out_d)
+    # fill travels as an int (a raw launch passes no booleans): the kernel tests it for non-zero
+    launch(kern, blocks, wpb * WARP, (base, inv, int(kind), float(factor), primary, primary2, secondary, int(degree),
+                                      int(bool(fill)), out_ids, out_d))
     return out_ids, out_d
 
 
@@ -266,6 +268,6 @@ def merge_sorted_lists(ad, ai, bd, bi, k, *, xp=None, sm_count=1):
     out_i = xp.empty((n, k), xp.int32)
     kern = merge_lists_kernel(pow2_at_least(ad.shape[1] + bd.shape[1], WARP))
     blocks = 1 if xp is np else max(1, min(-(-n // WPB), sm_count * 64))
-    kern[blocks, WPB * WARP](xp.ascontiguousarray(ad), xp.ascontiguousarray(ai), xp.ascontiguousarray(bd),
-                             xp.ascontiguousarray(bi), out_d, out_i)
+    launch(kern, blocks, WPB * WARP, (xp.ascontiguousarray(ad), xp.ascontiguousarray(ai), xp.ascontiguousarray(bd),
+                                      xp.ascontiguousarray(bi), out_d, out_i))
     return out_d, out_i

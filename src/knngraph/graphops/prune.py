@@ -35,8 +35,8 @@ own direction, which the diversity rule keeps. (NSG and DiskANN take extra candi
 paths for the same purpose; the reverse k-NN edges come from the graph at hand, at no search cost.)
 
 The preparation's effect on search (forward candidates only against reverse k-NN candidates, input
-degrees 64 and 96, ``alpha``, ``fill``) is measured by ``benchmarks/song_gpu.py`` and
-``benchmarks/song_cpu.py``; the numbers are in ``benchmarks/REPORT.md`` and ``benchmarks/results``.
+degrees 64 and 96, ``alpha``, ``fill``) is measured by ``benchmarks/studies/song_gpu.py`` and
+``benchmarks/studies/song_cpu.py``; the numbers are in ``benchmarks/REPORT.md`` and ``benchmarks/results``.
 
 The result is deterministic (ties are ordered by id). Cost: O(n * L * degree) distance evaluations,
 L = the input degree + ``reverse_candidates``; on the GPU one warp handles one node

@@ -28,7 +28,11 @@ def reverse_edges(ids: Array, dists: Array, degree: int) -> tuple[Array, Array]:
     >>> reverse_edges(ids, d, 2)[0].tolist()
     [[2, -1], [0, 2], [1, 0]]
     """
-    xp = np if isinstance(ids, np.ndarray) else __import__("cupy")
+    if isinstance(ids, np.ndarray):
+        from .cpu import reverse_edges as on_host  # numba: by target buckets, no global sort
+
+        return on_host(ids, dists, degree)
+    xp = __import__("cupy")
     n, r = ids.shape
     src = xp.repeat(xp.arange(n, dtype=xp.int32), r)
     dst = ids.ravel()

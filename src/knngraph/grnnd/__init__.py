@@ -27,7 +27,7 @@ each vertex offers itself as a reverse edge to its nearest round(rho * count) po
 * (1) Defaults: S = min(R, 20) (the RNN-Descent authors' benchmark script), R = 32 (one warp of a
   graph search), T1 = 3, T2 = 6 (measured on sift-photos 20k: better search recall than T1 = 2, T2 = 10
   in fewer rounds; the paper's section 4.4 found 1 to 2 outer iterations enough on SIFT1M), rho = 0.6
-  (Fig. 8). ``benchmarks/grnnd_cpu.py`` / ``grnnd_gpu.py`` measure the choice.
+  (Fig. 8). ``benchmarks/studies/grnnd_cpu.py`` / ``grnnd_gpu.py`` measure the choice.
 * (2) Pairs per round: all pairs of the pool, each once, in a random order drawn from the hash of
   (seed, round, vertex) (a random progression over the m x m grid of slot pairs); CPU and GPU draw the
   same order.
@@ -61,7 +61,7 @@ pool *and* is offered to the closer member's pool (its own proposal column, R + 
 explore as the paper's do. (Relaxing the redirects too starves the propagation: on sift-photos 100k,
 alpha = 1.1 that way needed SONG queue 192 for recall@10 0.99, 2,200 distances per query, against 64 and
 900 this way and 128 and 990 at alpha = 1; at 1.2 that way 0.99 was not reached by queue 256;
-``benchmarks/grnnd_alpha_cpu.py --ablation-alphas``.)
+``benchmarks/studies/grnnd_alpha_cpu.py --ablation-alphas``.)
 alpha = 1 (default) is Eq. (2) exactly; alpha > 1 keeps more, longer edges per row.
 
 The GPU path (:mod:`knngraph.grnnd.cuda`, :mod:`knngraph.grnnd._kernels`) runs one warp per vertex for the

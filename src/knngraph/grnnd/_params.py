@@ -49,7 +49,7 @@ class IndexParams(Params):
         the propagation of the rounds is the paper's. 1.0 is the paper's rule exactly. Larger values
         keep more, longer edges (on sift-photos 100k, R = 32: 9.9 edges per row at 1.0, 18.8 at 1.05,
         24.4 at 1.1, 28.9 at 1.2): a denser graph that reaches a given recall with a shorter search
-        queue, at more pair tests per round (pools stay fuller). ``benchmarks/grnnd_alpha_cpu.py``
+        queue, at more pair tests per round (pools stay fuller). ``benchmarks/studies/grnnd_alpha_cpu.py``
         measures it.
     seed : int, default=0
         Seeds the initial neighbours and the order of the pair tests. Same seed, same result (CPU and GPU).

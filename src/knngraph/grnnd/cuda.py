@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._cuda_launch import launch
 from ..primitives.constants import WARP, pow2_at_least
 from . import _kernels as K
 
@@ -23,17 +24,6 @@ def _xp(a):
     return cupy
 
 
-def _launch(kernel, blocks, threads, args):
-    if blocks <= 0:
-        return
-    if isinstance(args[-1], np.ndarray):  # simulator
-        kernel[blocks, threads](*args)
-        return
-    from .._cuda_launch import launch
-
-    launch(kernel, blocks, threads, args)
-
-
 def capacity(r: int) -> int:
     """Shared-memory pool capacity of the warp kernels for pools of ``r`` entries."""
     return pow2_at_least(r, WARP)
@@ -41,7 +31,7 @@ def capacity(r: int) -> int:
 
 def random_rows(n, s, seed, lo, out):
     """out[r, :s] = s distinct random ids other than lo + r."""
-    _launch(K.random_rows_kernel, -(-out.shape[0] // TPB), TPB, (int(n), int(s), int(seed), int(lo), out))
+    launch(K.random_rows_kernel, -(-out.shape[0] // TPB), TPB, (int(n), int(s), int(seed), int(lo), out))
 
 
 def row_layout(x):
@@ -60,7 +50,7 @@ def row_layout(x):
 def row_proposals(x, inv, kind, rows, lo, pt, pc, pd):
     total = rows.shape[0] * rows.shape[1]
     xw, layout = row_layout(x)
-    _launch(K.row_proposals_kernel, -(-total // TPB), TPB,
+    launch(K.row_proposals_kernel, -(-total // TPB), TPB,
             (x, xw, int(layout), inv, int(kind), rows, int(lo), pt, pc, pd))
 
 
@@ -70,14 +60,14 @@ def propose(x, inv, kind, seed, rnd, pool_c, pool_d, cnt, pt, pc, pd, factor=1.0
     redirects = xp.empty(n, xp.int32)
     kern = K.propose_kernel(capacity(pool_c.shape[1]))
     xw, layout = row_layout(x)
-    _launch(kern, -(-n // K.WPB), K.WPB * WARP, (x, xw, int(layout), inv, int(kind), int(seed), int(rnd),
+    launch(kern, -(-n // K.WPB), K.WPB * WARP, (x, xw, int(layout), inv, int(kind), int(seed), int(rnd),
                                                    np.float32(factor), pool_c, pool_d, cnt, pt, pc, pd, redirects))
     return redirects.sum(dtype=xp.int64)  # on the device: no host sync per round
 
 
 def reverse(rho, pool_c, pool_d, cnt, pt, pc, pd):
     n = pool_c.shape[0]
-    _launch(K.reverse_kernel, -(-n // TPB), TPB, (float(rho), pool_c, pool_d, cnt, pt, pc, pd))
+    launch(K.reverse_kernel, -(-n // TPB), TPB, (float(rho), pool_c, pool_d, cnt, pt, pc, pd))
     return (pt[:, pool_c.shape[1]:] >= 0).sum()
 
 
@@ -88,14 +78,14 @@ def group(pt, pc, pd, n):
     size = pt.size
     counts = xp.zeros(n + 1, xp.int64)
     blocks = -(-size // TPB)
-    _launch(K.count_kernel, blocks, TPB, (pt.ravel(), counts))
+    launch(K.count_kernel, blocks, TPB, (pt.ravel(), counts))
     offsets = xp.empty(n + 1, xp.int64)
     offsets[0] = 0
     xp.cumsum(counts[:n], out=offsets[1:])
     fill = offsets[:n].copy()
     sc = xp.empty(size, xp.int32)
     sd = xp.empty(size, xp.float32)
-    _launch(K.scatter_kernel, blocks, TPB, (pt.ravel(), pc.ravel(), pd.ravel(), fill, sc, sd))
+    launch(K.scatter_kernel, blocks, TPB, (pt.ravel(), pc.ravel(), pd.ravel(), fill, sc, sd))
     return offsets, sc, sd
 
 
@@ -103,4 +93,4 @@ def merge(grouping, pool_c, pool_d, cnt):
     offsets, sc, sd = grouping
     n, r = pool_c.shape
     kern = K.merge_kernel(capacity(r))
-    _launch(kern, -(-n // K.WPB), K.WPB * WARP, (sc, sd, offsets, int(r), pool_c, pool_d, cnt))
+    launch(kern, -(-n // K.WPB), K.WPB * WARP, (sc, sd, offsets, int(r), pool_c, pool_d, cnt))

@@ -37,7 +37,7 @@ def auto_sample_size(k: int, selective: bool) -> int:
     inserts only each sample's nearest partners and needs many samples; on the CPU, starting from a
     random projection forest, p = k rather than k/2 costs one more iteration's worth of distance
     computations but raises the recall where the iterations stop (the p sweep of
-    ``benchmarks/nndescent_cpu.py``, ``benchmarks/results/nndescent_cpu_2cores.json``)."""
+    ``benchmarks/studies/nndescent_cpu.py``, ``benchmarks/results/nndescent_cpu_2cores.json``)."""
     return int(min(32, k))
 
 
@@ -45,7 +45,7 @@ def forest_params(n: int, k: int) -> tuple[int, int]:
     """(n_trees, leaf_size) of the random projection forest that initialises a CPU build of n points:
     max(3, min(12, round(2 log10 n))) trees with leaves of at most max(32, min(256, 5k)) points (10 and
     160 for 100k points and k=32, the sizes pynndescent picks). Across forest sizes the total build time
-    barely moves: a larger forest costs about what it saves in iterations (``benchmarks/nndescent_cpu.py``
+    barely moves: a larger forest costs about what it saves in iterations (``benchmarks/studies/nndescent_cpu.py``
     sweeps the initial graph)."""
     n_trees = max(3, min(12, int(round(2.0 * math.log10(max(n, 10))))))
     leaf_size = max(32, min(256, 5 * k))

@@ -35,7 +35,7 @@ One iteration is two launches (three with candidate slots), none of which alloca
     into ``cand[u, v % SLOTS]``, then ``merge_kernel`` (one warp per node: the 32 candidates are checked
     for duplicates, ranked with shuffles and by binary search, and merged into the list). Slots never
     wait but keep only the nearest of the offers that collide in a slot; the lost offers slow
-    convergence far more than the locks cost (``benchmarks/profile_join.py`` measures both), so locks
+    convergence far more than the locks cost (``benchmarks/studies/profile_join.py`` measures both), so locks
     are the default.
 
 ``init_kernel`` draws the random initial lists (Alg. 1 l.1-5; the same ids as the CPU path for the same
@@ -110,7 +110,7 @@ def unpack(key):
 @device_function
 def _warp_distances4(kind, x, inv, u, v0, v1, v2, v3, lane):
     """Distances from x[u] to four rows, by the whole warp, the four rows' loads in flight together:
-    the random initial lists are latency-bound (``benchmarks/profile_join.py`` times the init). Every
+    the random initial lists are latency-bound (``benchmarks/studies/profile_join.py`` times the init). Every
     lane returns the four results."""
     a0, a1, a2, a3 = warp_partials4(kind, x, v0, v1, v2, v3, x, u, x.shape[1], lane)
     return (finish_device(kind, warp_sum(a0), inv, u, inv, v0), finish_device(kind, warp_sum(a1), inv, u, inv, v1),

@@ -46,7 +46,7 @@ class IndexParams(Params):
         trees with leaves of at most ``max(32, min(256, 5 graph_degree))`` points. 'cluster_windows' (GPU
         only): the exact k-NN inside windows of ``max(1024, 2 graph_degree)`` consecutive points of three
         k-means cluster orderings, by batched GEMM; a better start than random lists but no sooner at
-        graph recall 0.99 and above (its lists lack long-range links; ``benchmarks/profile_join.py``).
+        graph recall 0.99 and above (its lists lack long-range links; ``benchmarks/studies/profile_join.py``).
         Meant for L2 and cosine. 'auto': 'rp_forest' on the CPU, 'random' on the GPU.
     seed : int, default=0
         Seeds the initial graph and (CPU) the reverse sampling. Same seed, same CPU result.

@@ -21,7 +21,7 @@ neighbours", is cheapest as dense linear algebra:
 The lists start far better than random ones, but the windows hold few long-range links and the last
 thousandths of recall come slowly (replacing part of each list by random nodes made the iterations
 dearer and was no faster overall), so high recall is reached no sooner than from random lists: an option
-(``init='cluster_windows'``), not the GPU default. ``benchmarks/profile_join.py`` measures it against
+(``init='cluster_windows'``), not the GPU default. ``benchmarks/studies/profile_join.py`` measures it against
 random lists (``benchmarks/results/profile_join_h200.jsonl``).
 
 Inner product is served poorly: its nearest neighbours are points of large norm in other directions,

@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from .._cuda_launch import launch
 from ..primitives.constants import pow2_at_least
 from ..primitives.distances import DIST_COS, DIST_L2SQ, inverse_norms
 from . import _kernels as K
@@ -25,7 +26,7 @@ __all__ = ["Engine", "packed_words", "JOIN_MAX_REGISTERS"]
 JOIN_THREADS = 512
 #: registers per thread of the join kernel: 64 lets 2 blocks of 512 threads share an SM (uncapped it
 #: took 94 and only 1 fits); capped it runs much faster despite a few bytes of spills
-#: (``benchmarks/profile_join.py --max-registers``, ``benchmarks/results/nndescent_gpu_h200.json``)
+#: (``benchmarks/studies/profile_join.py --max-registers``, ``benchmarks/results/nndescent_gpu_h200.json``)
 JOIN_MAX_REGISTERS = 64
 WARP_SIM = 32
 
@@ -62,7 +63,8 @@ class _RefineState:
     """What one refinement allocates once and its iterations reuse (see :meth:`Engine.start_refine`)."""
 
     arrays: dict
-    views: tuple
+    #: the arrays the kernels take, in the order :meth:`Engine.iterate` unpacks them
+    kernel_arrays: tuple
     join: object
     merge: object
     use_slots: bool
@@ -156,8 +158,8 @@ class Engine:
 
     def init(self, x, inv, kind, gd, gi, gf, keep, split, seed):
         n, k = gd.shape
-        kern = K.init_kernel(pow2_at_least(k, 32))
-        kern[self._warp_grid(n), K.WPB * 32](x, inv, kind, gd, gi, gf, keep, split, np.int64(seed))
+        launch(K.init_kernel(pow2_at_least(k, 32)), self._warp_grid(n), K.WPB * 32,
+               (x, inv, int(kind), gd, gi, gf, int(keep), int(split), np.int64(seed)))
 
     def smallest_per_row(self, tile, k):
         """(values, columns) of each row's k smallest entries, sorted by (value, column)."""
@@ -192,8 +194,6 @@ class Engine:
         if not selective:
             raise ValueError("update='all' is only implemented on the CPU; the GPU path uses GNND's "
                              "selective update (update='auto' or 'selective')")
-        from numba import cuda
-
         cp = self.cp
         n, k = gd.shape
         use_slots = insert == "slots"
@@ -205,35 +205,35 @@ class Engine:
              "locks": cp.zeros(1 if use_slots else n, cp.int32)}
         packed = packed_words(x, kind)
         xw, sqn = (x, inv) if not packed else packed[1:]
-        # numba device views, made once: launching with them skips per-launch interface conversions
-        views = tuple(v if self.simulate else cuda.as_cuda_array(v)
-                      for v in (x, inv, gd, gi, gf, a["new_f"], a["nf"], a["old_f"], a["nof"], a["new_r"], a["nr"],
-                                a["old_r"], a["nor"], a["cand"], a["locks"], a["counter"], xw, sqn))
+        kernel_arrays = (x, inv, gd, gi, gf, a["new_f"], a["nf"], a["old_f"], a["nof"], a["new_r"], a["nr"],
+                         a["old_r"], a["nor"], a["cand"], a["locks"], a["counter"], xw, sqn)
         join = K.join_kernel(p, insert, max_registers or None, 32 * math.ceil(k / 32), packed[0] if packed else 0,
                              self.join_chunk)
-        return _RefineState(arrays=a, views=views, join=join, merge=K.merge_kernel(32 * math.ceil(k / 32)),
-                            use_slots=use_slots, grid_w=self._warp_grid(n),
+        return _RefineState(arrays=a, kernel_arrays=kernel_arrays, join=join,
+                            merge=K.merge_kernel(32 * math.ceil(k / 32)), use_slots=use_slots,
+                            grid_w=self._warp_grid(n),
                             grid_j=1 if self.simulate else max(1, min(n, self.sm_count * 32)),
-                            join_threads=WARP_SIM if self.simulate else JOIN_THREADS, profile=profile, kind=kind, p=p,
-                            split=split, kernel_seconds={"sample": 0.0, "join": 0.0, "merge": 0.0})
+                            join_threads=WARP_SIM if self.simulate else JOIN_THREADS, profile=profile, kind=int(kind),
+                            p=int(p), split=int(split), kernel_seconds={"sample": 0.0, "join": 0.0, "merge": 0.0})
 
     def iterate(self, st: _RefineState, it: int) -> int:
         """One GNND iteration (sample, local join with selective update); returns the entries inserted."""
         a = st.arrays
         (x_, inv_, gd_, gi_, gf_, new_f_, nf_, old_f_, nof_, new_r_, nr_, old_r_, nor_, cand_, locks_, counter_, xw_,
-         sqn_) = st.views
+         sqn_) = st.kernel_arrays
         a["nr"].fill(0)
         a["nor"].fill(0)
         a["counter"].fill(0)
         tk = self._tick(st, "sample", time.perf_counter())
-        K.sample_kernel[st.grid_w, K.WPB * 32](gi_, gf_, st.p, st.split, new_f_, nf_, old_f_, nof_, new_r_, nr_,
-                                              old_r_, nor_)
+        launch(K.sample_kernel, st.grid_w, K.WPB * 32,
+               (gi_, gf_, st.p, st.split, new_f_, nf_, old_f_, nof_, new_r_, nr_, old_r_, nor_))
         tk = self._tick(st, "sample", tk)
-        st.join[st.grid_j, st.join_threads](x_, inv_, st.kind, gd_, gi_, gf_, new_f_, nf_, new_r_, nr_, old_f_, nof_,
-                                            old_r_, nor_, st.p, st.split, cand_, locks_, counter_, xw_, sqn_)
+        launch(st.join, st.grid_j, st.join_threads, (x_, inv_, st.kind, gd_, gi_, gf_, new_f_, nf_, new_r_, nr_,
+                                                     old_f_, nof_, old_r_, nor_, st.p, st.split, cand_, locks_,
+                                                     counter_, xw_, sqn_))
         tk = self._tick(st, "join", tk)
         if st.use_slots:
-            st.merge[st.grid_w, K.WPB * 32](gd_, gi_, gf_, cand_, counter_)
+            launch(st.merge, st.grid_w, K.WPB * 32, (gd_, gi_, gf_, cand_, counter_))
             self._tick(st, "merge", tk)
         counter = a["counter"]
         return int(counter[0]) if self.simulate else int(counter.get()[0])

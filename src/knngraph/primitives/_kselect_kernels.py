@@ -348,7 +348,7 @@ def _exact_element(src, urow, j, dots, colterm, alpha, col_offset, self_id, ck, 
     return ck[urow, uj], ci[urow, uj]
 
 
-# Launch settings of the warp_filter kernel, from benchmarks/profile_select.py on an H200
+# Launch settings of the warp_filter kernel, from benchmarks/studies/profile_select.py on an H200
 # (benchmarks/results/profile_select_h200.jsonl): loads in flight per lane (8 beat 4 and 16), and
 # an optional register cap (.maxnreg). Capping (80 down to 56) measured slower than leaving ptxas
 # its ~88 registers: the cap spills in the merge code, and the streaming loop does not gain enough

@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 
+from .._cuda_launch import launch
+
 __all__ = ["SELECT_STRATEGIES", "MAX_FILTER_K", "resolve_select", "TileSelector", "sort_rows", "smallest_per_row",
            "smallest_per_row_host"]
 
@@ -87,16 +89,16 @@ class TileSelector:
         tasks = rows * n_splits
         blocks = (tasks + self.wpb - 1) // self.wpb
         if self.select == "warp_filter":
-            _launch_kernel(self.kernels[first_src], blocks, self.wpb * 32,
-                           (tasks, n_splits, split_len, n_cols, self.k, dots, colterm, alpha, col_offset,
-                            self_offset, ck, ci, init_k, init_i, use_init, out_k, out_i), stream=self.stream,
-                           max_registers=self.sk.FILTER_MAX_REGISTERS)
+            launch(self.kernels[first_src], blocks, self.wpb * 32,
+                   (tasks, n_splits, split_len, n_cols, self.k, dots, colterm, alpha, col_offset, self_offset, ck, ci,
+                    init_k, init_i, use_init, out_k, out_i), stream=self.stream,
+                   max_registers=self.sk.FILTER_MAX_REGISTERS)
         else:
             shape = (dots.shape if first_src == self.sk.SRC_DOTS else ck.shape)
             bufs = tuple(cp.empty(shape, t) for t in (cp.float32, cp.int32, cp.float32, cp.int32))
-            _launch_kernel(self.sk.quickselect_kernel, blocks, self.wpb * 32,
-                           (first_src, tasks, n_splits, split_len, n_cols, self.k, dots, colterm, alpha,
-                            col_offset, self_offset, ck, ci) + bufs + (out_k, out_i), stream=self.stream)
+            launch(self.sk.quickselect_kernel, blocks, self.wpb * 32,
+                   (first_src, tasks, n_splits, split_len, n_cols, self.k, dots, colterm, alpha, col_offset,
+                    self_offset, ck, ci) + bufs + (out_k, out_i), stream=self.stream)
 
     def offer_tile(self, dots, colterm, alpha, col_offset, self_offset, best_k, best_i, first_tile):
         """Fold the tile ``dots`` [rows, cols] (ids col_offset + j) into the running best lists."""
@@ -165,9 +167,3 @@ def smallest_per_row_host(tile, k):
     vals = np.take_along_axis(tile, part, 1)
     o = np.lexsort((part, vals), axis=-1)
     return np.take_along_axis(vals, o, 1).astype(np.float32), np.take_along_axis(part, o, 1).astype(np.int32)
-
-
-def _launch_kernel(kernel, blocks, threads, args, stream=None, max_registers=None):
-    from .._cuda_launch import launch
-
-    launch(kernel, blocks, threads, args, stream=stream, max_registers=max_registers)

@@ -14,13 +14,14 @@ The module contract (:mod:`knngraph.index`)::
 
     d, i = song.search(index, queries, k=10, params=song.SearchParams(queue_size=64))
     index = song.extend(index, more_vectors)
+    index = song.delete(index, ids)          # never returned again; compacted past half the rows deleted
     song.save("sift.song", index); index = song.load("sift.song")
 
 **The speed/recall knob is ``queue_size``** (Q): each query keeps its Q best candidates (the bounded
 priority queue of section IV-C) and its Q best results so far; the search stops when the nearest
 unexpanded candidate is worse than all Q results. Larger Q: more vertices expanded, higher recall, lower
 throughput; ``k <= queue_size``. Recall and queries per second against Q are measured by
-``benchmarks/song_gpu.py`` and ``benchmarks/song_cpu.py`` (``benchmarks/REPORT.md``).
+``benchmarks/studies/song_gpu.py`` and ``benchmarks/studies/song_cpu.py`` (``benchmarks/REPORT.md``).
 
 **Entry points.** By default each query starts from ``IndexParams.n_entry_points`` (32) vertices: the
 *medoid* and random vertices (:func:`knngraph.graphops.default_entry_points`), computed once per index.
@@ -44,11 +45,19 @@ codes (16 bytes per vector at 128 bits) on the GPU and the full vectors in host 
 searched with Hamming distances and the final ``rerank`` candidates are re-ranked exactly on the host.
 Use it when the vectors do not fit on the GPU (the graph, 4 * degree bytes per vector, must); expect
 lower recall at a given queue size than the full-vector search and raise ``queue_size`` / ``rerank``.
+
+**Filters and deletion** (not in the paper): ``search(..., filter=mask)`` walks as without a filter (ids
+that may not be returned still lead to those that may) with the list grown to ``queue_size`` / (allowed
+share), and returns the first k allowed entries; or it scans the allowed vectors exactly when the cost
+model of :func:`knngraph.beam.filtered_path` finds that cheaper (``SearchParams.filtered_path``).
+``delete(index, ids)`` marks ids in a bitset that every search clears from its allowed ids; past
+``compact_above`` of the rows deleted, :func:`compact` rebuilds the index over the live vectors, keeping
+their ids.
 """
 
-from ._index import Index, build, extend, from_graph, load, save, search
-from ._params import MAX_QUEUE_SIZE, IndexParams, SearchParams
+from ._index import Index, build, compact, delete, extend, from_graph, load, save, search
+from ._params import AUTO_ROUTES, MAX_QUEUE_SIZE, BuildRoute, IndexParams, SearchParams
 from .hashing import RandomProjectionHasher
 
-__all__ = ["IndexParams", "SearchParams", "Index", "build", "from_graph", "search", "extend", "save", "load",
-           "RandomProjectionHasher", "MAX_QUEUE_SIZE"]
+__all__ = ["IndexParams", "SearchParams", "Index", "build", "from_graph", "search", "extend", "delete", "compact",
+           "save", "load", "RandomProjectionHasher", "MAX_QUEUE_SIZE", "AUTO_ROUTES", "BuildRoute"]

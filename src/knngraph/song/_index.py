@@ -1,5 +1,5 @@
 """The SONG index: :class:`Index`, :func:`build`, :func:`from_graph`, :func:`search`, :func:`extend`,
-:func:`save`, :func:`load`.
+:func:`delete`, :func:`compact`, :func:`save`, :func:`load`.
 
 An index holds the vectors, a search graph over them, its entry points and, for hashed indexes, the 1-bit
 codes. Everything a search needs is computed once, in :func:`build` / :func:`from_graph`; device copies
@@ -29,17 +29,19 @@ from ..graphops.prune import occlusion_factor
 from ..index import Index as IndexBase
 from ..index import KNNResult, assembling, check_out, cpu_threads, fill_out, load_index, runtime_docs, save_index
 from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms, report_distances
-from ..primitives.filters import prepare_filter
+from ..primitives.filters import AllowedIds, RowIds, check_compact_above, results_as_user_ids
 from ._params import IndexParams, SearchParams
 from .hashing import RandomProjectionHasher
 
-__all__ = ["Index", "build", "from_graph", "search", "extend", "save", "load"]
+__all__ = ["Index", "build", "from_graph", "search", "extend", "delete", "compact", "save", "load"]
 
 
 @dataclasses.dataclass(eq=False)
 class Index(IndexBase):
     """A SONG index: the vectors (as given), the search graph, its entry points and, for hashed indexes,
-    the hasher and the codes. GPU copies are made on first use and kept (:meth:`release` drops them)."""
+    the hasher and the codes; ``row_ids`` (:class:`~knngraph.primitives.filters.RowIds`), once vectors were
+    deleted (:func:`delete`): the deleted rows and, after a compaction, each row's id. GPU copies are made
+    on first use and kept (:meth:`release` drops them)."""
 
     dataset: Array
     params: IndexParams
@@ -47,6 +49,7 @@ class Index(IndexBase):
     entry_points: np.ndarray
     hasher: RandomProjectionHasher | None = None
     codes: Array | None = None
+    row_ids: RowIds | None = None
     _cache: dict = dataclasses.field(default_factory=dict, repr=False)
 
     algorithm = "song"
@@ -212,8 +215,10 @@ def build(params: IndexParams, dataset: Array, *, device: DeviceLike = "auto", m
           verbose: bool = True, devices: Devices | None = None,
           layout: str = "auto") -> Index | multidevice.MultiDeviceIndex:
     """Build a SONG index: the k-NN graph (``build_algo`` with ``build_params``, degree
-    ``intermediate_graph_degree``), :func:`knngraph.optimize_graph` to ``graph_degree``, the entry points
-    and (``hash_bits > 0``) the 1-bit codes. For a ready graph use :func:`from_graph`.
+    ``intermediate_graph_degree``), :func:`knngraph.optimize_graph` to ``graph_degree`` (which ends by
+    linking what its entry points cannot reach), the entry points and (``hash_bits > 0``) the 1-bit codes.
+    The automatic fields of ``params`` take the device's values (:meth:`IndexParams.resolved`; the table of
+    :class:`IndexParams`), and ``index.params`` holds the values used. For a ready graph use :func:`from_graph`.
 
     Parameters
     ----------
@@ -246,12 +251,13 @@ def build(params: IndexParams, dataset: Array, *, device: DeviceLike = "auto", m
     n = x.shape[0]
     if n < 2:
         raise ValueError("a SONG index needs at least 2 vectors")
+    params = params.resolved(dev)
     k0 = min(params.intermediate_graph_degree, n - 1)
     builder = registry.get(params.build_algo)
     g0 = builder.build_graph(x, k0, metric=params.metric, device=dev, memory_limit=memory_limit, verbose=verbose,
                              **(params.build_params or {}))
-    graph = optimize_graph(g0, x, params.graph_degree, alpha=params.alpha, fill=params.fill, device=dev,
-                           verbose=verbose)
+    graph = optimize_graph(g0, x, params.graph_degree, alpha=params.alpha, fill=params.fill, connect=True,
+                           device=dev, verbose=verbose)
     return from_graph(graph, x, params, device=dev, verbose=verbose)
 
 
@@ -306,49 +312,46 @@ def _search_arrays(dev: Device, index: Index, queries, k, sp: SearchParams, *, v
     return dist, out_i
 
 
-def _uses_beam(index: Index, sp: SearchParams, filtered: bool) -> bool:
+def _uses_beam(index: Index, sp: SearchParams) -> bool:
     """Whether a search runs the fast searcher (:func:`knngraph.beam.search`; ``SearchParams.algo``), on
-    the GPU and the CPU alike: 'auto' and 'beam' do, except for hashed indexes, filters and
-    ``visited='bloom'``, which need SONG's walk ('beam' then raises)."""
+    the GPU and the CPU alike: 'auto' and 'beam' do, except for hashed indexes and ``visited='bloom'``,
+    which need SONG's walk ('beam' then raises)."""
     if sp.algo == "song":
         return False
     blockers = [why for why, on in (("a hashed index (hash_bits)", index.hasher is not None),
-                                    ("a filter", filtered), ("visited='bloom'", sp.visited == "bloom")) if on]
+                                    ("visited='bloom'", sp.visited == "bloom")) if on]
     if blockers and sp.algo == "beam":
         raise ValueError(f"algo='beam' does not support {' or '.join(blockers)}; use algo='song' or 'auto'")
     return not blockers
 
 
-def filtered_queue_size(queue_size: int, k: int, fraction: float) -> int:
-    """The queue of a graph walk that may return only a ``fraction`` of the ids: the k nearest allowed
-    vertices lie among about k / fraction nearest vertices, which the walk must cover, so the queue grows
-    to twice that when ``queue_size`` is smaller (at most 512)."""
-    return max(queue_size, min(512, int(np.ceil(2 * k / fraction))))
-
-
-def _filtered_search(dev, index, q, k, sp, allowed, *, verbose, stats, memory_limit):
-    """SONG search restricted to ``allowed`` (:class:`AllowedIds`). A graph walk computes about 20
-    distances per queue slot at random addresses; the exact search computes one per allowed vector in a
-    GEMM, several times cheaper each. So: the exact search over the allowed vectors
-    (:func:`knngraph.bruteforce.search`, within ``memory_limit``) when they number fewer than
-    ``sp.filtered_exact_ratio`` times the walk's queue, else the walk with the queue of
-    :func:`filtered_queue_size`, returning allowed ids only."""
-    queue = filtered_queue_size(sp.queue_size, k, allowed.fraction)
-    if allowed.n_allowed < sp.filtered_exact_ratio * queue:
+def _filtered_search(dev, index, q, k, sp, allowed: AllowedIds, *, verbose, stats, memory_limit, out):
+    """A search restricted to the rows ``allowed`` holds: the exact search over the allowed vectors
+    (:func:`knngraph.bruteforce.search` with the filter, within ``memory_limit``) or a graph walk whose list
+    is grown by the allowed share (:func:`knngraph.beam.filtered_queue_size`), returning allowed rows only:
+    the fast searcher's (``beam.search(..., filter=...)``), or SONG's walk where the fast searcher does not
+    apply (:func:`_uses_beam`). ``sp.filtered_path`` picks the path, 'auto' by the cost model of
+    :func:`knngraph.beam.filtered_path`. Returns (reported distances, row ids); ``out`` is filled by the
+    fast searcher only."""
+    path, queue = beam.filtered_path(allowed.n_allowed, allowed.n, q.shape[0], q.shape[1], sp.queue_size,
+                                     "cuda" if dev.is_cuda else "cpu", sp.filtered_path)
+    t0 = time.perf_counter()
+    if path == "exact":
         from .. import bruteforce
 
-        t0 = time.perf_counter()
         exact = bruteforce.Index(index.dataset, bruteforce.IndexParams(metric=index.metric))
-        d, i = bruteforce.search(exact, q, k, device=dev, memory_limit=memory_limit, verbose=verbose,
-                                 filter=allowed.bits)
-        if stats is not None:
-            stats.update(filtered_path="exact", allowed_fraction=allowed.fraction,
-                         seconds=time.perf_counter() - t0)
-        return d, i
-    sp = dataclasses.replace(sp, queue_size=queue)
-    d, i = _search_arrays(dev, index, q, k, sp, verbose=verbose, stats=stats, allowed_bits=allowed.bits)
+        d, i = bruteforce.search(exact, q, k, device=dev, memory_limit=memory_limit, verbose=verbose, filter=allowed)
+    elif _uses_beam(index, sp):
+        d, i = beam.search(index._beam_view(), q, k, sp.queue_size, device=dev, search_width=sp.search_width,
+                           max_registers=sp.max_registers, stats=stats, out=out, filter=allowed)
+    else:
+        check_finite(q, "queries")
+        d, i = _search_arrays(dev, index, q, k, dataclasses.replace(sp, queue_size=queue), verbose=verbose,
+                              stats=stats, allowed_bits=allowed.bits)
     if stats is not None:
-        stats.update(filtered_path="graph", allowed_fraction=allowed.fraction, queue_size=queue)
+        stats.update(filtered_path=path, allowed_fraction=allowed.fraction, seconds=time.perf_counter() - t0)
+        if path == "graph":
+            stats["queue_size"] = queue
     return d, i
 
 
@@ -371,17 +374,21 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
         Neighbours per query, 1 <= k <= queue_size, k <= n.
     params : SearchParams, optional
         ``queue_size`` (the speed/recall knob), ``algo`` (which searcher), ``search_width``, ``visited``,
-        ``rerank``, ``batch_size``, ``max_registers``, ``filtered_exact_ratio``.
+        ``rerank``, ``batch_size``, ``max_registers``, ``filtered_path``.
     {device}
     {verbose}
     {filter}
-        The graph walk still passes through vertices that are not allowed, with the queue grown to
-        about 2 k / (allowed share) (:func:`filtered_queue_size`); when fewer ids are allowed than
-        ``params.filtered_exact_ratio`` times that queue, the search is the exact one over the allowed
-        vectors (``stats['filtered_path']`` says which ran).
+        Over the index's ids (those of a compacted index too, see :func:`delete`); deleted vectors are
+        never returned either. The graph walk still passes through vertices that are not allowed, with
+        its list grown to ``queue_size`` / (allowed share) (:func:`knngraph.beam.filtered_queue_size`,
+        about ``queue_size`` allowed entries), and returns the first k allowed entries; or the search is
+        the exact one over the allowed vectors, when the cost model of :func:`knngraph.beam.filtered_path`
+        estimates it cheaper or the walk would need a list longer than 1024
+        (``params.filtered_path`` forces either; ``stats['filtered_path']`` says which ran).
     {stats}
         Also ``algo`` ('beam' when the fast searcher ran) and on a GPU its ``search_width``; with a
-        filter ``filtered_path`` ('graph' or 'exact') and ``allowed_fraction``.
+        filter (or deleted vectors) ``filtered_path`` ('graph' or 'exact'), ``allowed_fraction`` and for
+        the walk ``queue_size`` (its list's length).
     {memory_limit}
         A graph walk's working memory is its output and the index's device copies; the exact search of
         a filtered call (see ``filter``) cuts its tiles to this limit.
@@ -413,24 +420,26 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
     q = check_vectors(queries, "queries", on_gpu=dev.is_cuda and is_device_array(queries))
     check_same_dim(index.dataset, q, "the index's vectors")
     k = _check_k_queue(k, index.shape[0], sp)
-    allowed = prepare_filter(filter, index.shape[0])
+    rows = index.row_ids
+    allowed = rows.search_filter(filter) if rows is not None else RowIds(index.shape[0]).search_filter(filter)
     parse_memory(memory_limit)  # a bad limit is an error on every path, those that need none too
-    if _uses_beam(index, sp, allowed is not None):
+    if allowed is None and _uses_beam(index, sp):
         # checks out= and (host) queries itself; device queries are used in place, not copied back to be checked
         d, i = beam.search(index._beam_view(), q, k, sp.queue_size, device=dev, search_width=sp.search_width,
                            max_registers=sp.max_registers, stats=stats, out=out, n_threads=n_threads)
-        return KNNResult(*out) if out is not None else KNNResult(return_as(qkind, d), return_as(qkind, i))
+    else:
+        if out is not None:
+            check_out(out, q.shape[0], k, dev)
+        with cpu_threads(n_threads):
+            if allowed is not None:
+                d, i = _filtered_search(dev, index, q, k, sp, allowed, verbose=verbose, stats=stats,
+                                        memory_limit=memory_limit, out=out)
+            else:
+                check_finite(q, "queries")
+                d, i = _search_arrays(dev, index, q, k, sp, verbose=verbose, stats=stats)
+    i = results_as_user_ids(i, rows, index._cache)
     if out is not None:
-        check_out(out, q.shape[0], k, dev)
-    check_finite(q, "queries")
-    with cpu_threads(n_threads):
-        if allowed is not None:
-            d, i = _filtered_search(dev, index, q, k, sp, allowed, verbose=verbose, stats=stats,
-                                    memory_limit=memory_limit)
-        else:
-            d, i = _search_arrays(dev, index, q, k, sp, verbose=verbose, stats=stats)
-    if out is not None:
-        return fill_out(out, d, i)
+        return fill_out(out, d, i) if d is not out[0] or i is not out[1] else KNNResult(*out)
     return KNNResult(return_as(qkind, d), return_as(qkind, i))
 
 
@@ -450,7 +459,8 @@ def extend(index: Index, new_vectors: Array, *, device: DeviceLike = "auto", mem
     its row points to is offered the new vertex as a reverse edge, re-pruned with its row (an old row that
     takes no new vertex comes back as it was). Entry points are kept. Searching the extended index reaches
     recall close to a rebuild while only the new rows and their neighbours are touched
-    (``tests/song/test_index.py``).
+    (``tests/song/test_index.py``). Deleted vectors stay deleted (and are not offered as candidates);
+    the new ones are live, with the next ids (:func:`delete`).
 
     Parameters
     ----------
@@ -464,13 +474,17 @@ def extend(index: Index, new_vectors: Array, *, device: DeviceLike = "auto", mem
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.song.Index, got {type(index).__name__}")
     dev, new = check_new_vectors(index.dataset, new_vectors, device)
-    p = index.params
+    p = index.params.resolved(dev)  # an index of from_graph may leave the build fields automatic
     n, m = index.shape[0], new.shape[0]
     degree = index.graph.degree
     # 1. candidates of the new rows: old vertices by search, new ones by the builder
     k_old = min(p.intermediate_graph_degree, n)
     sp = SearchParams(queue_size=min(1024, max(2 * k_old, 32)))
-    _, old_ids = search(index, new, k_old, sp, device=dev, verbose=False)
+    # candidates by row (a compacted index's user ids are not its rows), among the live rows
+    row_ids = index.row_ids
+    live = None if row_ids is None or row_ids.deleted is None else AllowedIds.of_bits(~row_ids.deleted, n)
+    _, old_ids = search(dataclasses.replace(index, row_ids=None), new, k_old, sp, device=dev, verbose=False,
+                        filter=live)
     old_ids = as_numpy(old_ids)
     if m > 1:
         k_new = min(p.intermediate_graph_degree, m - 1)
@@ -510,7 +524,99 @@ def extend(index: Index, new_vectors: Array, *, device: DeviceLike = "auto", mem
     codes = None
     if index.hasher is not None:
         codes = np.concatenate([as_numpy(index.codes), as_numpy(index.hasher.encode(as_numpy(new)))])
-    return Index(data, p, g, index.entry_points.copy(), index.hasher, codes)
+    return Index(data, p, g, index.entry_points.copy(), index.hasher, codes,
+                 None if row_ids is None else row_ids.extended(m))
+
+
+# --------------------------------------------------------------------------------------------------
+# delete, compact
+
+
+@runtime_docs
+def delete(index: Index | multidevice.MultiDeviceIndex, ids: ArrayLike, *, compact_above: float = 0.5,
+           device: DeviceLike = "auto", memory_limit: MemoryLimit = None, verbose: bool = True
+           ) -> Index | multidevice.MultiDeviceIndex:
+    """Delete the vectors with the ids ``ids``: searches never return them again.
+
+    The vectors stay in the graph and still guide the walks (a graph without them would have holes); the
+    index keeps a bitset of its deleted rows (:class:`~knngraph.primitives.filters.RowIds`), cleared from
+    the allowed ids of every search, with or without a ``filter`` (the filtered search of :func:`search`:
+    the list grows by the live share). When more than ``compact_above`` of the rows are deleted, the index
+    is compacted (:func:`compact`): rebuilt over the live vectors, with the same ids. :func:`save` keeps
+    the marks, :func:`extend` adds live vectors after them.
+
+    Parameters
+    ----------
+    index : Index or MultiDeviceIndex
+        A sharded :class:`~knngraph.multidevice.MultiDeviceIndex` deletes each part's ids in its part.
+    ids : 1-D array of int
+        Ids in [0, number of ids given so far); ids deleted already stay deleted.
+    compact_above : float, default=0.5
+        Compact when the deleted share of the rows passes this (0: at every delete; 1: never, call
+        :func:`compact`). A deleted row costs its share of every walk and of memory; compacting costs a
+        build over the live vectors.
+    {device}
+        Where a compaction builds.
+    {memory_limit}
+    {verbose}
+
+    Returns
+    -------
+    Index or MultiDeviceIndex
+        The index to use from now on: ``index`` itself with its marks updated, or the compacted index
+        (``index`` then keeps its marks and stays usable).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from knngraph import song
+    >>> x = np.random.default_rng(0).random((400, 8), dtype=np.float32)
+    >>> index = song.build(song.IndexParams(graph_degree=8, intermediate_graph_degree=16), x, device="cpu")
+    >>> index = song.delete(index, [0, 1])
+    >>> d, i = song.search(index, x[:2], k=1, params=song.SearchParams(queue_size=16), device="cpu")
+    >>> bool((i != [[0], [1]]).all())
+    True
+    """
+    compact_above = check_compact_above(compact_above)
+    if isinstance(index, multidevice.MultiDeviceIndex):
+        return multidevice.delete(index, ids, compact_above=compact_above, memory_limit=memory_limit,
+                                  verbose=verbose)
+    if not isinstance(index, Index):
+        raise TypeError(f"index must be a knngraph.song.Index, got {type(index).__name__}")
+    rows = (index.row_ids or RowIds(index.shape[0])).delete(ids)
+    index.row_ids = rows
+    if rows.deleted_fraction > compact_above and rows.n_deleted < rows.n_rows - 1:
+        return compact(index, device=device, memory_limit=memory_limit, verbose=verbose)
+    return index
+
+
+@runtime_docs
+def compact(index: Index, *, device: DeviceLike = "auto", memory_limit: MemoryLimit = None,
+            verbose: bool = True) -> Index:
+    """A new index over the live vectors of ``index`` (those not deleted, :func:`delete`), built with its
+    params (:func:`build`), that keeps their ids: its ``row_ids`` holds the id of each row and searches
+    return those. ``index`` is unchanged; one with nothing deleted comes back as it is.
+
+    Parameters
+    ----------
+    index : Index
+    {device}
+    {memory_limit}
+    {verbose}
+    """
+    if not isinstance(index, Index):
+        raise TypeError(f"index must be a knngraph.song.Index, got {type(index).__name__}")
+    rows = index.row_ids
+    if rows is None or rows.n_deleted == 0:
+        return index
+    live, new_rows = rows.compacted()
+    if live.size < 2:
+        raise ValueError(f"cannot compact an index with {live.size} live vector(s): a SONG index needs at least 2")
+    xp = __import__("cupy") if is_device_array(index.dataset) else np
+    new = build(index.params, index.dataset[xp.asarray(live)], device=device, memory_limit=memory_limit,
+                verbose=verbose)
+    new.row_ids = new_rows
+    return new
 
 
 # --------------------------------------------------------------------------------------------------
@@ -530,7 +636,12 @@ def save(path: FileTarget, index: Index | multidevice.MultiDeviceIndex) -> None:
               "entry_points": index.entry_points}
     if index.hasher is not None:
         arrays.update(projections=index.hasher.projections_, center=index.hasher.center_, codes=index.codes)
-    save_index(path, index, arrays, {"graph_info": g.info})
+    meta = {"graph_info": g.info}
+    if index.row_ids is not None:  # deleted rows and ids (files without them load as nothing deleted)
+        row_arrays, row_meta = index.row_ids.arrays()
+        arrays.update(row_arrays)
+        meta.update(row_meta)
+    save_index(path, index, arrays, meta)
 
 
 def load(path: FileTarget, *, metric: str | None = None) -> Index | multidevice.MultiDeviceIndex:
@@ -550,4 +661,5 @@ def load(path: FileTarget, *, metric: str | None = None) -> Index | multidevice.
             hasher = RandomProjectionHasher(params.hash_bits, seed=params.seed).set_state(arrays["projections"],
                                                                                           arrays["center"])
             codes = arrays["codes"]
-        return Index(dataset, params, graph, entries, hasher, codes)
+        rows = RowIds.from_saved(dataset.shape[0], arrays, meta)
+        return Index(dataset, params, graph, entries, hasher, codes, rows)

@@ -1,7 +1,7 @@
 """How the fast GPU searcher's time per batch depends on the batch size and the search width (warps per
 query), to set the automatic width for large batches.
 
-    python benchmarks/profile_search_width.py [--dataset sift|minilm] [--minilm-dir DIR] [--dtype float32]
+    python benchmarks/studies/profile_search_width.py [--dataset sift|minilm] [--minilm-dir DIR] [--dtype float32]
 
 Prints one JSON line per (queue size, width, batch): milliseconds per call, queries per second and the
 recall@10 of the batch (batches larger than the query set repeat it). With one warp per query, a batch
@@ -18,14 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_gpu import load, per_call, score  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.studies.search_gpu import load, per_call, score  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", choices=["sift", "minilm"], default="sift")
-    ap.add_argument("--minilm-dir", default="/root/minilm")
+    ap.add_argument("--minilm-dir", default="")
     ap.add_argument("--dtype", default="", choices=["", "float32", "float16", "int8"],
                     help="the vectors in another dtype (as search_gpu.py --dtype)")
     ap.add_argument("--metric", default="", choices=["", "inner_product"])

@@ -1,7 +1,7 @@
-"""Where the host time of a small GPU search call goes (issue 12: at most 0.1 ms per call on the host).
+"""Where the host time of a small GPU search call goes (the target: at most 0.1 ms per call on the host).
 
-    python benchmarks/profile_search_host.py [--batch 10] [--queue 24] [--calls 3000]
-    python benchmarks/profile_search_host.py --timings --calls 300
+    python benchmarks/studies/profile_search_host.py [--batch 10] [--queue 24] [--calls 3000]
+    python benchmarks/studies/profile_search_host.py --timings --calls 300
 
 Searches sift-photos 450k with device queries and preallocated outputs (``out=``), and prints:
 the median host time per call of ``song.search`` and of the prepared launch alone (the rest is argument
@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import load_sift, sync  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks._common import load_sift, sync  # noqa: E402
 
 
 def host_ms(fn, calls):

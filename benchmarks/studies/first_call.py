@@ -1,0 +1,206 @@
+"""How soon does a new process answer? First and second calls of fresh processes, with the kernels already
+compiled on disk (warm) and with empty caches (cold).
+
+    python benchmarks/studies/first_call.py --out out/                # GPU
+    python benchmarks/studies/first_call.py --device cpu --out out/   # CPU
+
+Each case runs in processes of its own (``--child CASE``) on the bundled sample (20,000 uint8 SIFT vectors,
+1,000 queries), with its own empty numba and kernel caches (``NUMBA_CACHE_DIR``, ``KNNGRAPH_CACHE_DIR``):
+the first process finds them empty (cold: it compiles what it runs), the second finds what the first left
+(warm: what every later process of a machine sees). Each process times ``import knngraph``, its first call
+and a second one, and counts the GPU kernels it built (``knngraph._cuda_launch.kernels_compiled``) and the
+seconds it spent compiling (``knngraph.primitives.compile.compile_seconds``).
+
+GPU cases: ``knn`` (k=10, the 1,000 queries), ``nndescent`` (``knn_graph(..., 32, method='nndescent')``),
+``song`` (``song.build`` + ``song.search``), ``grnnd`` and ``ggnn`` (their builds), and ``knngraph demo``
+(wall time of the command). CPU: ``knngraph warmup`` (every dtype and metric; cold, then again warm),
+``nndescent_5k`` (``knn_graph`` of 5,000 rows, k=10: cold without a warm-up, warm after it) and the demo.
+Each line says the target it is held to (``target_s``: warm first calls, the GPU demo warm and cold, the
+CPU's first warm-up) and whether it was met. Writes first_call_{cpu,gpu}.jsonl and .png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: python benchmarks/studies/NAME.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: targets of warm first calls (seconds), by device and case; ``demo_cold`` holds the cold demo
+TARGETS = {"cuda": {"knn": 0.3, "nndescent": 0.5, "song": 0.5, "grnnd": 1.0, "ggnn": 1.0, "demo": 3.0,
+                    "demo_cold": 30.0},
+           "cpu": {"warmup": 60.0, "nndescent_5k": 1.0}}
+GPU_CASES = ("knn", "nndescent", "song", "grnnd", "ggnn")
+
+
+# --------------------------------------------------------------------------------------------------
+# the child: one case in a fresh process
+
+
+def child(case: str, device: str) -> dict:
+    """Import knngraph, run ``case`` twice; the seconds of each step, the kernels built, the compilation."""
+    t0 = time.perf_counter()
+    import numpy as np
+
+    import knngraph
+    from knngraph.datasets import load_sample
+    from knngraph.primitives.compile import compile_seconds
+
+    import_s = time.perf_counter() - t0
+    s = load_sample()
+    base, queries = s.base, s.queries
+
+    def run():
+        if case == "knn":
+            knngraph.knn(base, queries, 10, device=device, verbose=False)
+        elif case == "nndescent":
+            knngraph.knn_graph(base, 32, method="nndescent", device=device, verbose=False)
+        elif case == "nndescent_5k":
+            knngraph.knn_graph(np.ascontiguousarray(base[:5000]), 10, method="nndescent", device=device,
+                               verbose=False)
+        elif case == "song":
+            index = knngraph.song.build(knngraph.song.IndexParams(), base, device=device, verbose=False)
+            knngraph.song.search(index, queries, 10, device=device, verbose=False)
+        elif case == "grnnd":
+            knngraph.grnnd.build(knngraph.grnnd.IndexParams(), base, device=device, verbose=False)
+        elif case == "ggnn":
+            knngraph.ggnn.build(knngraph.ggnn.IndexParams(), base, device=device, verbose=False)
+        else:
+            raise ValueError(f"unknown case {case!r}")
+        if device != "cpu":
+            import cupy as cp
+
+            cp.cuda.Device().synchronize()
+
+    times = []
+    for _ in range(2):
+        t = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t)
+    gpu = sys.modules.get("knngraph._cuda_launch")
+    return {"import_s": import_s, "first_s": times[0], "second_s": times[1],
+            "kernels_compiled": gpu.kernels_compiled() if gpu is not None else 0, "compile_s": compile_seconds()}
+
+
+# --------------------------------------------------------------------------------------------------
+# the parent: fresh processes, caches, lines
+
+
+def _env(caches: Path) -> dict:
+    return dict(os.environ, NUMBA_CACHE_DIR=str(caches / "numba"), KNNGRAPH_CACHE_DIR=str(caches / "knngraph"))
+
+
+def _child_run(case: str, device: str, caches: Path) -> dict:
+    done = subprocess.run([sys.executable, __file__, "--child", case, "--device", device], capture_output=True,
+                          text=True, env=_env(caches), cwd=str(ROOT), timeout=3600)
+    if done.returncode:
+        raise RuntimeError(f"{case} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _command(args: list, caches: Path) -> dict:
+    """``python -m knngraph ARGS --json`` in a fresh process: its wall seconds and compilation."""
+    t = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "knngraph", *args, "--json"], capture_output=True, text=True,
+                          env=_env(caches), cwd=str(ROOT), timeout=3600)
+    wall = time.perf_counter() - t
+    if done.returncode:
+        raise RuntimeError(f"knngraph {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    res = json.loads(done.stdout.strip().splitlines()[-1])
+    out = {"wall_s": wall, "compile_s": res.get("compile_seconds")}
+    out.update({key: res[key] for key in ("processes", "tasks") if key in res})
+    return out
+
+
+def _line(log, device: str, case: str, cache: str, target: float | None, fields: dict) -> dict:
+    seconds = fields.get("first_s", fields.get("wall_s"))
+    # the machine's load when the line is written: other work on a shared machine slows every process
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return log.write(study="first_call", device=device, case=case, cache=cache, **fields, target_s=target,
+                     meets_target=None if target is None else bool(seconds <= target), load_1min=load)
+
+
+def measure(device: str, log, tmp: Path) -> None:
+    """Every case of ``device``, cold then warm, each in caches of its own under ``tmp``."""
+    targets = TARGETS[device]
+    if device == "cuda":
+        for case in GPU_CASES:
+            for cache in ("cold", "warm"):
+                _line(log, device, case, cache, targets[case] if cache == "warm" else None,
+                      _child_run(case, device, tmp / case))
+        for cache in ("cold", "warm"):
+            _line(log, device, "demo", cache, targets["demo" if cache == "warm" else "demo_cold"],
+                  _command(["demo", "--device", "cuda"], tmp / "demo"))
+        return
+    # a first NN-Descent graph with nothing compiled, the warm-up (cold, then again: nothing left to do),
+    # and a first NN-Descent graph after the warm-up
+    _line(log, device, "nndescent_5k", "cold", None, _child_run("nndescent_5k", device, tmp / "nothing"))
+    for cache in ("cold", "warm"):
+        _line(log, device, "warmup", cache, targets["warmup"] if cache == "cold" else None,
+              _command(["warmup", "--device", "cpu"], tmp / "warmup"))
+    _line(log, device, "nndescent_5k", "warm", targets["nndescent_5k"],
+          _child_run("nndescent_5k", device, tmp / "warmup"))
+    for cache in ("cold", "warm"):
+        _line(log, device, "demo", cache, None, _command(["demo", "--device", "cpu"], tmp / "demo"))
+
+
+def plot(rows, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    fig, ax = plt.subplots(figsize=(1.6 * len(cases) + 3, 4))
+    width = 0.27
+    for j, (label, cache, key) in enumerate((("cold: first call", "cold", "first_s"),
+                                             ("warm: first call", "warm", "first_s"),
+                                             ("warm: second call", "warm", "second_s"))):
+        vals = []
+        for case in cases:
+            r = next((r for r in rows if r["case"] == case and r["cache"] == cache), None)
+            vals.append(None if r is None else r.get(key, r.get("wall_s") if key == "first_s" else None))
+        xs = [i + (j - 1) * width for i, v in enumerate(vals) if v is not None]
+        ax.bar(xs, [v for v in vals if v is not None], width, label=label)
+    for r in rows:  # each target over the bar it holds: a cold or a warm first call
+        if r["target_s"] is not None:
+            x = cases.index(r["case"]) + (-width if r["cache"] == "cold" else 0.0)
+            ax.plot([x - width / 2, x + width / 2], [r["target_s"]] * 2, "k--", lw=1)
+    ax.set_xticks(range(len(cases)), cases)
+    ax.set_yscale("log")
+    ax.set_ylabel("seconds (dashed: target)")
+    ax.set_title(f"first calls of a new process ({rows[0]['device']}; demo and warm-up: wall time)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="out")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.device)))
+        return
+    from benchmarks.runner.measure import JsonLines
+
+    name = f"first_call_{'gpu' if args.device == 'cuda' else 'cpu'}"
+    log = JsonLines(Path(args.out) / f"{name}.jsonl")
+    with tempfile.TemporaryDirectory(prefix="knngraph-first-call-") as tmp:
+        measure(args.device, log, Path(tmp))
+    plot(log.rows, Path(args.out) / f"{name}.png")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,304 @@
+r"""Several GPUs of one host: replicated and sharded search, sharded builds, k-NN graphs past one GPU's budget,
+Dask on a LocalCUDACluster, and a billion vectors (``--parts billion``).
+
+    python benchmarks/studies/multi_gpu.py --out $OUT                       # every GPU of the machine
+    python benchmarks/studies/multi_gpu.py --parts replicated,sharded --out $OUT
+
+Parts (each writes lines to ``multi_gpu.jsonl``; ``multi_gpu.png`` plots throughput against GPUs):
+
+* ``replicated``: sift-photos 450k, ``song.build`` defaults built once; batches of 100,000 queries (the
+  10,000 queries repeated) searched on 1, 2, ... GPUs (``song.search(..., devices=[...])``), queue sizes
+  32 and 64: queries/s (median of 3 after a warm-up) and recall@10 of the first 10,000. Target: >= 1.9x
+  one GPU's queries/s on 2 GPUs and >= 3.6x on 4, at the same recall.
+* ``sharded``: a clustered synthetic set (``benchmarks/_common.clustered``, overlapping, 96-d float32,
+  ``--shard-rows`` per GPU, default 2M): one GPU builds ``song.build`` of its half, then m GPUs build the
+  whole set sharded (``devices=[0..m-1], layout='sharded'``); 10,000 held-out queries searched on both.
+  Target: the m-GPU build of m halves within 1.15x of one GPU's half; queries/s >= 0.9x at the same recall.
+* ``graph``: NN-Descent k=32 of a clustered 128-d set of ``--graph-rows`` rows with ``memory_limit`` a
+  quarter of its size: one GPU out of core against every GPU at once (``knngraph.knn_graph(...,
+  devices=...)``), graph recall@10 on 1,000 sampled nodes. Target: <= 0.35x the one-GPU time on 4 GPUs.
+* ``dask``: ``knngraph.distributed`` on a dask-cuda ``LocalCUDACluster`` of 2 GPUs (one worker each):
+  the sift 450k SONG index in 2 shards, 10,000 queries as 10 batches of 1,000 streamed, against the same
+  two shard indexes searched and merged in this process; same ids required. Target: >= 0.9x in-process.
+* ``billion`` (not run by default): ``--billion-rows`` (default 1e9) 96-d uint8 vectors made on the GPUs
+  (overlapping clusters, fixed seed), GGNN built sharded over every GPU, 10,000 queries whose exact top-10
+  come from the multi-GPU exact search; the time split (generation, build per GPU, search), peak memory,
+  queries/s and recall@10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks._common import clustered  # noqa: E402
+from benchmarks.runner.measure import JsonLines, sync, time_calls  # noqa: E402
+
+PARTS = ("replicated", "sharded", "graph", "dask")
+
+#: 'cuda', or 'cpu' for a smoke run of the parts on logical CPU devices (``--smoke``: small sizes, the same code)
+KIND = {"device": "cuda", "sift_rows": 450_000}
+
+
+def dev(i: int) -> str:
+    return f"cuda:{i}" if KIND["device"] == "cuda" else "cpu"
+
+
+def devs(m: int) -> list:
+    return [dev(i) for i in range(m)] if KIND["device"] == "cuda" else ["cpu"] * m
+
+
+def xp():
+    if KIND["device"] == "cuda":
+        import cupy
+
+        return cupy
+    return np
+
+
+def gpu_count() -> int:
+    if KIND["device"] != "cuda":
+        return 2
+    import cupy as cp
+
+    return int(cp.cuda.runtime.getDeviceCount())
+
+
+def device_sets(n_gpus: int):
+    """1, 2, 4, ... GPUs (powers of two up to the machine's count, and the count itself)."""
+    sizes, m = [], 1
+    while m <= n_gpus:
+        sizes.append(m)
+        m *= 2
+    if sizes[-1] != n_gpus:
+        sizes.append(n_gpus)
+    return [devs(m) for m in sizes]
+
+
+def recall10(ids, truth):
+    import knngraph
+
+    return float(knngraph.recall_at_k(knngraph._device.as_numpy(ids), knngraph._device.as_numpy(truth), 10))
+
+
+def sift():
+    from benchmarks.runner import data
+
+    ds = data.load(data.sift_photos(KIND["sift_rows"]))
+    return ds.base, ds.queries, ds.gt_ids
+
+
+def part_replicated(lines, n_gpus, queues=(32, 64), repeat=10):
+    import knngraph
+    from knngraph import song
+
+    base, queries, gt = sift()
+    index = song.build(song.IndexParams(), base, device=dev(0), verbose=False)
+    batch = np.ascontiguousarray(np.concatenate([queries] * repeat))
+    for q in queues:
+        sp = song.SearchParams(queue_size=q)
+        one = None
+        for devs in device_sets(n_gpus):
+            timing = time_calls(lambda: song.search(index, batch, 10, sp, devices=devs), repeats=3)
+            qps = batch.shape[0] / timing.median_s
+            rec = recall10(timing.result.indices[:queries.shape[0]], gt[:, :10])
+            one = qps if len(devs) == 1 else one
+            lines.write(part="replicated", gpus=len(devs), queue_size=q, batch=batch.shape[0], qps=qps,
+                        seconds=timing.median_s, recall_at_10=rec, speedup=qps / one)
+    del index, knngraph
+
+
+def part_sharded(lines, n_gpus, rows_per_gpu):
+    import knngraph
+    from knngraph import song
+
+    m = min(n_gpus, 2) if n_gpus < 4 else n_gpus
+    x = clustered(rows_per_gpu * m + 10_000, 96, seed=5, overlapping=True, xp=xp())
+    base, queries = x[:-10_000], x[-10_000:]
+    half = base[:rows_per_gpu]
+    truth_half = knngraph.knn(half, queries, 10, device=dev(0)).indices
+    truth = knngraph.knn(base, queries, 10, devices=devs(m)).indices
+    t0 = time.perf_counter()
+    one = song.build(song.IndexParams(), half, device=dev(0), verbose=False)
+    sync()
+    t_one = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    spread = song.build(song.IndexParams(), base, devices=devs(m), layout="sharded", verbose=False)
+    sync()
+    t_spread = time.perf_counter() - t0
+    for q in (32, 64):
+        sp = song.SearchParams(queue_size=q)
+        a = time_calls(lambda: song.search(one, queries, 10, sp, device=dev(0)), repeats=3)
+        b = time_calls(lambda: song.search(spread, queries, 10, sp), repeats=3)
+        lines.write(part="sharded", gpus=m, rows_per_gpu=rows_per_gpu, queue_size=q, build_one_s=t_one,
+                    build_sharded_s=t_spread, build_ratio=t_spread / t_one,
+                    qps_one=queries.shape[0] / a.median_s, qps_sharded=queries.shape[0] / b.median_s,
+                    qps_ratio=a.median_s / b.median_s, recall_one=recall10(a.result.indices, truth_half),
+                    recall_sharded=recall10(b.result.indices, truth))
+
+
+def part_graph(lines, n_gpus, rows):
+    import knngraph
+    from benchmarks.runner.quality import GraphTruth
+
+    x = clustered(rows, 128, seed=9, xp=xp())
+    limit = x.nbytes // 4
+    truth = GraphTruth(x, "sqeuclidean", 10, sample=1000, device=dev(0))
+    runs = [("one-gpu out of core", dict(device=dev(0))), (f"{n_gpus} gpus", dict(devices=devs(n_gpus)))]
+    times = {}
+    for name, where in runs:
+        t0 = time.perf_counter()
+        g = knngraph.knn_graph(x, 32, method="nndescent", memory_limit=limit, verbose=False, **where)
+        sync()
+        times[name] = time.perf_counter() - t0
+        lines.write(part="graph", run=name, rows=rows, memory_limit=limit, seconds=times[name],
+                    graph_recall_at_10=truth.recall(knngraph._device.as_numpy(g.indices), 10),
+                    pieces=g.info.get("pieces"), pieces_per_device=g.info.get("pieces_per_device"))
+    lines.write(part="graph", ratio=times[runs[1][0]] / times[runs[0][0]], gpus=n_gpus)
+
+
+def part_dask(lines):
+    import dask_cuda
+    import distributed
+
+    import knngraph
+    from knngraph import distributed as kd
+    from knngraph import song
+    from knngraph.graphops import merge_topk
+
+    base, queries, gt = sift()
+    params = song.IndexParams(seed=3)
+    sp = song.SearchParams(queue_size=32)
+    with dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES="0,1", dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        index = kd.build(params, base, client=client, shards=2, device="cuda").wait()
+        shards = client.gather(index.futures)
+        kd.search(index, queries[:1000], 10, sp, device="cuda", batch_size=1000)  # warm-up
+        t0 = time.perf_counter()
+        d, i = kd.search(index, queries, 10, sp, device="cuda", batch_size=1000)
+        t_dask = time.perf_counter() - t0
+    parts = [s.search(queries, 10, sp, device="cuda:0") for s in shards]
+    merged = merge_topk([knngraph._device.as_numpy(p[0]) for p in parts],
+                        [knngraph._device.as_numpy(p[1]) + sh.offset for p, sh in zip(parts, index.shards)], 10)
+    t0 = time.perf_counter()
+    for s0 in range(0, queries.shape[0], 1000):
+        q = queries[s0:s0 + 1000]
+        ps = [s.search(q, 10, sp, device="cuda:0") for s in shards]
+        merge_topk([knngraph._device.as_numpy(p[0]) for p in ps],
+                   [knngraph._device.as_numpy(p[1]) + sh.offset for p, sh in zip(ps, index.shards)], 10)
+    sync()
+    t_local = time.perf_counter() - t0
+    lines.write(part="dask", workers=2, same_ids=bool(np.array_equal(knngraph._device.as_numpy(i), merged[1])),
+                qps_dask=queries.shape[0] / t_dask, qps_in_process=queries.shape[0] / t_local,
+                ratio=t_local / t_dask, recall_at_10=recall10(i, gt[:, :10]))
+
+
+def part_billion(lines, n_gpus, rows):
+    """The seed papers' scale: generation on the GPUs, GGNN sharded over them, exact truth by the multi-GPU
+    exact search of 10,000 queries."""
+    import cupy as cp
+
+    import knngraph
+    from knngraph import ggnn
+
+    t0 = time.perf_counter()
+    per = rows // n_gpus
+    parts = []
+    for g in range(n_gpus):
+        with cp.cuda.Device(g):
+            rs = cp.random.RandomState(1000 + g)
+            centres = rs.standard_normal((1000, 96), dtype=cp.float32) * 20 + 128
+            lab = rs.randint(0, 1000, per)
+            block = cp.clip(centres[lab] + rs.standard_normal((per, 96), dtype=cp.float32) * 12, 0, 255)
+            parts.append(block.astype(cp.uint8))
+            del block, lab
+    t_gen = time.perf_counter() - t0
+    host = np.concatenate([p.get() for p in parts])
+    queries = host[np.random.default_rng(0).integers(0, host.shape[0], 10_000)]
+    t0 = time.perf_counter()
+    index = ggnn.build(ggnn.IndexParams(graph_degree=20, inverse_links=14, refinements=0), host,
+                       devices=list(range(n_gpus)), layout="sharded", verbose=False)
+    t_build = time.perf_counter() - t0
+    truth = knngraph.knn(host, queries, 10, devices=list(range(n_gpus)), layout="sharded").indices
+    timing = time_calls(lambda: ggnn.search(index, queries, 10, ggnn.SearchParams(tau=0.5)), repeats=3)
+    lines.write(part="billion", rows=rows, gpus=n_gpus, generation_s=t_gen, build_s=t_build,
+                qps=queries.shape[0] / timing.median_s, recall_at_10=recall10(timing.result.indices, truth),
+                peak_gpu_bytes=[int(cp.cuda.Device(g).mem_info[1] - cp.cuda.Device(g).mem_info[0])
+                                for g in range(n_gpus)])
+
+
+def plot(jsonl: Path, png: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    rows = [json.loads(x) for x in jsonl.read_text().splitlines() if x.strip()]
+    rep = [r for r in rows if r.get("part") == "replicated"]
+    if not rep:
+        return
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for q in sorted({r["queue_size"] for r in rep}):
+        pts = sorted((r["gpus"], r["qps"]) for r in rep if r["queue_size"] == q)
+        ax.plot([p[0] for p in pts], [p[1] / 1e6 for p in pts], "o-", label=f"queue {q}")
+    ax.set_xlabel("GPUs (replicated index, 100k-query batches)")
+    ax.set_ylabel("million queries / s")
+    gpu = rep[0].get("env", {}).get("gpu", "GPU")
+    ax.set_title(f"sift-photos 450k, {gpu}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", default=",".join(PARTS))
+    ap.add_argument("--shard-rows", type=int, default=2_000_000)
+    ap.add_argument("--graph-rows", type=int, default=4_000_000)
+    ap.add_argument("--billion-rows", type=int, default=1_000_000_000)
+    ap.add_argument("--out", default="out")
+    ap.add_argument("--smoke", action="store_true",
+                    help="the parts but 'dask' and 'billion' on two logical CPU devices at small sizes (checks the "
+                         "study itself on a machine without a GPU; its numbers mean nothing)")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        KIND.update(device="cpu", sift_rows=20_000)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = JsonLines(out / "multi_gpu.jsonl")
+    n = gpu_count()
+    parts = args.parts.split(",")
+    for part in parts:
+        t0 = time.perf_counter()
+        try:
+            if part == "replicated":
+                part_replicated(lines, n)
+            elif part == "sharded":
+                part_sharded(lines, n, args.shard_rows)
+            elif part == "graph":
+                part_graph(lines, n, args.graph_rows)
+            elif part == "dask":
+                part_dask(lines)
+            elif part == "billion":
+                part_billion(lines, n, args.billion_rows)
+            else:
+                raise ValueError(f"unknown part {part!r}")
+        except Exception as exc:  # noqa: BLE001 - one part failing must not hide the others' numbers
+            import traceback
+
+            traceback.print_exc()
+            lines.write(part=part, error=f"{type(exc).__name__}: {exc}")
+        print(f"part {part}: {time.perf_counter() - t0:.1f} s", flush=True)
+    plot(out / "multi_gpu.jsonl", out / "multi_gpu.png")
+
+
+if __name__ == "__main__":
+    main()
