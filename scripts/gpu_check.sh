@@ -144,6 +144,7 @@ if [ "$what" = multi ]; then
     --parts "${MULTI_PARTS:-replicated,sharded,dask,graph}" --shard-rows "${MULTI_SHARD_ROWS:-1000000}" \
     --graph-rows "${MULTI_GRAPH_ROWS:-2000000}" > "$W/multi_gpu.log" 2>&1
   echo "multi_gpu rc=$? at $((SECONDS - start)) s" | tee -a "$W/steps.log"
+  tar cJf "$OUT/multi.tar.xz" -C "$OUT" multi  # what a call cut short still brings back
   T() { timeout "$(left)" "$@"; }  # a step ends by the deadline of the whole call
   pyt="python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="
   top_level=$(ls tests/test_*.py | grep -v test_multidevice_gpu | tr '\n' ' ')
@@ -151,7 +152,7 @@ if [ "$what" = multi ]; then
     "T $pyt tests/beam tests/song > $W/tests_beam_song.log 2>&1;
      T python3 benchmarks/studies/gpu_regression.py --out $W/regression_new > $W/regression_new.log 2>&1;
      [ -d .before ] && (cd .before && PYTHONPATH=$ROOT/scripts/device_env:$ROOT/.before/src:$ROOT/.before \
-        T python3 benchmarks/studies/gpu_regression.py --out $W/regression_old > $W/regression_old.log 2>&1)"
+        T python3 benchmarks/gpu_regression.py --out $W/regression_old > $W/regression_old.log 2>&1)"
     "T $pyt tests/ggnn tests/grnnd tests/distributed > $W/tests_ggnn_grnnd_distributed.log 2>&1"
     "CUDA_VISIBLE_DEVICES=LANE,NEXT T $pyt tests/test_multidevice_gpu.py > $W/tests_multidevice.log 2>&1;
      T $pyt tests/bruteforce tests/nndescent tests/primitives $top_level > $W/tests_rest.log 2>&1"

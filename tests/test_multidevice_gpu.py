@@ -102,9 +102,20 @@ def test_bad_gpu_ids_are_refused_naming_them(data):
 
 
 def test_a_gpu_out_of_memory_fails_the_build_naming_it(data):
+    """A GPU that runs out of memory half-way (here: all but a few MB of it taken by another array) fails the
+    several-device build with a MemoryError naming it; what it held is released, so the next build fits."""
+    import cupy as cp
+
     base, _ = data
-    with pytest.raises(MemoryError, match=r"on device cuda:0"):
-        knngraph.knn_graph(base, 16, method="grnnd", devices=[0, 0], memory_limit=4096, verbose=False)
+    with cp.cuda.Device(0):
+        free, _ = cp.cuda.runtime.memGetInfo()
+        hog = cp.empty(max(1, free - (8 << 20)), cp.uint8)
+    try:
+        with pytest.raises(MemoryError, match=r"on device cuda:0"):
+            knngraph.knn_graph(np.tile(base, (4, 1)), 16, method="grnnd", devices=[0, 0], verbose=False)
+    finally:
+        del hog
+        cp.get_default_memory_pool().free_all_blocks()
     # the next build in the same process succeeds
     g = knngraph.knn_graph(base[:3000], 16, method="grnnd", device="cuda:0", verbose=False)
     assert g.indices.shape == (3000, 16)

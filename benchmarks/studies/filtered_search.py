@@ -213,10 +213,15 @@ def fit_costs(rows) -> dict:
     growth, log_query = np.polyfit(x, y, 1)
     walk_query = float(np.exp(log_query))
     small = [r for r in walks if r["nq"] != big]
-    walk_call = float(np.median([max(0.0, r["seconds"] - r["nq"] * walk_query * (r["list_size"] / 64) ** growth
-                                     * r["dim"] / 128) for r in small])) if small else 0.0
+    # a small batch: one walk's latency (log-log line through the small batches); the cost of a call: the
+    # least any small batch took
+    xs = np.log([r["list_size"] / 64 for r in small])
+    ys = np.log([r["seconds"] * 128 / r["dim"] for r in small])
+    latency_growth, log_latency = np.polyfit(xs, ys, 1)
+    walk_call = float(min(r["seconds"] for r in small))
     return {"exact_call": float(exact_call), "exact_row": float(exact_row), "exact_query": float(exact_query),
-            "exact_mac": float(exact_mac), "walk_call": walk_call, "walk_query": walk_query, "walk_growth": float(growth)}
+            "exact_mac": float(exact_mac), "walk_call": walk_call, "walk_query": walk_query, "walk_growth": float(growth),
+            "walk_latency": float(np.exp(log_latency)), "walk_latency_growth": float(latency_growth)}
 
 
 def main(argv=None):

@@ -454,4 +454,9 @@ def launch(kernel, blocks: int, threads: int, args, stream=None, max_registers=N
     flat: list = []
     for a in args:
         _flatten(a, flat)
-    fn((int(blocks),), (int(threads),), tuple(flat), stream=stream, enable_cooperative_groups=bool(cooperative))
+    grid, block = (int(blocks),), (int(threads),)
+    if cooperative:
+        # a RawKernel passes the flag it was made with to its per-device function, which takes it per launch
+        getattr(fn, "kernel", fn)(grid, block, tuple(flat), stream=stream, enable_cooperative_groups=True)
+    else:
+        fn(grid, block, tuple(flat), stream=stream)

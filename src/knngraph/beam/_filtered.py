@@ -33,11 +33,13 @@ class FilteredCosts:
     * exact scan: ``exact_call + n_allowed * exact_row + nq * (exact_query + n_allowed * dim * exact_mac)``:
       a fixed cost per call (launches, host work), one per allowed row (its id listed, its vector gathered),
       and per query its fixed cost (k-selection, copies) and each distance term of the GEMM;
-    * walk: ``walk_call + nq * walk_query * (list / 64) ** walk_growth * dim / 128``: a query's walk at a
-      list of 64 entries on 128-d vectors (sift), growing with the list (more expansions, each merging
-      into a longer list) and the row length. Its cost does not depend on the number of vectors (a walk
-      visits a few thousand of them); it does on the graph's degree, which the constants fix at the
-      measured graphs' (32 to 40).
+    * walk: ``max(walk_call + nq * walk_query * g(walk_growth), walk_latency * g(walk_latency_growth)) * dim
+      / 128`` with ``g(e) = (list / 64) ** e``: a batch that fills the device costs a fixed cost per call
+      and a query's share of the device's throughput at a list of 64 entries on 128-d vectors (sift),
+      growing with the list (more expansions, each merging into a longer list, and fewer walks resident at
+      once); a batch too small to fill it costs the walk of one query (its latency, growing with the list
+      too). Its cost does not depend on the number of vectors (a walk visits a few thousand of them); it
+      does on the graph's degree, which the constants fix at the measured graphs' (32 to 40).
     """
 
     exact_call: float
@@ -47,41 +49,40 @@ class FilteredCosts:
     walk_call: float
     walk_query: float
     walk_growth: float
+    walk_latency: float
+    walk_latency_growth: float
 
     def exact_seconds(self, nq: int, n_allowed: int, dim: int) -> float:
         return self.exact_call + n_allowed * self.exact_row + nq * (self.exact_query + n_allowed * dim * self.exact_mac)
 
     def walk_seconds(self, nq: int, queue: int, dim: int) -> float:
-        return self.walk_call + nq * self.walk_query * (queue / 64) ** self.walk_growth * dim / 128
+        batch = self.walk_call + nq * self.walk_query * (queue / 64) ** self.walk_growth
+        return max(batch, self.walk_latency * (queue / 64) ** self.walk_latency_growth) * dim / 128
 
 
 #: the constants by kind of device ('cpu', 'cuda'), for 128-d 8-bit vectors and graphs of degree 32-40 (both
-#: paths scale alike with the row length: the model takes dimension as the only size of a row). Where
-#: they come from:
+#: paths scale alike with the row length: the model takes dimension as the only size of a row), fitted by
+#: ``python benchmarks/studies/filtered_search.py --calibrate`` (its ``fit_costs``: least squares on the relative
+#: error of the exact scans; log-log lines through the walks of full and of small batches) to:
 #:
-#: * 'cuda', exact scan: an H100, sift-photos 450k (uint8, 128-d), 10k queries, k=10, the exact search over
-#:   the allowed rows took 7.1 / 9.8 / 39.5 / 78.7 ms with 1 / 10 / 50 / 90% allowed
-#:   (``benchmarks/results/filtered_search_cuda_sift450k_h100.jsonl``, part 'exact'); least squares on
-#:   the relative error: 0.53 us per query and 1.16e-13 s per distance term (within 20% of each time).
-#:   Those 10k-query runs cannot tell what a call or an allowed row costs apart from the queries; so these
-#:   two are estimates: 0.75 ns per allowed row (its id listed on the host and copied to the GPU, 8 bytes
-#:   at about 12 GB/s, and its 128 bytes gathered at the card's 2.96 TB/s copy bandwidth measured in
-#:   ``benchmarks/results/search_gpu_sift_h100.jsonl``) and 0.1 ms per call (the launches). A GPU run of
-#:   ``benchmarks/studies/filtered_search.py --device cuda --calibrate`` measures all four.
-#: * 'cuda', walk: the same card and data, the fast searcher's unfiltered queue sweep (10k queries): 1.34 /
-#:   2.42 / 4.81 / 8.40 / 11.7 ms at lists of 32 / 64 / 128 / 192 / 256 (``search_gpu_sift_h100.jsonl``,
-#:   part 'batch10k'): 0.26 us per query at 64, growing as (list / 64) ** 1.03 (a log-log fit); a call
-#:   of one to a hundred queries took 0.15 - 0.33 ms there (part 'small_batch'): 0.15 ms per call. A
-#:   filtered walk is that walk with a longer list (its compaction of the list is one pass at the end).
-#: * 'cpu': sift-photos 100k (uint8, 128-d), 2 threads, measured by ``benchmarks/studies/filtered_search.py
-#:   --calibrate`` (``benchmarks/results/filtered_search_cpu_2cores.jsonl``, parts 'calibrate' and 'fit'):
-#:   the exact scan over 1 - 50% of the rows in batches of 10, 200 and 2000 queries and the filtered
-#:   walk at lists of 64 to 1024 in batches of 10 and 2000 queries, fitted by least squares.
+#: * 'cuda': an H200, sift-photos 450k (uint8, 128-d), the exact scan over 1 - 50% of the rows in batches of
+#:   10, 200 and 10,000 queries and the filtered walk at lists of 65 to 1024 entries in batches of 10 and
+#:   10,000 (``benchmarks/results/filtered_search_cuda_sift450k_h200.jsonl``, parts 'calibrate' and 'fit'). The
+#:   exact scan costs 5.4 ms per call and 83 ns per allowed row before any query (the allowed rows listed
+#:   and gathered), then 5e-14 s per distance term: at 10 queries it is 5.0 ms with 1% allowed and 21 ms
+#:   with 50%. A walk of 10,000 queries took 2.9 ms at a list of 65 and 180 ms at 1024 (the throughput
+#:   falls faster than the list grows: long lists leave fewer walks resident); 10 queries took 0.76 ms at
+#:   65 and 14.3 ms at 1024 (one walk's latency).
+#: * 'cpu': sift-photos 100k (uint8, 128-d), 2 threads, the same parts with batches of 10, 200 and 2,000
+#:   queries (``benchmarks/results/filtered_search_cpu_2cores_calibrate.jsonl``). One thread walks one query,
+#:   so a small batch is no faster per query than a large one: the latency term stays below the batch term.
 COSTS = {
-    "cuda": FilteredCosts(exact_call=1e-4, exact_row=7.5e-10, exact_query=5.3e-7, exact_mac=1.16e-13,
-                          walk_call=1.5e-4, walk_query=2.6e-7, walk_growth=1.03),
-    "cpu": FilteredCosts(exact_call=1e-3, exact_row=2e-8, exact_query=1e-6, exact_mac=2.2e-11, walk_call=1e-4,
-                         walk_query=2.0e-5, walk_growth=0.9),
+    "cuda": FilteredCosts(exact_call=5.41e-3, exact_row=8.31e-8, exact_query=0.0, exact_mac=5.0e-14,
+                          walk_call=7.55e-4, walk_query=2.4e-7, walk_growth=1.56,
+                          walk_latency=5.27e-4, walk_latency_growth=1.13),
+    "cpu": FilteredCosts(exact_call=6.65e-3, exact_row=6.13e-8, exact_query=1.21e-6, exact_mac=1.67e-11,
+                         walk_call=3.2e-4, walk_query=2.23e-5, walk_growth=1.05, walk_latency=2.79e-4,
+                         walk_latency_growth=1.0),
 }
 
 
