@@ -42,6 +42,13 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip_gpu)
 
 
+def pytest_runtest_logreport(report):
+    """In GPU mode, a failure's traceback is printed the moment the test fails, not only in the summary at
+    the end: a run cut short by the GPU machine's time limit still says why each test failed."""
+    if GPU_MODE and report.failed:
+        print(f"\n=== FAILED {report.nodeid} ({report.when})\n{report.longreprtext}\n", flush=True)
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)

@@ -57,8 +57,11 @@ def test_search_reports_the_queries_per_second_of_the_search(sample_files, sampl
                         "--out", str(folder / "ids.npy"))
     here = _in_process_qps(lambda: song.search(index, sample.queries, 10, device="cpu", verbose=False),
                            sample.queries.shape[0])
-    # before the warm-up call the figure counted loading the kernels: 15-60x below the search's speed
-    assert 0.5 <= payload["queries_per_second"] / here <= 2.0, (payload, here)
+    # before the warm-up call the figure counted loading the kernels: 15-60x below the search's speed. Only
+    # that error is checked (a figure below a third of this process's): the two timings run at different
+    # moments of a machine that other work shares, so their ratio is no speed measurement (the benchmark
+    # benchmarks/studies/cpu_defaults.py, part 'cli', compares them)
+    assert payload["queries_per_second"] / here >= 1 / 3, (payload, here)
     assert payload["search_load_seconds"] > 0 and payload["warmup_queries"] == 64
     ids = np.load(folder / "ids.npy")
     np.testing.assert_array_equal(ids, song.search(index, sample.queries, 10, device="cpu", verbose=False)[1])
@@ -70,7 +73,7 @@ def test_knn_reports_the_queries_per_second_of_the_search(sample_files, sample):
                         "--out", str(folder / "exact.npy"))
     here = _in_process_qps(lambda: knngraph.knn(sample.base, sample.queries, 10, device="cpu", verbose=False),
                            sample.queries.shape[0])
-    assert 0.5 <= payload["queries_per_second"] / here <= 2.0, (payload, here)
+    assert payload["queries_per_second"] / here >= 1 / 3, (payload, here)  # as above
     assert payload["load_seconds"] > 0 and payload["warmup_queries"] == 64
     ids = knngraph.knn(sample.base, sample.queries, 10, device="cpu", verbose=False)[1]
     np.testing.assert_array_equal(np.load(folder / "exact.npy"), ids)

@@ -128,6 +128,10 @@ def test_clustered_graph_over_devices_when_the_graph_does_not_fit_one(data):
     assert knngraph.graph_recall(g, base=base, k=10, sample=300) >= 0.9
     small = knngraph.knn_graph(base, 16, method="nndescent", devices=CPUS, verbose=False)
     assert small.info["devices"] == ["cpu"]  # it fits one device: built there
+    # a budget below the smallest piece is refused, naming memory_limit, as the one-device build does
+    with pytest.raises(MemoryError, match=r"memory_limit allows 4\.0 KiB per device, but a k-NN graph of k=16 built "
+                                          r"in pieces needs at least .* \(pieces of 68 rows of 128 dimensions\)"):
+        knngraph.knn_graph(base, 16, method="grnnd", devices=CPUS, memory_limit=4096, verbose=False)
 
 
 @pytest.mark.parametrize("devices, error, match", [

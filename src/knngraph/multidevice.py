@@ -43,8 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._device import (Device, array_kind, as_numpy, default_memory_limit, device_context, is_device_array,
-                      parse_memory, resolve_device, return_as)
+from ._device import (Device, array_kind, as_numpy, default_memory_limit, device_context, format_bytes,
+                      is_device_array, parse_memory, resolve_device, return_as)
 from .index import KNNResult
 
 __all__ = ["MultiDeviceIndex", "resolve_devices", "choose_layout", "build", "search", "delete", "replicate",
@@ -360,14 +360,22 @@ def search(index: MultiDeviceIndex, queries, k: int, params=None, *, device="aut
         parts = index.parts if len(index.parts) == len(devs) else index.parts * len(devs)
         cuts = shard_bounds(nq, len(devs))
         busy = [j for j in range(len(devs)) if cuts[j + 1] > cuts[j]] or [0]
-        jobs = [(lambda j=j: module.search(parts[j], _to_device(q[int(cuts[j]):int(cuts[j + 1])], devs[j]), k,
-                                           params, device=devs[j], filter=filter, stats=per_device_stats[j], **kw))
-                for j in busy]
-        results = _run_all(pool, [devs[j] for j in busy], jobs)
-        xp = _xp(first)
+        # results of host queries go back to the host from every GPU at once (each in its own thread), not
+        # through the first GPU
+        to_host = qkind.framework == "numpy" and out is None
+
+        def replica_job(j):
+            r = module.search(parts[j], _to_device(q[int(cuts[j]):int(cuts[j + 1])], devs[j]), k, params,
+                              device=devs[j], filter=filter, stats=per_device_stats[j], **kw)
+            return (as_numpy(r[0]), as_numpy(r[1])) if to_host else r
+
+        results = _run_all(pool, [devs[j] for j in busy], [lambda j=j: replica_job(j) for j in busy])
+        xp = np if to_host else _xp(first)
         with device_context(first):
-            d = xp.concatenate([_to_device(r[0], first) for r in results]) if len(results) > 1 else results[0][0]
-            i = xp.concatenate([_to_device(r[1], first) for r in results]) if len(results) > 1 else results[0][1]
+            d = xp.concatenate([r[0] if to_host else _to_device(r[0], first) for r in results]) \
+                if len(results) > 1 else results[0][0]
+            i = xp.concatenate([r[1] if to_host else _to_device(r[1], first) for r in results]) \
+                if len(results) > 1 else results[0][1]
     else:
         masks = _split_filter(filter, n, index.bounds)
         bounds = index.bounds
@@ -528,6 +536,11 @@ def knn_graph(algorithm, base, k: int, devices, *, metric: str = "sqeuclidean", 
                            memory_limit=memory_limit, verbose=verbose, params=params, **fields)
             g.info["devices"] = [str(devs[0])]
             return g.to_host() if not is_device_array(base) else g
+        min_rows = _MIN_PIECE_ROWS_PER_K * (k + 1)
+        if budget // per_row < min_rows:
+            raise MemoryError(f"memory_limit allows {format_bytes(budget)} per device, but a k-NN graph of k={k} "
+                              f"built in pieces needs at least {format_bytes(min_rows * per_row)} per device "
+                              f"(pieces of {min_rows} rows of {base.shape[1]} dimensions); raise memory_limit")
         d, i, info = _clustered_graph(algorithm, base, k, devs, metric, budget // per_row, verbose, params, fields)
     g = Graph(as_numpy(i), as_numpy(d), metric, info)
     if algorithm.search_graph:
@@ -535,6 +548,11 @@ def knn_graph(algorithm, base, k: int, devices, *, metric: str = "sqeuclidean", 
 
         g = connect_graph(g, base, device=devs[0])
     return g.to_device() if is_device_array(base) else g
+
+
+#: the smallest piece of a several-device graph build, in rows per neighbour (a piece of 4(k + 1) rows gives
+#: each of its rows k neighbours among several times as many candidates)
+_MIN_PIECE_ROWS_PER_K = 4
 
 
 def _graph_bytes_per_row(base, k: int) -> int:
@@ -602,7 +620,7 @@ def _clustered_graph(algorithm, base, k, devs, metric, max_rows, verbose, params
     n = base.shape[0]
     kind = distance_kind(metric)
     seed = int(fields.get("seed", getattr(params, "seed", 0)) or 0)
-    max_rows = int(max(4 * (k + 1), min(n, max_rows)))
+    max_rows = int(max(_MIN_PIECE_ROWS_PER_K * (k + 1), min(n, max_rows)))
     n_clusters = P.plan_clusters(n, max_rows, _OVERLAP)
     overlap = min(_OVERLAP, n_clusters)
     block_rows = max(1024, max_rows // 2)

@@ -44,6 +44,8 @@ def test_one_plan_serves_every_filter(sample, view):
     """The bitset (and the list's length) is rewritten per call like the queries: one plan per
     configuration, the CPU's ids for each filter in turn (lists of about 80: one capacity, 128)."""
     q = sample.queries[:300]
+    # a view of its own: the module's view holds the plans of the tests above (other lists and widths)
+    view = beam.GraphView(view.graph_ids, view.vectors, view.entry_points, view.metric)
     rng = np.random.default_rng(4)
     masks = [rng.random(len(sample.base)) < share for share in (0.4, 0.41, 0.39)]
     for mask in masks + masks[:1]:

@@ -139,9 +139,13 @@ def test_device_queries_out_arrays_small_batches_and_errors(sample):
     assert any(p._next_counter == 2 for p in plans)  # the plan of these calls wrapped
     with pytest.raises(ValueError, match=r"out\[0\] \(distances\) must have shape"):
         index.search(dq, 10, sp, device="cuda", verbose=False, out=(cp.empty((2, 10), cp.float32), out[1]))
-    with pytest.raises(ValueError, match="algo='beam' does not support a filter"):
-        index.search(dq, 10, song.SearchParams(algo="beam"), device="cuda", verbose=False,
-                     filter=np.ones(len(sample.base), bool))
+    # the fast searcher takes filters (tests/beam/test_filter_gpu.py); one that allows every id walks as the
+    # unfiltered search
+    st = {}
+    _, ia = index.search(dq, 10, song.SearchParams(queue_size=64, algo="beam", filtered_path="graph"), device="cuda",
+                         verbose=False, filter=np.ones(len(sample.base), bool), stats=st)
+    assert st["algo"] == "beam" and st["filtered_path"] == "graph"
+    np.testing.assert_array_equal(ia.get(), i)
 
 
 @pytest.mark.parametrize("width", [2, 4, 8])

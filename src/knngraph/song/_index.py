@@ -339,7 +339,10 @@ def _filtered_search(dev, index, q, k, sp, allowed: AllowedIds, *, verbose, stat
     if path == "exact":
         from .. import bruteforce
 
-        exact = bruteforce.Index(index.dataset, bruteforce.IndexParams(metric=index.metric))
+        # on a GPU the vectors the index keeps there: the allowed rows are gathered on the GPU, not on the host
+        # and copied over each call (a hashed index keeps only codes there: its host vectors)
+        vectors = index._arrays(dev)[1] if dev.is_cuda and index.hasher is None else index.dataset
+        exact = bruteforce.Index(vectors, bruteforce.IndexParams(metric=index.metric))
         d, i = bruteforce.search(exact, q, k, device=dev, memory_limit=memory_limit, verbose=verbose, filter=allowed)
     elif _uses_beam(index, sp):
         d, i = beam.search(index._beam_view(), q, k, sp.queue_size, device=dev, search_width=sp.search_width,
