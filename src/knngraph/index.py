@@ -78,7 +78,7 @@ _I = TypeVar("_I", bound="Index")
 
 __all__ = ["KNNResult", "Index", "save_index", "load_index", "save_graph_index", "load_graph_index", "assembling",
            "RUNTIME_DOCS", "runtime_docs", "SEARCH_KEYWORDS", "refuse_keyword", "check_out", "fill_out",
-           "check_n_threads", "cpu_threads"]
+           "check_n_threads", "cpu_threads", "mark_deleted", "live_vectors"]
 
 
 class KNNResult(NamedTuple):
@@ -342,3 +342,35 @@ def runtime_docs(fn: _F) -> _F:
                 lines.append(line)
         fn.__doc__ = "\n".join(lines)
     return fn
+
+
+# --------------------------------------------------------------------------------------------------
+# deletion, shared by the indexes that delete (song, ggnn)
+
+
+def mark_deleted(index: Any, ids: Any, compact_above: float, compact: Callable[[], Any]) -> Any:
+    """Mark ``ids`` deleted in ``index.row_ids`` (:class:`~knngraph.primitives.filters.RowIds`, made on the
+    first delete); once the deleted share passes ``compact_above`` (and at least 2 rows live), the index
+    ``compact()`` returns, else ``index``."""
+    from .primitives.filters import RowIds
+
+    rows = (index.row_ids or RowIds(index.shape[0])).delete(ids)
+    index.row_ids = rows
+    if rows.deleted_fraction > compact_above and rows.n_deleted < rows.n_rows - 1:
+        return compact()
+    return index
+
+
+def live_vectors(index: Any, algorithm: str) -> tuple[Array, Any] | None:
+    """(the vectors of ``index``'s live rows, the :class:`~knngraph.primitives.filters.RowIds` of an index
+    built over them) for a compaction; None when nothing is deleted. ValueError when fewer than 2 rows
+    live (no index of ``algorithm`` holds fewer)."""
+    rows = index.row_ids
+    if rows is None or rows.n_deleted == 0:
+        return None
+    live, new_rows = rows.compacted()
+    if live.size < 2:
+        raise ValueError(f"cannot compact an index with {live.size} live vector(s): a {algorithm} index needs at "
+                         "least 2")
+    xp = __import__("cupy") if is_device_array(index.dataset) else np
+    return index.dataset[xp.asarray(live)], new_rows

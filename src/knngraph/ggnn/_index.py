@@ -25,7 +25,8 @@ from .._validate import check_finite, check_k, check_same_dim, check_vectors
 from ..graph import Graph
 from ..graphops import connect_graph, default_entry_points, medoid, warn_unreachable
 from ..index import Index as IndexBase
-from ..index import KNNResult, assembling, check_out, cpu_threads, fill_out, load_index, runtime_docs, save_index
+from ..index import (KNNResult, assembling, check_out, cpu_threads, fill_out, live_vectors, load_index,
+                     mark_deleted, runtime_docs, save_index)
 from ..primitives.distances import distance_kind, inverse_norms, report_distances
 from ..primitives.filters import RowIds, check_compact_above, results_as_user_ids
 from ._build import build_device_bytes, build_hierarchy, kept_scratch_bytes
@@ -605,11 +606,8 @@ def delete(index: Index | multidevice.MultiDeviceIndex, ids: ArrayLike, *, compa
                                   verbose=verbose)
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.ggnn.Index, got {type(index).__name__}")
-    rows = (index.row_ids or RowIds(index.shape[0])).delete(ids)
-    index.row_ids = rows
-    if rows.deleted_fraction > compact_above and rows.n_deleted < rows.n_rows - 1:
-        return compact(index, device=device, memory_limit=memory_limit, verbose=verbose)
-    return index
+    return mark_deleted(index, ids, compact_above,
+                        lambda: compact(index, device=device, memory_limit=memory_limit, verbose=verbose))
 
 
 @runtime_docs
@@ -629,15 +627,12 @@ def compact(index: Index, *, device: DeviceLike = "auto", memory_limit: MemoryLi
     """
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.ggnn.Index, got {type(index).__name__}")
-    rows = index.row_ids
-    if rows is None or rows.n_deleted == 0:
+    live = live_vectors(index, "GGNN")
+    if live is None:
         return index
-    live, new_rows = rows.compacted()
-    if live.size < 2:
-        raise ValueError(f"cannot compact an index with {live.size} live vector(s): a GGNN index needs at least 2")
-    xp = __import__("cupy") if is_device_array(index.dataset) else np
-    params = dataclasses.replace(index.params, n_shards=min(index.params.n_shards, int(live.size) // 2))
-    new = build(params, index.dataset[xp.asarray(live)], device=device, memory_limit=memory_limit, verbose=verbose)
+    vectors, new_rows = live
+    params = dataclasses.replace(index.params, n_shards=min(index.params.n_shards, int(vectors.shape[0]) // 2))
+    new = build(params, vectors, device=device, memory_limit=memory_limit, verbose=verbose)
     new.row_ids = new_rows
     return new
 

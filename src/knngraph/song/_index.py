@@ -27,7 +27,8 @@ from ..graph import Graph
 from ..graphops import default_entry_points, optimize_graph, reverse_edges, warn_unreachable
 from ..graphops.prune import occlusion_factor
 from ..index import Index as IndexBase
-from ..index import KNNResult, assembling, check_out, cpu_threads, fill_out, load_index, runtime_docs, save_index
+from ..index import (KNNResult, assembling, check_out, cpu_threads, fill_out, live_vectors, load_index,
+                     mark_deleted, runtime_docs, save_index)
 from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms, report_distances
 from ..primitives.filters import AllowedIds, RowIds, check_compact_above, results_as_user_ids
 from ._params import IndexParams, SearchParams
@@ -586,11 +587,8 @@ def delete(index: Index | multidevice.MultiDeviceIndex, ids: ArrayLike, *, compa
                                   verbose=verbose)
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.song.Index, got {type(index).__name__}")
-    rows = (index.row_ids or RowIds(index.shape[0])).delete(ids)
-    index.row_ids = rows
-    if rows.deleted_fraction > compact_above and rows.n_deleted < rows.n_rows - 1:
-        return compact(index, device=device, memory_limit=memory_limit, verbose=verbose)
-    return index
+    return mark_deleted(index, ids, compact_above,
+                        lambda: compact(index, device=device, memory_limit=memory_limit, verbose=verbose))
 
 
 @runtime_docs
@@ -609,15 +607,11 @@ def compact(index: Index, *, device: DeviceLike = "auto", memory_limit: MemoryLi
     """
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.song.Index, got {type(index).__name__}")
-    rows = index.row_ids
-    if rows is None or rows.n_deleted == 0:
+    live = live_vectors(index, "SONG")
+    if live is None:
         return index
-    live, new_rows = rows.compacted()
-    if live.size < 2:
-        raise ValueError(f"cannot compact an index with {live.size} live vector(s): a SONG index needs at least 2")
-    xp = __import__("cupy") if is_device_array(index.dataset) else np
-    new = build(index.params, index.dataset[xp.asarray(live)], device=device, memory_limit=memory_limit,
-                verbose=verbose)
+    vectors, new_rows = live
+    new = build(index.params, vectors, device=device, memory_limit=memory_limit, verbose=verbose)
     new.row_ids = new_rows
     return new
 
