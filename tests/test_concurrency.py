@@ -121,3 +121,36 @@ def test_threads_with_own_streams_searching_one_gpu_index_get_the_serial_rows(da
         index = bruteforce.build(bruteforce.IndexParams(), base, device="cuda")
     rows = _check_concurrent(name, index, queries, "cuda", n_threads=4, calls_per_thread=8, streams=True)
     assert rows > 0
+
+
+def test_launch_plans_of_ended_threads_are_dropped():
+    """A GPU search keeps a launch plan per calling thread (key ending in the thread's ident); making a plan
+    first drops those of threads that have ended, so a thread-per-request service does not keep one per
+    thread it ever ran. The other entries of the cache stay."""
+    from knngraph.beam._search import drop_plans_of_ended_threads
+
+    cache = {("cuda:0", "arrays"): "arrays", ("cuda:0", "square_norms"): "norms"}
+    idents = []
+
+    def plan_of_this_thread():
+        idents.append(threading.get_ident())
+        cache[("cuda:0", "beam", 64, 10, 0, "B", 128, 64, 1, False, False, threading.get_ident())] = "plan"
+
+    ended = threading.Thread(target=plan_of_this_thread)
+    ended.start()
+    ended.join()
+    done = threading.Event()
+    release = threading.Event()
+    alive = threading.Thread(target=lambda: (plan_of_this_thread(), done.set(), release.wait(10)))
+    alive.start()
+    done.wait(10)
+    try:
+        mine = ("cuda:0", "beam", 64, 10, 0, "B", 128, 64, 1, False, False, threading.get_ident())
+        cache[mine] = "plan"
+        assert drop_plans_of_ended_threads(cache) == (0 if idents[0] == idents[1] else 1)
+        left = {key[-1] for key in cache if key[1] == "beam"}
+        assert left == {idents[1], threading.get_ident()}
+        assert cache[("cuda:0", "arrays")] == "arrays" and cache[("cuda:0", "square_norms")] == "norms"
+    finally:
+        release.set()
+        alive.join()

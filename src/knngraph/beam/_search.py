@@ -344,6 +344,7 @@ def _search_gpu(dev: Device, view: GraphView, queries, k, queue_size, search_wid
                    slack is not None, bits is not None, threading.get_ident())
             plan = view.cache.get(key)
             if plan is None:
+                drop_plans_of_ended_threads(view.cache)
                 plan = BeamPlan(g_ids, xb, _norms(dev, view, mode, inv_b), entries, kind, k, queue_size, mode,
                                 bk.report_code(view.metric), q.shape[1], sm_count(dev.index), regs, width, q.dtype,
                                 slack is not None, bits is not None)
@@ -363,6 +364,19 @@ def _search_gpu(dev: Device, view: GraphView, queries, k, queue_size, search_wid
     if stats is not None:
         stats["seconds"] = time.perf_counter() - t0
     return d, i
+
+
+def drop_plans_of_ended_threads(cache: dict) -> int:
+    """Remove from a view's ``cache`` the launch plans of threads that have ended (the last element of a
+    plan's key is its thread's ident), so that a service whose threads come and go (a thread per request)
+    does not keep a plan, and its GPU buffers, per thread it ever ran. Called when a plan is made; returns
+    how many were removed."""
+    live = {t.ident for t in threading.enumerate()}
+    ended = [key for key in list(cache) if isinstance(key, tuple) and len(key) > 2 and key[1] == "beam"
+             and key[-1] not in live]
+    for key in ended:
+        cache.pop(key, None)
+    return len(ended)
 
 
 def _norms(dev: Device, view: GraphView, mode: int, inv_b):
