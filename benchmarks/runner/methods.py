@@ -506,9 +506,9 @@ class TorchExact(Method):
 # NVIDIA cuVS (the GPU reference: CAGRA, NN-Descent, brute force)
 
 #: where the install note of a skipped cuVS line points
-CUVS_HINT = ("pip install cuvs-cu13 (or cuvs-cu12, matching the CUDA driver); on the lent GPU machine: "
-             "../shared/tools/cuvs_wheels.sh, ../shared/tools/cuvs_device_install.sh, then source the environment "
-             "script it writes ($CUVS_ENV)")
+CUVS_HINT = ("pip install cuvs-cu13 (or cuvs-cu12, matching the CUDA driver); on a machine without network, "
+             "install the same wheels carried over and source the environment script that sets their paths "
+             "($CUVS_ENV)")
 
 # vector dtypes each cuVS entry point takes (others are converted to float32 inside the timed call)
 _CAGRA_DTYPES = ("float32", "float16", "int8", "uint8")

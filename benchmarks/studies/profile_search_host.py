@@ -20,17 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks._common import load_sift, sync  # noqa: E402
+from benchmarks.runner.measure import host_seconds  # noqa: E402
 
 
 def host_ms(fn, calls):
-    times = []
-    for _ in range(calls):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    sync()
-    return statistics.median(times) * 1e3
+    """Median host milliseconds of a call (the runner's :func:`~benchmarks.runner.measure.host_seconds`)."""
+    return statistics.median(host_seconds(fn, calls, warmup=0)) * 1e3
 
 
 def host_timings(index, queries, calls):

@@ -30,9 +30,9 @@ inner-product neighbours (computed by ``knngraph.knn``). minilm-words comes from
 Timing: the runner's protocol (a warm-up call, then the median of --repeats calls; of --calls calls for a
 small batch). Recall: the runner's (:mod:`benchmarks.runner.quality`: the returned ids' distances
 recomputed, ties at the true 10th distance count). CAGRA runs in child processes of this script (one per
-index), so that an error inside cuVS is logged and ends only that part. cuVS comes from
-``../shared/tools/cuvs_wheels.sh`` + ``cuvs_device_install.sh`` (source the environment script they write,
-``$CUVS_ENV``, first); without it the CAGRA parts are skipped with a note.
+index), so that an error inside cuVS is logged and ends only that part. cuVS comes from its wheels
+(``pip install cuvs-cu13``, or carried over to a machine without network, with ``$CUVS_ENV`` naming the
+script that sets their paths, sourced first); without it the CAGRA parts are skipped with a note.
 """
 
 from __future__ import annotations
