@@ -14,10 +14,15 @@ from knngraph.primitives.filters import bitset_words, is_allowed, prepare_filter
 
 
 def _reference(base, queries, k, mask):
-    """float64 brute force over the allowed rows: (sqeuclidean distances, ids), ties by lower id."""
+    """float64 brute force over the allowed rows: (sqeuclidean distances, ids), ties by lower id. Sums of
+    squared differences, 16 queries at a time (a 300 x 18,000 x 128 float64 difference at once would take
+    5.5 GB)."""
     ids = np.flatnonzero(mask)
-    diff = queries[:, None, :].astype(np.float64) - base[ids][None].astype(np.float64)
-    d = (diff * diff).sum(-1)
+    allowed = base[ids].astype(np.float64)
+    d = np.empty((queries.shape[0], ids.size))
+    for s in range(0, queries.shape[0], 16):
+        diff = queries[s:s + 16, None, :].astype(np.float64) - allowed[None]
+        d[s:s + 16] = np.einsum("qnd,qnd->qn", diff, diff)
     order = np.lexsort((np.broadcast_to(ids, d.shape), d), axis=1)[:, :k]
     return np.take_along_axis(d, order, 1), ids[order]
 
