@@ -30,7 +30,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from ..primitives.compile import threaded_and_serial
+from ..primitives.compile import threaded_and_serial, writable_view
 from ..primitives.filters import is_allowed
 from ..primitives.lists import less, slack_bound
 from ..primitives.rows import line_shape, load_query, prefetch, prefetch_row, query_row, row_distance, write_row
@@ -176,6 +176,8 @@ def search_beam(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, *
     q = queries if queries.flags.c_contiguous else np.ascontiguousarray(queries)
     if q.dtype == np.float16:
         q = q.astype(np.float32)
+    # read-only inputs (memory-mapped files) as writable views: one compiled kernel for both kinds
+    q, base = writable_view(q), writable_view(base)
     nq = q.shape[0]
     if out is None:
         out = (np.empty((nq, k), np.float32), np.empty((nq, k), np.int32))

@@ -15,6 +15,7 @@ import numpy as np
 
 from .._progress import progress
 from ..metrics import KEY_L2, expanded_key_kind
+from ..primitives.compile import writable_view
 from ..primitives.constants import ID_NONE
 from ..primitives.lists import less, maxheap_replace_top, maxheap_sort
 from ._exact import NumericPlan, finish_candidates, plan_numerics
@@ -150,6 +151,7 @@ def exact_few_l2(base, queries, k: int, metric: str):
     or None when some query is not proven this way (the caller then runs the GEMM path)."""
     from ..primitives.rescore import RESCORE_L2, rescore
 
+    base = writable_view(base)  # a memory-mapped base runs the kernel compiled for in-memory ones
     n, d = base.shape
     nq = queries.shape[0]
     c = min(n, max(2 * k, k + 16))
@@ -159,7 +161,7 @@ def exact_few_l2(base, queries, k: int, metric: str):
     hk = np.empty(c, np.float32)
     hi = np.empty(c, np.int32)
     for j in range(nq):
-        qf = np.ascontiguousarray(queries[j], dtype=np.float32)
+        qf = writable_view(np.ascontiguousarray(queries[j], dtype=np.float32))
         hk[:] = np.inf
         hi[:] = ID_NONE
         _l2_scan(base, qf, hk, hi)

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from ..primitives.compile import writable_view
 from ..primitives.distances import DIST_IP
 from ._hierarchy import bottom_segment, plan, select_layer
 from .cpu import SYM_CANDIDATES
@@ -81,7 +82,7 @@ def build_hierarchy(impl, base, inv, kind, params, *, verbose=False, timings=Non
     rows = pl.rows
     t = {"select": 0.0, "merge": 0.0, "sym": 0.0, "refine": 0.0}
     perm_h = np.random.default_rng(params.seed).permutation(n).astype(np.int32)
-    base = xp.asarray(base)
+    base = writable_view(xp.asarray(base))  # a read-only host input: one compiled CPU kernel for both
     inv = xp.asarray(inv)
     perm = xp.asarray(perm_h)
     trans = xp.empty(rows, np.int32)

@@ -23,7 +23,7 @@ import numpy as np
 from numba import prange
 
 from ..primitives.distances import DIST_IP, cpu_distance
-from ..primitives.compile import host_and_device
+from ..primitives.compile import host_and_device, writable_view
 from ..primitives.constants import INF
 from ..primitives.lists import less, slack_bound, sort_pairs
 
@@ -272,6 +272,7 @@ def search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, tau, nn1, m
     CPU kernels read, ``queries`` float32, ``entries`` int32 start ids, ``nn1`` the graph's d+_nn1.
     Returns internal distances, ids ([nq, k], -1 / inf padded), distances computed and vertices
     expanded per query. ``batch_size`` is a GPU setting (same signature as :func:`.cuda.search`)."""
+    base, queries = writable_view(base), writable_view(queries)  # read-only inputs: the same compiled kernel
     nq = queries.shape[0]
     kb, P, V = cache_layout(k, queue_size, cache_size)
     out_d = np.empty((nq, k), np.float32)
