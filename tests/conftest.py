@@ -19,14 +19,14 @@ os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    # tests run in several worker processes (pytest -n): they compile the same kernels at once, and numba's
-    # disk cache loses or mixes up signatures of one function added by two processes at the same moment;
-    # the workers take the lock knngraph's own warm-up workers take around those writes
-    from knngraph._warmup import can_lock, lock_numba_cache_writes
+# test processes may run side by side (pytest -n's workers, scripts/gpu_check.sh's parallel lanes) and compile
+# the same kernels at once; numba's disk cache loses or mixes up signatures of one function added by two
+# processes at the same moment, so every test process takes the lock knngraph's own warm-up workers take
+# around those writes
+from knngraph._warmup import can_lock, lock_numba_cache_writes  # noqa: E402
 
-    if can_lock():
-        lock_numba_cache_writes()
+if can_lock():
+    lock_numba_cache_writes()
 
 
 def pytest_collection_modifyitems(config, items):
