@@ -25,10 +25,10 @@ from .._validate import check_finite, check_k, check_same_dim, check_vectors
 from ..graph import Graph
 from ..graphops import connect_graph, default_entry_points, medoid, warn_unreachable
 from ..index import Index as IndexBase
-from ..index import (KNNResult, assembling, check_out, cpu_threads, fill_out, live_vectors, load_index,
-                     mark_deleted, runtime_docs, save_index)
+from ..index import (KNNResult, assembling, check_out, compact_rows, cpu_threads, delete_rows, fill_out,
+                     load_index, runtime_docs, save_index)
 from ..primitives.distances import distance_kind, inverse_norms, report_distances
-from ..primitives.filters import RowIds, check_compact_above, results_as_user_ids
+from ..primitives.filters import RowIds, results_as_user_ids
 from ._build import build_device_bytes, build_hierarchy, kept_scratch_bytes
 from ._params import MAX_SORTED_SIZE, MIN_VISITED, IndexParams, SearchParams
 from ._shards import search_shards, shard_bounds
@@ -600,14 +600,9 @@ def delete(index: Index | multidevice.MultiDeviceIndex, ids: ArrayLike, *, compa
         The index to use from now on: ``index`` itself with its marks updated, or the compacted index
         (``index`` then keeps its marks and stays usable).
     """
-    compact_above = check_compact_above(compact_above)
-    if isinstance(index, multidevice.MultiDeviceIndex):
-        return multidevice.delete(index, ids, compact_above=compact_above, memory_limit=memory_limit,
-                                  verbose=verbose)
-    if not isinstance(index, Index):
-        raise TypeError(f"index must be a knngraph.ggnn.Index, got {type(index).__name__}")
-    return mark_deleted(index, ids, compact_above,
-                        lambda: compact(index, device=device, memory_limit=memory_limit, verbose=verbose))
+    return delete_rows(index, ids, Index, compact_above,
+                       lambda: compact(index, device=device, memory_limit=memory_limit, verbose=verbose),
+                       memory_limit=memory_limit, verbose=verbose)
 
 
 @runtime_docs
@@ -625,16 +620,11 @@ def compact(index: Index, *, device: DeviceLike = "auto", memory_limit: MemoryLi
     {memory_limit}
     {verbose}
     """
-    if not isinstance(index, Index):
-        raise TypeError(f"index must be a knngraph.ggnn.Index, got {type(index).__name__}")
-    live = live_vectors(index, "GGNN")
-    if live is None:
-        return index
-    vectors, new_rows = live
-    params = dataclasses.replace(index.params, n_shards=min(index.params.n_shards, int(vectors.shape[0]) // 2))
-    new = build(params, vectors, device=device, memory_limit=memory_limit, verbose=verbose)
-    new.row_ids = new_rows
-    return new
+    def rebuild(vectors):
+        params = dataclasses.replace(index.params, n_shards=min(index.params.n_shards, int(vectors.shape[0]) // 2))
+        return build(params, vectors, device=device, memory_limit=memory_limit, verbose=verbose)
+
+    return compact_rows(index, Index, rebuild)
 
 
 def save(path: FileTarget, index: Index | multidevice.MultiDeviceIndex) -> None:
@@ -649,10 +639,6 @@ def save(path: FileTarget, index: Index | multidevice.MultiDeviceIndex) -> None:
               "entry_points": index.entry_points, "entry_bounds": index.entry_bounds,
               "shard_bounds": index.shard_bounds, "nn1": index.nn1}
     meta = {"graph_info": g.info}
-    if index.row_ids is not None:  # deleted rows and ids (files without them load as nothing deleted)
-        row_arrays, row_meta = index.row_ids.arrays()
-        arrays.update(row_arrays)
-        meta.update(row_meta)
     save_index(path, index, arrays, meta)
 
 

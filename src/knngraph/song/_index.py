@@ -27,10 +27,10 @@ from ..graph import Graph
 from ..graphops import default_entry_points, optimize_graph, reverse_edges, warn_unreachable
 from ..graphops.prune import occlusion_factor
 from ..index import Index as IndexBase
-from ..index import (KNNResult, assembling, check_out, cpu_threads, fill_out, live_vectors, load_index,
-                     mark_deleted, runtime_docs, save_index)
+from ..index import (KNNResult, assembling, check_out, compact_rows, cpu_threads, delete_rows, fill_out,
+                     load_index, runtime_docs, save_index)
 from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms, report_distances
-from ..primitives.filters import AllowedIds, RowIds, check_compact_above, results_as_user_ids
+from ..primitives.filters import AllowedIds, RowIds, results_as_user_ids
 from ._params import IndexParams, SearchParams
 from .hashing import RandomProjectionHasher
 
@@ -581,14 +581,9 @@ def delete(index: Index | multidevice.MultiDeviceIndex, ids: ArrayLike, *, compa
     >>> bool((i != [[0], [1]]).all())
     True
     """
-    compact_above = check_compact_above(compact_above)
-    if isinstance(index, multidevice.MultiDeviceIndex):
-        return multidevice.delete(index, ids, compact_above=compact_above, memory_limit=memory_limit,
-                                  verbose=verbose)
-    if not isinstance(index, Index):
-        raise TypeError(f"index must be a knngraph.song.Index, got {type(index).__name__}")
-    return mark_deleted(index, ids, compact_above,
-                        lambda: compact(index, device=device, memory_limit=memory_limit, verbose=verbose))
+    return delete_rows(index, ids, Index, compact_above,
+                       lambda: compact(index, device=device, memory_limit=memory_limit, verbose=verbose),
+                       memory_limit=memory_limit, verbose=verbose)
 
 
 @runtime_docs
@@ -605,15 +600,8 @@ def compact(index: Index, *, device: DeviceLike = "auto", memory_limit: MemoryLi
     {memory_limit}
     {verbose}
     """
-    if not isinstance(index, Index):
-        raise TypeError(f"index must be a knngraph.song.Index, got {type(index).__name__}")
-    live = live_vectors(index, "SONG")
-    if live is None:
-        return index
-    vectors, new_rows = live
-    new = build(index.params, vectors, device=device, memory_limit=memory_limit, verbose=verbose)
-    new.row_ids = new_rows
-    return new
+    return compact_rows(index, Index, lambda vectors: build(index.params, vectors, device=device,
+                                                          memory_limit=memory_limit, verbose=verbose))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -634,10 +622,6 @@ def save(path: FileTarget, index: Index | multidevice.MultiDeviceIndex) -> None:
     if index.hasher is not None:
         arrays.update(projections=index.hasher.projections_, center=index.hasher.center_, codes=index.codes)
     meta = {"graph_info": g.info}
-    if index.row_ids is not None:  # deleted rows and ids (files without them load as nothing deleted)
-        row_arrays, row_meta = index.row_ids.arrays()
-        arrays.update(row_arrays)
-        meta.update(row_meta)
     save_index(path, index, arrays, meta)
 
 
