@@ -37,17 +37,21 @@ def filtered_queue_size(queue_size: int, fraction: float) -> int:
     """The list of a filtered walk: ``queue_size / fraction`` entries (rounded up; at least
     ``queue_size``, at most :data:`~knngraph.beam.MAX_QUEUE_SIZE`), so that it holds about ``queue_size``
     allowed ones when a ``fraction`` of the ids is allowed."""
-    if fraction <= 0:
-        return MAX_QUEUE_SIZE
-    return int(min(MAX_QUEUE_SIZE, max(queue_size, math.ceil(queue_size / fraction - 1e-9))))
+    return _allowed_depth(queue_size, fraction, MAX_QUEUE_SIZE)
 
 
 def filtered_kb(kb: int, fraction: float, queue: int) -> int:
     """GGNN's slack stop under a filter: the bound's ``kb``-th entry becomes the one about ``kb`` allowed
     entries deep (``kb / fraction``, at most the list's ``queue``)."""
+    return _allowed_depth(kb, fraction, queue)
+
+
+def _allowed_depth(count: int, fraction: float, most: int) -> int:
+    """How deep into a list ``count`` allowed entries lie when a ``fraction`` of the ids is allowed:
+    ``count / fraction`` rounded up, at least ``count``, at most ``most`` (``most`` when none is)."""
     if fraction <= 0:
-        return int(queue)
-    return int(min(queue, max(kb, math.ceil(kb / fraction - 1e-9))))
+        return int(most)
+    return int(min(most, max(count, math.ceil(count / fraction - 1e-9))))
 
 
 class GraphView:

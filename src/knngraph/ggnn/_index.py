@@ -28,7 +28,7 @@ from ..index import Index as IndexBase
 from ..index import (KNNResult, assembling, check_out, compact_rows, cpu_threads, delete_rows, fill_out,
                      load_index, runtime_docs, save_index)
 from ..primitives.distances import distance_kind, inverse_norms, report_distances
-from ..primitives.filters import RowIds, results_as_user_ids
+from ..primitives.filters import RowIds, allowed_rows, results_as_user_ids
 from ._build import build_device_bytes, build_hierarchy, kept_scratch_bytes
 from ._params import MAX_SORTED_SIZE, MIN_VISITED, IndexParams, SearchParams
 from ._shards import search_shards, shard_bounds
@@ -479,8 +479,7 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
         raise TypeError(f"index must be a knngraph.ggnn.Index (ggnn.build or ggnn.from_graph), got "
                         f"{type(index).__name__}")
     sp = SearchParams() if params is None else _check_params(params, SearchParams, "search")
-    rows = index.row_ids if index.row_ids is not None else RowIds(index.shape[0])
-    allowed = rows.search_filter(filter)
+    allowed = allowed_rows(index.row_ids, index.shape[0], filter)
     if allowed is not None and sp.cache == "rings":
         raise ValueError("ggnn.search with cache='rings' does not support filter= (nor an index with deleted "
                          "vectors: they are filtered out); use SearchParams(cache='sorted'), the default")

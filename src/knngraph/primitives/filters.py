@@ -24,7 +24,7 @@ from numba import uint32
 from .compile import host_and_device
 
 __all__ = ["AllowedIds", "RowIds", "prepare_filter", "is_allowed", "bitset_words", "pack_mask", "user_ids",
-           "results_as_user_ids", "check_compact_above"]
+           "results_as_user_ids", "check_compact_above", "allowed_rows"]
 
 
 def bitset_words(n: int) -> int:
@@ -152,6 +152,13 @@ def results_as_user_ids(row_ids, rows: "RowIds | None", cache: dict):
     if kept is None or kept[0] is not rows.ids:
         kept = cache[key] = (rows.ids, __import__("cupy").asarray(rows.ids) if on_gpu else rows.ids)
     return user_ids(row_ids, kept[1])
+
+
+def allowed_rows(rows: "RowIds | None", n: int, filter, name: str = "filter") -> AllowedIds | None:
+    """The rows a search of an index of ``n`` rows may return: :meth:`RowIds.search_filter` of the index's
+    ``rows``, or, for an index that never deleted (``rows`` None), ``filter`` validated by
+    :func:`prepare_filter`; None for the unfiltered search."""
+    return rows.search_filter(filter, name) if rows is not None else prepare_filter(filter, n, name)
 
 
 def check_compact_above(compact_above) -> float:

@@ -30,7 +30,7 @@ from ..index import Index as IndexBase
 from ..index import (KNNResult, assembling, check_out, compact_rows, cpu_threads, delete_rows, fill_out,
                      load_index, runtime_docs, save_index)
 from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms, report_distances
-from ..primitives.filters import AllowedIds, RowIds, results_as_user_ids
+from ..primitives.filters import AllowedIds, RowIds, allowed_rows, results_as_user_ids
 from ._params import IndexParams, SearchParams
 from .hashing import RandomProjectionHasher
 
@@ -425,7 +425,7 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
     check_same_dim(index.dataset, q, "the index's vectors")
     k = _check_k_queue(k, index.shape[0], sp)
     rows = index.row_ids
-    allowed = rows.search_filter(filter) if rows is not None else RowIds(index.shape[0]).search_filter(filter)
+    allowed = allowed_rows(rows, index.shape[0], filter)
     parse_memory(memory_limit)  # a bad limit is an error on every path, those that need none too
     if allowed is None and _uses_beam(index, sp):
         # checks out= and (host) queries itself; device queries are used in place, not copied back to be checked
