@@ -78,7 +78,7 @@ _I = TypeVar("_I", bound="Index")
 
 __all__ = ["KNNResult", "Index", "save_index", "load_index", "save_graph_index", "load_graph_index", "assembling",
            "RUNTIME_DOCS", "runtime_docs", "SEARCH_KEYWORDS", "refuse_keyword", "check_out", "fill_out",
-           "check_n_threads", "cpu_threads", "delete_rows", "compact_rows", "check_index_type", "live_vectors"]
+           "check_n_threads", "cpu_threads", "check_index_type"]
 
 
 class KNNResult(NamedTuple):
@@ -354,60 +354,8 @@ def runtime_docs(fn: _F) -> _F:
 # deletion, shared by the indexes that delete (song, ggnn)
 
 
-def delete_rows(index: Any, ids: Any, index_type: type, compact_above: float, compact: Callable[[], Any], *,
-                memory_limit: Any = None, verbose: bool = True) -> Any:
-    """What the ``delete`` of every index kind that deletes does: ``compact_above`` checked; a
-    :class:`~knngraph.multidevice.MultiDeviceIndex` handed to :func:`knngraph.multidevice.delete` (which
-    calls the kind's ``delete`` per part); else ``ids`` marked deleted in ``index.row_ids``
-    (:class:`~knngraph.primitives.filters.RowIds`, made on the first delete), and once the deleted share
-    passes ``compact_above`` (and at least 2 rows live) the index ``compact()`` returns, else ``index``.
-    TypeError when ``index`` is not an ``index_type``."""
-    from . import multidevice
-    from .primitives.filters import RowIds, check_compact_above
-
-    compact_above = check_compact_above(compact_above)
-    if isinstance(index, multidevice.MultiDeviceIndex):
-        return multidevice.delete(index, ids, compact_above=compact_above, memory_limit=memory_limit,
-                                  verbose=verbose)
-    check_index_type(index, index_type)
-    rows = (index.row_ids or RowIds(index.shape[0])).delete(ids)
-    index.row_ids = rows
-    if rows.deleted_fraction > compact_above and rows.n_deleted < rows.n_rows - 1:
-        return compact()
-    return index
-
-
-def compact_rows(index: Any, index_type: type, build: Callable[[Array], Any]) -> Any:
-    """What the ``compact`` of every index kind that deletes does: the index ``build(vectors)`` makes of
-    the live vectors of ``index``, with ``row_ids`` that keep their ids (:func:`live_vectors`), or
-    ``index`` itself when nothing is deleted. TypeError when ``index`` is not an ``index_type``."""
-    check_index_type(index, index_type)
-    live = live_vectors(index, index_type.algorithm.upper())
-    if live is None:
-        return index
-    vectors, new_rows = live
-    new = build(vectors)
-    new.row_ids = new_rows
-    return new
-
-
 def check_index_type(index: Any, index_type: type) -> None:
     """TypeError naming the expected class (``knngraph.<algorithm>.Index``) when ``index`` is not an
     ``index_type``."""
     if not isinstance(index, index_type):
         raise TypeError(f"index must be a knngraph.{index_type.algorithm}.Index, got {type(index).__name__}")
-
-
-def live_vectors(index: Any, algorithm: str) -> tuple[Array, Any] | None:
-    """(the vectors of ``index``'s live rows, the :class:`~knngraph.primitives.filters.RowIds` of an index
-    built over them) for a compaction; None when nothing is deleted. ValueError when fewer than 2 rows
-    live (no index of ``algorithm`` holds fewer)."""
-    rows = index.row_ids
-    if rows is None or rows.n_deleted == 0:
-        return None
-    live, new_rows = rows.compacted()
-    if live.size < 2:
-        raise ValueError(f"cannot compact an index with {live.size} live vector(s): a {algorithm} index needs at "
-                         "least 2")
-    xp = __import__("cupy") if is_device_array(index.dataset) else np
-    return index.dataset[xp.asarray(live)], new_rows

@@ -25,8 +25,9 @@ from .._validate import check_finite, check_k, check_same_dim, check_vectors
 from ..graph import Graph
 from ..graphops import connect_graph, default_entry_points, medoid, warn_unreachable
 from ..index import Index as IndexBase
-from ..index import (KNNResult, assembling, check_out, compact_rows, cpu_threads, delete_rows, fill_out,
-                     load_index, runtime_docs, save_index)
+from .._deletion import compact_rows, delete_rows
+from ..index import (KNNResult, assembling, check_out, cpu_threads, fill_out, load_index, runtime_docs,
+                     save_index)
 from ..primitives.distances import distance_kind, inverse_norms, report_distances
 from ..primitives.filters import RowIds, allowed_rows, results_as_user_ids
 from ._build import build_device_bytes, build_hierarchy, kept_scratch_bytes

@@ -27,8 +27,9 @@ from ..graph import Graph
 from ..graphops import default_entry_points, optimize_graph, reverse_edges, warn_unreachable
 from ..graphops.prune import occlusion_factor
 from ..index import Index as IndexBase
-from ..index import (KNNResult, assembling, check_out, compact_rows, cpu_threads, delete_rows, fill_out,
-                     load_index, runtime_docs, save_index)
+from .._deletion import compact_rows, delete_rows
+from ..index import (KNNResult, assembling, check_out, cpu_threads, fill_out, load_index, runtime_docs,
+                     save_index)
 from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms, report_distances
 from ..primitives.filters import AllowedIds, RowIds, allowed_rows, results_as_user_ids
 from ._params import IndexParams, SearchParams
