@@ -47,6 +47,8 @@ GPU_BENCHMARKS=(
   # GGNN on the bundled sample; knngraph demo)
   "first_call:python3 benchmarks/studies/first_call.py --out $OUT"
   "nndescent:python3 benchmarks/studies/nndescent_gpu.py --out $OUT ${BENCH_ARGS:-}"
+  # whole-list recall@k (k = 32, 64, 100) against the length of the lists NN-Descent iterates with
+  "nndescent_full_list:python3 benchmarks/studies/nndescent_full_list.py --device cuda --out $OUT"
   # GNND time against iterations from random lists and from cluster windows (JSON lines on stdout)
   "profile_join:python3 benchmarks/studies/profile_join.py --sample-size 32 --iterations 5,6,7 --repeat 3 --recall && python3 benchmarks/studies/profile_join.py --init cluster_windows --sample-size 32 --iterations 1,3,4,7 --repeat 2 --recall"
   # SONG's parameters on sift-photos 450k, as runner specs (register caps, fill, hashing, Bloom, batches)

@@ -104,7 +104,6 @@ def build(base, k, overrides, truth) -> dict:
     """One default-or-overridden build with the recall after every iteration."""
     from knngraph import nndescent
     from knngraph.nndescent import cpu
-    from knngraph.nndescent._index import _build_degree
 
     overrides = dict(overrides)
     reverse = overrides.pop("reverse", "reservoir")
@@ -138,8 +137,8 @@ def _build(base, k, params, truth) -> dict:
     info = index.graph.info
     ids = index.graph.indices[:, :k]  # a graph_degree override above k is scored on its first k columns
     n = base.shape[0]
-    # the lists the iterations keep (at least 16 entries, 32 with the selective update)
-    kb = _build_degree(params.graph_degree, n, info["update"] == "selective")
+    # the lists the iterations keep
+    kb = _build_degree(params, params.graph_degree, n, info["update"] == "selective")
     updates = [int(u) for u in info["updates_per_iteration"]]
     iterations = int(info["iterations"])
     stopped = "threshold" if updates[-1] < params.termination_threshold * n * kb else "max_iterations"

@@ -453,3 +453,36 @@ def test_merge_of_tiny_graphs_with_small_degree(k):
     g2 = knngraph.knn_graph(x[10:], k, device="cpu")
     g = knngraph.merge_graphs(g1, g2, x[:10], x[10:], device="cpu", verbose=False)
     assert g.degree == k and knngraph.graph_recall(g, k, base=x) == 1.0
+
+
+def test_selective_update_lists_of_twice_the_degree_keep_the_whole_list():
+    """GNND's selective update (the GPU's; the CPU runs the same rule) iterates by default with lists of
+    2 x graph_degree entries and returns the first graph_degree: the list's tail converges. With lists of
+    graph_degree entries (intermediate_graph_degree=k, the old automatic length) it falls short."""
+    from knngraph.datasets import load_sample
+
+    x = np.asarray(load_sample().base[:10000], np.float32)
+    k = 32
+    recalls = {}
+    for degree in (0, k):
+        params = nndescent.IndexParams(graph_degree=k, intermediate_graph_degree=degree, update="selective",
+                                       init="random")
+        g = nndescent.build(params, x, device="cpu", verbose=False).graph
+        assert g.degree == k
+        recalls[degree] = knngraph.graph_recall(g, k, base=x, sample=1000)
+    assert recalls[0] >= 0.98 and recalls[k] <= recalls[0] - 0.02, recalls
+
+
+def test_intermediate_graph_degree_below_graph_degree_is_refused():
+    x = np.random.default_rng(0).random((300, 8), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"intermediate_graph_degree=8 must be 0 \(automatic\) or at least "
+                                         r"graph_degree=16"):
+        nndescent.build(nndescent.IndexParams(graph_degree=16, intermediate_graph_degree=8), x, device="cpu",
+                        verbose=False)
+    with pytest.raises(ValueError, match="intermediate_graph_degree"):
+        nndescent.IndexParams(intermediate_graph_degree=-1)
+    # more than n - 1 entries: capped, the build succeeds
+    g = nndescent.build(nndescent.IndexParams(graph_degree=16, intermediate_graph_degree=5000), x, device="cpu",
+                        verbose=False).graph
+    assert g.indices.shape == (300, 16)
+    assert knngraph.graph_recall(g, 16, base=x) >= 0.99

@@ -25,6 +25,15 @@ class IndexParams(Params):
         Neighbours kept per node (1 <= graph_degree < n).
     metric : {'sqeuclidean', 'euclidean', 'inner_product', 'cosine'}, default='sqeuclidean'
         Distance; see :mod:`knngraph.metrics`.
+    intermediate_graph_degree : int, default=0
+        Entries kept per list while the build iterates (at least ``graph_degree``); the first
+        ``graph_degree`` are returned. Longer lists make the tail of the returned list converge (the
+        whole list's recall, not only its first ten) and cost time about in proportion. 0 = auto: with
+        GNND's selective update (the GPU's), where each sample inserts only its nearest partners and a
+        list converges short of its last true neighbours, ``max(32, 2 graph_degree)`` (sift-photos 450k,
+        k=64, H200: lists of 64 entries 0.62 s at whole-list recall@64 0.922, of 128 entries 1.15 s at
+        0.982; ``benchmarks/studies/nndescent_full_list.py``); with the update 'all',
+        ``max(16, graph_degree)``. Capped at n - 1.
     sample_size : int, default=0
         p, the NEW and OLD entries sampled from each list per iteration (GNND section 4.1); reverse
         samples add up to p more of each. 0 = auto: graph_degree, at most 32 (the GNND authors used 64
@@ -34,10 +43,9 @@ class IndexParams(Params):
     termination_threshold : float, default=0.001
         Stop when an iteration changes fewer than this share of the n * graph_degree list entries.
     update : {'auto', 'all', 'selective'}, default='auto'
-        'selective' inserts only each sample's nearest partners (GNND section 4.3), and iterates with lists
-        of at least 32 entries (the first ``graph_degree`` are returned: shorter lists converge short of
-        the true neighbours); 'all' inserts every improving pair (classic NN-Descent; CPU only; lists of
-        at least 16). 'auto': 'selective' on the GPU, 'all' on the CPU,
+        'selective' inserts only each sample's nearest partners (GNND section 4.3), and iterates with
+        longer lists than it returns (see ``intermediate_graph_degree``); 'all' inserts every improving
+        pair (classic NN-Descent; CPU only). 'auto': 'selective' on the GPU, 'all' on the CPU,
         where distance computations dominate and 'all' reaches a given recall sooner.
     init : {'auto', 'random', 'rp_forest', 'cluster_windows'}, default='auto'
         Initial lists. 'random': graph_degree random nodes each (GNND Alg. 1). 'rp_forest' (CPU only):
@@ -63,6 +71,7 @@ class IndexParams(Params):
 
     graph_degree: int = 32
     metric: str = "sqeuclidean"
+    intermediate_graph_degree: int = 0
     sample_size: int = 0
     max_iterations: int = 20
     termination_threshold: float = 0.001
@@ -72,7 +81,8 @@ class IndexParams(Params):
     out_of_core: str = "auto"
     cluster_overlap: int = 3
 
-    _constraints = {"graph_degree": Interval(1, None), "metric": Metric(), "sample_size": Interval(0, MAX_SAMPLE_SIZE),
+    _constraints = {"graph_degree": Interval(1, None), "metric": Metric(),
+                    "intermediate_graph_degree": Interval(0, None), "sample_size": Interval(0, MAX_SAMPLE_SIZE),
                     "max_iterations": Interval(1, None),
                     "termination_threshold": Interval(0.0, 1.0, integer=False), "update": Options(UPDATE_MODES),
                     "init": Options(INIT_MODES), "seed": Interval(0, 2**63 - 1), "out_of_core": Options(OUT_OF_CORE),
