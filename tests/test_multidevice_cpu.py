@@ -125,6 +125,10 @@ def test_clustered_graph_over_devices_when_the_graph_does_not_fit_one(data):
     g = knngraph.knn_graph(base, 16, method="nndescent", devices=CPUS, memory_limit=600_000, verbose=False)
     assert g.info["pieces"] > 2 and sum(g.info["pieces_per_device"]) == g.info["pieces"]
     assert min(g.info["pieces_per_device"]) >= 1  # both devices took pieces
+    # where the time went: the partition, then per device the gathers, builds and merges
+    assert 0 < g.info["partition_seconds"] < g.info["seconds"]
+    for clock in g.info["seconds_per_device"]:
+        assert set(clock) == {"gather_s", "build_s", "merge_wait_s", "merge_s"} and clock["build_s"] > 0
     assert knngraph.graph_recall(g, base=base, k=10, sample=300) >= 0.9
     small = knngraph.knn_graph(base, 16, method="nndescent", devices=CPUS, verbose=False)
     assert small.info["devices"] == ["cpu"]  # it fits one device: built there

@@ -160,7 +160,9 @@ def part_graph(lines, n_gpus, rows):
         times[name] = time.perf_counter() - t0
         lines.write(part="graph", run=name, rows=rows, memory_limit=limit, seconds=times[name],
                     graph_recall_at_10=truth.recall(knngraph._device.as_numpy(g.indices), 10),
-                    pieces=g.info.get("pieces"), pieces_per_device=g.info.get("pieces_per_device"))
+                    pieces=g.info.get("pieces"), pieces_per_device=g.info.get("pieces_per_device"),
+                    partition_seconds=g.info.get("partition_seconds"),
+                    seconds_per_device=g.info.get("seconds_per_device"))
     lines.write(part="graph", ratio=times[runs[1][0]] / times[runs[0][0]], gpus=n_gpus)
 
 

@@ -764,18 +764,43 @@ def _exact_graph_rows(base, k, devs, metric, memory_limit, verbose):
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
-class _HostEngine:
-    """What :func:`knngraph.partition.nearest_centroids` needs of an engine, on the host."""
+class _Engine:
+    """What :func:`knngraph.partition.nearest_centroids` needs of an engine, on one device (CuPy on a
+    GPU: the rows' distances to the centroids by GEMM there; NumPy on the CPU)."""
 
-    xp = np
+    def __init__(self, dev: Device):
+        self.dev = dev
+        self.xp = _xp(dev)
 
-    @staticmethod
-    def asarray(a):
-        return np.asarray(as_numpy(a))
+    def asarray(self, a):
+        return _to_device(a, self.dev)
 
     @staticmethod
     def to_host(a):
         return as_numpy(a)
+
+
+def _piece_on(base, rows, dev: Device):
+    """``base[rows]`` on ``dev``. Rows of device input are gathered on their GPU on a stream of their own
+    (not the GPU's default stream, where the work of that GPU's own pieces is queued: a gather there
+    would wait for it), then copied peer to peer."""
+    if not is_device_array(base):
+        return _to_device(np.asarray(base[rows]), dev)
+    import cupy as cp
+
+    src = Device("cuda", base.data.device_id)
+    with device_context(src):
+        side = cp.cuda.Stream(non_blocking=True)
+        with side:
+            sub = base[cp.asarray(rows)]
+        side.synchronize()
+    if src == dev:
+        return sub
+    with device_context(dev):
+        out = cp.asarray(sub)
+        # ``sub`` goes back to its pool on return: the copy must be done
+        cp.cuda.get_current_stream().synchronize()
+    return out
 
 
 def _clustered_graph(algorithm, base, k, devs, metric, max_rows, verbose, params, fields):
@@ -796,18 +821,25 @@ def _clustered_graph(algorithm, base, k, devs, metric, max_rows, verbose, params
     overlap = min(_OVERLAP, n_clusters)
     block_rows = max(1024, max_rows // 2)
     cent = P.kmeans(base, n_clusters, kind, seed)
-    labels = P.nearest_centroids(_HostEngine, base, cent, kind, overlap, block_rows)
+    # each row's nearest centroids on the GPU of the input (or the first device)
+    where = Device("cuda", base.data.device_id) if is_device_array(base) else devs[0]
+    with device_context(where):
+        labels = P.nearest_centroids(_Engine(where), base, cent, kind, overlap, block_rows)
     pieces = P.split_pieces(base, labels, len(cent), kind, seed, max_rows, block_rows, min_rows=2 * (k + 1))
+    partition_s = time.perf_counter() - t0
     res_d = np.full((n, k), np.inf, np.float32)
     res_i = np.full((n, k), -1, np.int32)
     lock = threading.Lock()
     queue = list(range(len(pieces)))
     taken = threading.Lock()
     built = [0] * len(devs)
+    # seconds per device: gathering pieces, building them, waiting for the merge lock, merging
+    split = [{"gather_s": 0.0, "build_s": 0.0, "merge_wait_s": 0.0, "merge_s": 0.0} for _ in devs]
 
     def worker(j):
         dev = devs[j]
         xp = _xp(dev)
+        clock = split[j]
         while True:
             with taken:
                 if not queue:
@@ -816,15 +848,23 @@ def _clustered_graph(algorithm, base, k, devs, metric, max_rows, verbose, params
             rows = pieces[p]
             if len(rows) < 2:
                 continue
-            block = _to_device(P._host_rows(base, rows), dev)
+            t = time.perf_counter()
+            block = _piece_on(base, rows, dev)
+            clock["gather_s"] += time.perf_counter() - t
+            t = time.perf_counter()
             kk = min(k, len(rows) - 1)
             g = algorithm.build_graph(block, kk, metric=metric, device=dev, verbose=False, params=params, **fields)
             gi, gd = xp.asarray(g.indices), xp.asarray(g.distances)
             ids = xp.asarray(rows.astype(np.int32))
             glob = xp.where(gi >= 0, ids[xp.maximum(gi, 0)], np.int32(-1)).astype(xp.int32)
+            t_lock = time.perf_counter()
+            clock["build_s"] += t_lock - t
             with lock:  # rows are shared by overlapping pieces: read, merge and write back as one step
+                t = time.perf_counter()
+                clock["merge_wait_s"] += t - t_lock
                 md, mi = merge_sorted_lists(xp.asarray(res_d[rows]), xp.asarray(res_i[rows]), gd, glob, k)
                 res_d[rows], res_i[rows] = as_numpy(md), as_numpy(mi)
+                clock["merge_s"] += time.perf_counter() - t
             built[j] += 1
             bar.update(1)
 
@@ -839,5 +879,7 @@ def _clustered_graph(algorithm, base, k, devs, metric, max_rows, verbose, params
     info = {"method": algorithm.name, "graph_degree": k, "out_of_core": "clusters", "clusters": int(len(cent)),
             "pieces": len(pieces), "overlap": overlap, "piece_rows_max": int(max(sizes)),
             "max_piece_rows": int(max_rows), "rows_built": int(sum(sizes)), "devices": [str(v) for v in devs],
-            "pieces_per_device": built, "seconds": time.perf_counter() - t0}
+            "pieces_per_device": built, "partition_seconds": partition_s,
+            "seconds_per_device": [{key: round(v, 3) for key, v in c.items()} for c in split],
+            "seconds": time.perf_counter() - t0}
     return res_d, res_i, info
