@@ -15,8 +15,8 @@ the parts follow the data instead, as current GPU graph builders and DiskANN's p
    so every piece fits and no piece is tiny.
 
 Each piece is then processed on its own (the NN-Descent build: GNND), and every row's list is the merge
-of its lists from the ``overlap`` pieces that hold it (``knngraph.nndescent._build.clustered_build``). Total work is about ``overlap`` in-memory
-builds of the data; nothing is merged pairwise. Vectors are float32 here (cosine: normalised rows; inner
+of its lists from the ``overlap`` pieces that hold it (``knngraph.nndescent._build.clustered_build``).
+Total work is about ``overlap`` in-memory builds of the data; nothing is merged pairwise. Vectors are float32 here (cosine: normalised rows; inner
 product: rows are assigned to the centroid of largest dot product).
 """
 
