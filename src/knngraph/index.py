@@ -283,6 +283,9 @@ def check_out(out: object, n_queries: int, k: int, device: Device) -> None:
         if is_device_array(a) != device.is_cuda:
             raise ValueError(f"{name} must be a {'CuPy' if device.is_cuda else 'NumPy'} array: the search runs on "
                              f"{device}")
+        if device.is_cuda and getattr(getattr(a, "device", None), "id", device.index) != device.index:
+            raise ValueError(f"{name} is on GPU {a.device.id}, but the search's results are on {device}: "
+                             f"pass arrays made under cupy.cuda.Device({device.index})")
         if not a.flags.c_contiguous:
             raise ValueError(f"{name} must be C-contiguous")
 

@@ -38,7 +38,6 @@ algorithm's own format) and a manifest.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import json
 import os
@@ -50,6 +49,7 @@ import numpy as np
 
 from ._device import (Device, array_kind, as_numpy, default_memory_limit, device_context, format_bytes,
                       is_device_array, parse_memory, resolve_device, return_as)
+from ._gpu_queue import DeviceError, global_ids, naming, search_gpus, shard_bounds, shard_k
 from .index import KNNResult
 
 __all__ = ["MultiDeviceIndex", "resolve_devices", "choose_layout", "build", "search", "delete", "replicate",
@@ -58,10 +58,6 @@ __all__ = ["MultiDeviceIndex", "resolve_devices", "choose_layout", "build", "sea
 LAYOUTS = ("auto", "sharded", "replicated")
 MANIFEST = "manifest.json"
 FORMAT = "knngraph-multidevice-index"
-
-
-class DeviceError(RuntimeError):
-    """Work on one device of a multi-device build or search failed; the message names the device."""
 
 
 def resolve_devices(devices) -> tuple:
@@ -101,11 +97,6 @@ def resolve_devices(devices) -> tuple:
     if len({d.is_cuda for d in out}) > 1:
         raise ValueError(f"devices mixes CPU and GPU entries ({', '.join(map(str, out))}); use one kind")
     return tuple(out)
-
-
-def shard_bounds(n: int, parts: int) -> np.ndarray:
-    """Row bounds of ``parts`` contiguous shards of n rows (sizes differ by at most one)."""
-    return (np.arange(parts + 1, dtype=np.int64) * n // parts).astype(np.int64)
 
 
 def choose_layout(layout: str, dataset, devices, memory_limit=None) -> str:
@@ -201,20 +192,8 @@ def _run_all(pool, devices, jobs):
     for dev, f in zip(devices, futures):
         exc = f.exception()
         if exc is not None:
-            raise _naming(dev, exc) from exc
+            raise naming(dev, exc) from exc
     return [f.result() for f in futures]
-
-
-def _naming(dev: Device, exc: BaseException) -> Exception:
-    """``exc``, raised by work on ``dev``, as the error to raise: the device named in its message;
-    MemoryError (CuPy's out-of-memory error included), ValueError and TypeError keep their type, anything
-    else becomes a :class:`DeviceError`."""
-    message = f"on device {dev}: {type(exc).__name__}: {exc}"
-    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
-        return MemoryError(message)
-    if isinstance(exc, (ValueError, TypeError)):
-        return type(exc)(message)
-    return DeviceError(message)
 
 
 def _to_device(x, dev: Device):
@@ -339,9 +318,11 @@ def _split_filter(filter, n: int, bounds):
 def search(index: MultiDeviceIndex, queries, k: int, params=None, *, device="auto", verbose: bool = True,
            filter=None, stats: dict | None = None, memory_limit=None, out=None, n_threads=None) -> KNNResult:
     """The top-``k`` of each query over a :class:`MultiDeviceIndex` (see the module docs): results in the
-    framework of ``queries`` (on its GPU for device queries, else on the host), nearest first, global ids.
-    ``device`` must be 'auto' or one of the index's devices (where the results are merged); the other
-    keywords are the algorithm's and apply on every device (a filter is cut into each shard's part)."""
+    framework of ``queries`` (for device queries on the device where the results are merged, else on the
+    host), nearest first, global ids. ``device`` must be 'auto' (the index's first device) or one of the
+    index's devices: where the results are merged, and where ``out`` must be; the other keywords are the
+    algorithm's and apply on every device (a filter is cut into each shard's part). With ``stats`` each
+    device's search reports its figures before the next one is queued, so the devices do not overlap."""
     from .graphops import merge_topk
     from .index import check_out, fill_out
     from ._validate import check_k, check_vectors
@@ -368,8 +349,9 @@ def search(index: MultiDeviceIndex, queries, k: int, params=None, *, device="aut
     kw = dict(verbose=False, memory_limit=memory_limit, n_threads=n_threads)
     per_device_stats = [dict() if stats is not None else None for _ in devs]
     if all(dv.is_cuda for dv in devs):
-        d, i = _search_gpus(module, index, q, k, params, first, filter, per_device_stats, kw,
-                            to_host=qkind.framework == "numpy" and out is None)
+        masks = _split_filter(filter, n, index.bounds) if index.layout == "sharded" else None
+        d, i = search_gpus(module, index, q, k, params, first, filter, masks, per_device_stats, kw,
+                           to_host=qkind.framework == "numpy" and out is None)
     elif index.layout == "replicated":
         pool = index.executor()
         parts = index.parts if len(index.parts) == len(devs) else index.parts * len(devs)
@@ -389,10 +371,10 @@ def search(index: MultiDeviceIndex, queries, k: int, params=None, *, device="aut
         bounds = index.bounds
 
         def shard_job(j):
-            kk = _shard_k(index, j, k)
+            kk = shard_k(index, j, k)
             d_j, i_j = module.search(index.parts[j], _to_device(q, devs[j]), kk, params, device=devs[j],
                                      filter=masks[j], stats=per_device_stats[j], **kw)
-            return as_numpy(d_j), _global_ids(as_numpy(i_j), int(bounds[j]))
+            return as_numpy(d_j), global_ids(as_numpy(i_j), int(bounds[j]))
 
         results = _run_all(pool, devs, [lambda j=j: shard_job(j) for j in range(len(devs))])
         d, i = merge_topk([r[0] for r in results], [r[1] for r in results], k)
@@ -407,178 +389,10 @@ def search(index: MultiDeviceIndex, queries, k: int, params=None, *, device="aut
             stats["seconds"] = float(max(secs))
         stats.update(layout=index.layout, devices=[str(dv) for dv in devs])
     if out is not None:
-        fill_out(out, d, i)
+        with device_context(first):  # the copy into out queued after the merge, on first's stream
+            fill_out(out, d, i)
         return KNNResult(*out)
     return KNNResult(return_as(qkind, d), return_as(qkind, i))
-
-
-def _shard_k(index: MultiDeviceIndex, j: int, k: int) -> int:
-    """The top-k asked of part ``j`` of a sharded index: at most its rows (a compacted part holds fewer)."""
-    return min(k, int(index.bounds[j + 1]) - int(index.bounds[j]), len(index.parts[j]))
-
-
-def _global_ids(ids, offset: int):
-    """A part's ids as global ids (``offset`` added; -1, no neighbour, kept), int32, NumPy or CuPy."""
-    xp = __import__("cupy") if is_device_array(ids) else np
-    return xp.where(ids >= 0, ids + np.int32(offset), np.int32(-1)).astype(xp.int32)
-
-
-def _search_gpus(module, index: MultiDeviceIndex, q, k: int, params, first: Device, filter, per_device_stats, kw,
-                 *, to_host: bool):
-    """The search of :func:`search` on GPUs: every device's work is queued from this thread, one device after
-    another, and nothing waits until all of it is queued; (distances, ids) on the host (``to_host``) or
-    on ``first``.
-
-    Each device gets its queries by an asynchronous copy on its own stream (host queries are staged in
-    page-locked memory, each device's rows just before its turn: copies from pageable memory are
-    synchronous, and those of several devices wait for each other in the driver), its search is launched
-    there, and its results either travel
-    back to page-locked host buffers on the same stream (replicated, host queries) or are copied peer to
-    peer to ``first`` on ``first``'s stream after an event says they are ready (sharded: merged there).
-    Measured on 4 H200s with sift-photos 450k and 100k host queries: with one host thread per device
-    (each making its device current and waiting for it) most of the call went to pageable copies waiting
-    for one another and to the threads' turns at the interpreter lock; queued from one thread, the
-    devices' kernels overlap (benchmarks/studies/multi_gpu.py)."""
-    staged = _StagedQueries(q) if not is_device_array(q) else None
-    try:
-        return _queue_searches(module, index, q, staged, k, params, first, filter, per_device_stats, kw,
-                               to_host=to_host)
-    finally:
-        if staged is not None:
-            staged.release(index.devices)
-
-
-class _StagedQueries:
-    """Host queries copied into page-locked memory one row range at a time, as the devices need them (the
-    first device computes while the next one's rows are copied); kept until :meth:`release`."""
-
-    #: a call that staged more than this gives its page-locked blocks back to the system (CuPy's pool
-    #: would keep them for later calls)
-    KEEP_BYTES = 256 << 20
-
-    def __init__(self, q):
-        self.q = q
-        self.ranges: dict = {}
-
-    def rows(self, a: int, b: int):
-        """Rows a:b of the queries, page-locked (copied once per range)."""
-        if (a, b) not in self.ranges:
-            import cupyx
-
-            buf = cupyx.empty_pinned((b - a, self.q.shape[1]), self.q.dtype)
-            buf[...] = self.q[a:b]
-            self.ranges[(a, b)] = buf
-        return self.ranges[(a, b)]
-
-    def page_locked(self, shape, dtype):
-        """A page-locked host array for results copied back, kept (and released) with the queries."""
-        import cupyx
-
-        buf = cupyx.empty_pinned(shape, dtype)
-        self.ranges[("out", len(self.ranges))] = buf
-        return buf
-
-    def release(self, devs) -> None:
-        """Wait for every device's stream (a copy still reading a buffer returned to CuPy's pool would read
-        whatever is written there next), then let the buffers go."""
-        import cupy as cp
-
-        for dev in dict.fromkeys(devs):
-            with device_context(dev):
-                cp.cuda.get_current_stream().synchronize()
-        staged = sum(buf.nbytes for buf in self.ranges.values())
-        self.ranges.clear()
-        if staged > self.KEEP_BYTES:
-            cp.get_default_pinned_memory_pool().free_all_blocks()
-
-
-def _queue_searches(module, index: MultiDeviceIndex, q, staged, k: int, params, first: Device, filter,
-                    per_device_stats, kw, *, to_host: bool):
-    """:func:`_search_gpus` once the host queries (if any) are ``staged`` in page-locked memory."""
-    import cupy as cp
-
-    devs = index.devices
-    nq = q.shape[0]
-    if staged is None:
-        with device_context(Device("cuda", q.data.device_id)):
-            queries_ready = cp.cuda.Event(disable_timing=True)
-            queries_ready.record()
-
-    def rows_here(dev: Device, a: int, b: int):
-        """Query rows a:b on ``dev`` (current), by a copy queued on its stream."""
-        if staged is not None:
-            return cp.asarray(staged.rows(a, b), blocking=False)
-        cp.cuda.get_current_stream().wait_event(queries_ready)
-        return cp.asarray(q[a:b]) if q.data.device_id != dev.index else q[a:b]
-
-    def finished() -> "cp.cuda.Event":
-        ev = cp.cuda.Event(disable_timing=True)
-        ev.record()
-        return ev
-
-    def gathered(results):
-        """The (distances, ids) of every launched part on ``first``, once each part's event has passed."""
-        with device_context(first):
-            stream = cp.cuda.get_current_stream()
-            out = []
-            for d_j, i_j, ev in results:
-                stream.wait_event(ev)
-                out.append((cp.asarray(d_j), cp.asarray(i_j)))
-            return out
-
-    if index.layout == "replicated":
-        parts = index.parts if len(index.parts) == len(devs) else index.parts * len(devs)
-        cuts = shard_bounds(nq, len(devs))
-        busy = [j for j in range(len(devs)) if cuts[j + 1] > cuts[j]] or [0]
-        launched = []
-        for j in busy:
-            a, b = int(cuts[j]), int(cuts[j + 1])
-            with device_context(devs[j]), _named(devs[j]):
-                d_j, i_j = module.search(parts[j], rows_here(devs[j], a, b), k, params, device=devs[j],
-                                         filter=filter, stats=per_device_stats[j], **kw)
-                if to_host:
-                    host_d = staged.page_locked((b - a, k), np.float32)
-                    host_i = staged.page_locked((b - a, k), np.int32)
-                    stream = cp.cuda.get_current_stream()
-                    cp.asnumpy(cp.ascontiguousarray(d_j, dtype=cp.float32), stream, out=host_d, blocking=False)
-                    cp.asnumpy(cp.ascontiguousarray(i_j, dtype=cp.int32), stream, out=host_i, blocking=False)
-                    launched.append((a, b, host_d, host_i, stream))
-                else:
-                    launched.append((d_j, i_j, finished()))
-        if not to_host:
-            parts_out = gathered(launched)
-            with device_context(first):
-                return cp.concatenate([p[0] for p in parts_out]), cp.concatenate([p[1] for p in parts_out])
-        d = np.empty((nq, k), np.float32)
-        i = np.empty((nq, k), np.int32)
-        for (a, b, host_d, host_i, stream), j in zip(launched, busy):
-            with device_context(devs[j]):
-                stream.synchronize()
-            d[a:b] = host_d
-            i[a:b] = host_i
-        return d, i
-    from .graphops import merge_topk
-
-    masks = _split_filter(filter, len(index), index.bounds)
-    launched = []
-    for j, dev in enumerate(devs):
-        with device_context(dev), _named(dev):
-            d_j, i_j = module.search(index.parts[j], rows_here(dev, 0, nq), _shard_k(index, j, k), params,
-                                     device=dev, filter=masks[j], stats=per_device_stats[j], **kw)
-            launched.append((cp.asarray(d_j), _global_ids(cp.asarray(i_j), int(index.bounds[j])), finished()))
-    parts_out = gathered(launched)
-    with device_context(first):
-        d, i = merge_topk([p[0] for p in parts_out], [p[1] for p in parts_out], k)
-        return (as_numpy(d), as_numpy(i)) if to_host else (d, i)
-
-
-@contextlib.contextmanager
-def _named(dev: Device):
-    """Errors of the work queued for ``dev`` in the block raised naming it (:func:`_naming`)."""
-    try:
-        yield
-    except Exception as exc:  # noqa: BLE001 - re-raised with the device named
-        raise _naming(dev, exc) from exc
 
 
 def _xp(dev: Device):
@@ -780,6 +594,22 @@ class _Engine:
         return as_numpy(a)
 
 
+_SIDE = threading.local()
+
+
+def _side_stream(dev: Device):
+    """This thread's non-blocking stream on ``dev`` (current), made once: CuPy's pool keeps the blocks freed
+    on a stream for that stream, so a new stream per call would strand them."""
+    import cupy as cp
+
+    streams = getattr(_SIDE, "streams", None)
+    if streams is None:
+        streams = _SIDE.streams = {}
+    if dev.index not in streams:
+        streams[dev.index] = cp.cuda.Stream(non_blocking=True)
+    return streams[dev.index]
+
+
 def _piece_on(base, rows, dev: Device):
     """``base[rows]`` on ``dev``. Rows of device input are gathered on their GPU on a stream of their own
     (not the GPU's default stream, where the work of that GPU's own pieces is queued: a gather there
@@ -790,7 +620,7 @@ def _piece_on(base, rows, dev: Device):
 
     src = Device("cuda", base.data.device_id)
     with device_context(src):
-        side = cp.cuda.Stream(non_blocking=True)
+        side = _side_stream(src)
         with side:
             sub = base[cp.asarray(rows)]
         side.synchronize()

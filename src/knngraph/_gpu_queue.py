@@ -1,0 +1,265 @@
+"""Work on several GPUs queued from one host thread, and the pieces of :mod:`knngraph.multidevice` it shares
+with the threaded path: the row bounds of shards, a shard's k and global ids, and errors that name their
+device.
+
+:func:`search_gpus` is a multi-device index's search when every device is a GPU: each device's copies and
+kernels are queued from the calling thread, one device after another, and nothing waits until all of them
+are queued (see its docs for why not one host thread per GPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from ._device import Device, as_numpy, device_context, is_device_array
+
+__all__ = ["DeviceError", "shard_bounds", "naming", "named", "shard_k", "global_ids", "search_gpus"]
+
+
+class DeviceError(RuntimeError):
+    """Work on one device of a multi-device build or search failed; the message names the device."""
+
+
+DeviceError.__module__ = "knngraph.multidevice"  # where users meet it
+
+
+def shard_bounds(n: int, parts: int) -> np.ndarray:
+    """Row bounds of ``parts`` contiguous shards of n rows (sizes differ by at most one)."""
+    return (np.arange(parts + 1, dtype=np.int64) * n // parts).astype(np.int64)
+
+
+def naming(dev: Device, exc: BaseException) -> Exception:
+    """``exc``, raised by work on ``dev``, as the error to raise: the device named in its message;
+    MemoryError (CuPy's out-of-memory error included), ValueError and TypeError keep their type, anything
+    else becomes a :class:`DeviceError`."""
+    message = f"on device {dev}: {type(exc).__name__}: {exc}"
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return MemoryError(message)
+    if isinstance(exc, (ValueError, TypeError)):
+        return type(exc)(message)
+    return DeviceError(message)
+
+
+def shard_k(index, j: int, k: int) -> int:
+    """The top-k asked of part ``j`` of a sharded index: at most its rows (a compacted part holds fewer)."""
+    return min(k, int(index.bounds[j + 1]) - int(index.bounds[j]), len(index.parts[j]))
+
+
+def global_ids(ids, offset: int):
+    """A part's ids as global ids (``offset`` added; -1, no neighbour, kept), int32, NumPy or CuPy."""
+    xp = __import__("cupy") if is_device_array(ids) else np
+    return xp.where(ids >= 0, ids + np.int32(offset), np.int32(-1)).astype(xp.int32)
+
+
+def search_gpus(module, index, q, k: int, params, first: Device, filter, masks, per_device_stats, kw,
+                *, to_host: bool):
+    """The search of a multi-device index (:func:`knngraph.multidevice.search`) on GPUs: every device's work
+    is queued from this thread, one device after another, and nothing waits until all of it is queued;
+    (distances, ids) on the host (``to_host``) or on ``first``. ``filter`` goes to every replica, ``masks``
+    (one per shard) to the shards.
+
+    Each device gets its queries by an asynchronous copy on its own stream (host queries are staged in
+    page-locked memory, each device's rows just before its turn: copies from pageable memory are
+    synchronous, and those of several devices wait for each other in the driver), its search is launched
+    there, and its results either travel back to page-locked host buffers on the same stream (replicated, host queries) or are copied peer to
+    peer to ``first`` on ``first``'s stream after an event says they are ready (sharded: merged there).
+    Measured on 4 H200s with sift-photos 450k and 100k host queries: with one host thread per device
+    (each making its device current and waiting for it) most of the call went to pageable copies waiting
+    for one another and to the threads' turns at the interpreter lock; queued from one thread, the
+    devices' kernels overlap (benchmarks/studies/multi_gpu.py)."""
+    staged = _StagedQueries(q) if not is_device_array(q) else None
+    # every device whose buffers (queries, results) copies queued on another device's stream may read
+    involved = list(dict.fromkeys(index.devices))
+    if staged is None and Device("cuda", q.data.device_id) not in involved:
+        involved.append(Device("cuda", q.data.device_id))
+    try:
+        result = _queue_searches(module, index, q, staged, k, params, first, filter, masks, per_device_stats,
+                                 kw, to_host=to_host)
+    except BaseException:
+        if staged is not None:
+            staged.release(involved, raising=False)
+        else:
+            _settle(involved, first, raising=False)
+        raise
+    if staged is not None:
+        staged.release(involved)
+    else:
+        _settle(involved, first)
+    return result
+
+
+def _settle(devs, first: Device, *, raising: bool = True) -> None:
+    """After a search of device queries, which returns without waiting: the results of the other devices
+    and the queries are read by copies queued on ``first``'s stream, while their memory goes back to
+    their own devices' pools (ordered by those devices' streams) on return. Every device's stream waits
+    for ``first``'s work so far (no host wait), so nothing allocated there later overwrites them before
+    they are copied. After an error, every stream is synchronised instead."""
+    import cupy as cp
+
+    if not raising:
+        _synchronize(devs)
+        return
+    with device_context(first):
+        done = cp.cuda.Event(disable_timing=True)
+        done.record()
+    for dev in devs:
+        if dev != first:
+            with device_context(dev):
+                cp.cuda.get_current_stream().wait_event(done)
+
+
+def _synchronize(devs) -> BaseException | None:
+    """Synchronise every device's current stream, each even if an earlier one failed; the first error."""
+    import cupy as cp
+
+    error = None
+    for dev in devs:
+        try:
+            with device_context(dev):
+                cp.cuda.get_current_stream().synchronize()
+        except Exception as exc:  # noqa: BLE001 - a sticky CUDA error on one device: the others still wait
+            error = error or exc
+    return error
+
+
+class _StagedQueries:
+    """Host queries copied into page-locked memory one row range at a time, as the devices need them (the
+    first device computes while the next one's rows are copied); kept until :meth:`release`."""
+
+    #: a call that staged more than this gives its page-locked blocks back to the system (CuPy's pool
+    #: would keep them for later calls)
+    KEEP_BYTES = 256 << 20
+
+    def __init__(self, q):
+        self.q = q
+        self.ranges: dict = {}
+
+    def rows(self, a: int, b: int):
+        """Rows a:b of the queries, page-locked (copied once per range)."""
+        if (a, b) not in self.ranges:
+            import cupyx
+
+            buf = cupyx.empty_pinned((b - a, self.q.shape[1]), self.q.dtype)
+            buf[...] = self.q[a:b]
+            self.ranges[(a, b)] = buf
+        return self.ranges[(a, b)]
+
+    def page_locked(self, shape, dtype):
+        """A page-locked host array for results copied back, kept (and released) with the queries."""
+        import cupyx
+
+        buf = cupyx.empty_pinned(shape, dtype)
+        self.ranges[("out", len(self.ranges))] = buf
+        return buf
+
+    #: buffers of calls whose devices could not be synchronised (a CUDA error): a copy may still read
+    #: them, and CuPy's page-locked pool, which knows no streams, would hand them out again
+    _held: list = []
+
+    def release(self, devs, *, raising: bool = True) -> None:
+        """Wait for every device's stream (a copy still reading a buffer returned to CuPy's pool would read
+        whatever is written there next), then let the buffers go; if a device fails to synchronise they
+        are kept for the life of the process and (``raising``) its error is raised."""
+        import cupy as cp
+
+        error = _synchronize(devs)
+        if error is not None:
+            self._held.append(dict(self.ranges))
+            self.ranges.clear()
+            if raising:
+                raise error
+            return
+        staged = sum(buf.nbytes for buf in self.ranges.values())
+        self.ranges.clear()
+        if staged > self.KEEP_BYTES:
+            cp.get_default_pinned_memory_pool().free_all_blocks()
+
+
+def _queue_searches(module, index, q, staged, k: int, params, first: Device, filter, masks,
+                    per_device_stats, kw, *, to_host: bool):
+    """:func:`search_gpus` once the host queries (if any) are ``staged`` in page-locked memory."""
+    import cupy as cp
+
+    devs = index.devices
+    nq = q.shape[0]
+    if staged is None:
+        with device_context(Device("cuda", q.data.device_id)):
+            queries_ready = cp.cuda.Event(disable_timing=True)
+            queries_ready.record()
+
+    def rows_here(dev: Device, a: int, b: int):
+        """Query rows a:b on ``dev`` (current), by a copy queued on its stream."""
+        if staged is not None:
+            return cp.asarray(staged.rows(a, b), blocking=False)
+        cp.cuda.get_current_stream().wait_event(queries_ready)
+        return cp.asarray(q[a:b]) if q.data.device_id != dev.index else q[a:b]
+
+    def finished() -> "cp.cuda.Event":
+        ev = cp.cuda.Event(disable_timing=True)
+        ev.record()
+        return ev
+
+    def gathered(results):
+        """The (distances, ids) of every launched part on ``first``, once each part's event has passed."""
+        with device_context(first):
+            stream = cp.cuda.get_current_stream()
+            out = []
+            for d_j, i_j, ev in results:
+                stream.wait_event(ev)
+                out.append((cp.asarray(d_j), cp.asarray(i_j)))
+            return out
+
+    if index.layout == "replicated":
+        parts = index.parts if len(index.parts) == len(devs) else index.parts * len(devs)
+        cuts = shard_bounds(nq, len(devs))
+        busy = [j for j in range(len(devs)) if cuts[j + 1] > cuts[j]] or [0]
+        launched = []
+        for j in busy:
+            a, b = int(cuts[j]), int(cuts[j + 1])
+            with device_context(devs[j]), named(devs[j]):
+                d_j, i_j = module.search(parts[j], rows_here(devs[j], a, b), k, params, device=devs[j],
+                                         filter=filter, stats=per_device_stats[j], **kw)
+                if to_host:
+                    host_d = staged.page_locked((b - a, k), np.float32)
+                    host_i = staged.page_locked((b - a, k), np.int32)
+                    stream = cp.cuda.get_current_stream()
+                    cp.asnumpy(cp.ascontiguousarray(d_j, dtype=cp.float32), stream, out=host_d, blocking=False)
+                    cp.asnumpy(cp.ascontiguousarray(i_j, dtype=cp.int32), stream, out=host_i, blocking=False)
+                    launched.append((a, b, host_d, host_i, stream))
+                else:
+                    launched.append((d_j, i_j, finished()))
+        if not to_host:
+            parts_out = gathered(launched)
+            with device_context(first):
+                return cp.concatenate([p[0] for p in parts_out]), cp.concatenate([p[1] for p in parts_out])
+        d = np.empty((nq, k), np.float32)
+        i = np.empty((nq, k), np.int32)
+        for (a, b, host_d, host_i, stream), j in zip(launched, busy):
+            with device_context(devs[j]):
+                stream.synchronize()
+            d[a:b] = host_d
+            i[a:b] = host_i
+        return d, i
+    from .graphops import merge_topk
+
+    launched = []
+    for j, dev in enumerate(devs):
+        with device_context(dev), named(dev):
+            d_j, i_j = module.search(index.parts[j], rows_here(dev, 0, nq), shard_k(index, j, k), params,
+                                     device=dev, filter=masks[j], stats=per_device_stats[j], **kw)
+            launched.append((cp.asarray(d_j), global_ids(cp.asarray(i_j), int(index.bounds[j])), finished()))
+    parts_out = gathered(launched)
+    with device_context(first):
+        d, i = merge_topk([p[0] for p in parts_out], [p[1] for p in parts_out], k)
+        return (as_numpy(d), as_numpy(i)) if to_host else (d, i)
+
+
+@contextlib.contextmanager
+def named(dev: Device):
+    """Errors of the work queued for ``dev`` in the block raised naming it (:func:`naming`)."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - re-raised with the device named
+        raise naming(dev, exc) from exc
