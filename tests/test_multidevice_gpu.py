@@ -70,6 +70,34 @@ def test_approximate_on_two_gpus_keeps_recall(data, truth, name, layout):
 
 
 @needs_two
+@pytest.mark.parametrize("layout", ["sharded", "replicated"])
+def test_device_queries_and_out_arrays_on_two_gpus(data, truth, layout):
+    """Queries on GPU 1 searched over GPUs 0 and 1 give the host queries' ids (the searches are queued from
+    one thread and their results copied between the GPUs after events); out= is filled on the GPU where
+    the results are merged, and an out array on another GPU is refused naming it."""
+    import cupy as cp
+
+    base, queries = data
+    index = song.build(song.IndexParams(), base, devices=[0, 1], layout=layout, verbose=False)
+    want = song.search(index, queries, 10)
+    with cp.cuda.Device(1):
+        q1 = cp.asarray(queries)
+    for _ in range(3):  # repeated: a copy that raced a later allocation would show as changed rows
+        got = song.search(index, q1, 10)
+        assert got.indices.device.id == 0
+        np.testing.assert_array_equal(cp.asnumpy(got.indices), want.indices)
+    with cp.cuda.Device(0):
+        out = (cp.empty((len(queries), 10), cp.float32), cp.empty((len(queries), 10), cp.int32))
+    song.search(index, q1, 10, out=out)
+    np.testing.assert_array_equal(cp.asnumpy(out[1]), want.indices)
+    with cp.cuda.Device(1):
+        wrong = (cp.empty((len(queries), 10), cp.float32), cp.empty((len(queries), 10), cp.int32))
+    with pytest.raises(ValueError, match=r"out\[0\] \(distances\) is on GPU 1, but the search's results are on "
+                                         r"cuda:0"):
+        song.search(index, q1, 10, out=wrong)
+
+
+@needs_two
 def test_every_entry_point_runs_on_the_gpu_that_holds_its_input(data):
     import cupy as cp
 
