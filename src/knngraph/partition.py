@@ -29,7 +29,8 @@ import numpy as np
 from ._device import is_device_array
 from .primitives.distances import DIST_COS, DIST_IP, inverse_norms
 
-__all__ = ["features", "centroid_scores", "kmeans", "nearest_centroids", "split_pieces", "plan_clusters"]
+__all__ = ["features", "centroid_scores", "kmeans", "nearest_centroids", "split_pieces", "plan_clusters",
+           "piece_fields"]
 
 #: rows of the k-means sample per centroid (and at least MIN_SAMPLE, at most MAX_SAMPLE rows)
 SAMPLE_PER_CLUSTER = 256
@@ -204,3 +205,14 @@ def split_pieces(data, labels, n_clusters: int, kind: int, seed: int, max_rows: 
             j = int(np.argmin([len(r) for r in pieces]))
             pieces[j] = np.union1d(pieces[j], pool)
     return pieces
+
+
+def piece_fields(method: str, params, fields: dict, k: int, rows: int) -> dict:
+    """A graph builder's fields for one piece of ``rows`` rows (``k`` neighbours): NN-Descent's pieces iterate
+    with lists of ``max(32, k)`` entries unless a length was given, as its own out-of-core build's pieces do
+    (each row's lists from its overlapping pieces are merged, which completes the tail; see
+    ``knngraph.nndescent.IndexParams.intermediate_graph_degree``); other builders' fields stay."""
+    if method != "nndescent" or fields.get("intermediate_graph_degree") or \
+            getattr(params, "intermediate_graph_degree", 0):
+        return fields
+    return {**fields, "intermediate_graph_degree": min(max(k, 32), rows - 1)}

@@ -486,3 +486,26 @@ def test_intermediate_graph_degree_below_graph_degree_is_refused():
                         verbose=False).graph
     assert g.indices.shape == (300, 16)
     assert knngraph.graph_recall(g, 16, base=x) >= 0.99
+
+
+def test_automatic_lists_shorten_before_the_build_goes_out_of_core():
+    """A budget that holds the selective update's lists of graph_degree entries but not the automatic 2 x
+    graph_degree builds in memory with the shorter lists (as before the lists grew), not in pieces."""
+    from knngraph._device import Device
+    from knngraph.datasets import load_sample
+    from knngraph.nndescent import _build
+
+    x = np.asarray(load_sample().base[:5000], np.float32)
+    n, d = x.shape
+    params = nndescent.IndexParams(graph_degree=32, update="selective", init="random")
+    engine = _build.make_engine(Device("cpu"))
+    per_node = {kb: _build._build_bytes_per_node(engine, n, d, 4, nd_index._config(params, kb, Device("cpu"), False),
+                                                 False) for kb in (32, 64)}
+    assert per_node[32] < per_node[64]
+    limit = n * (per_node[32] + per_node[64]) // 2
+    g = nndescent.build(params, x, device="cpu", memory_limit=limit, verbose=False).graph
+    assert g.info.get("out_of_core") is None, g.info
+    assert knngraph.graph_recall(g, 32, base=x, sample=1000) >= 0.93
+    # with the whole automatic budget the lists are longer and the tail converges
+    g2 = nndescent.build(params, x, device="cpu", verbose=False).graph
+    assert knngraph.graph_recall(g2, 32, base=x, sample=1000) >= 0.98

@@ -33,7 +33,9 @@ class IndexParams(Params):
         list converges short of its last true neighbours, ``max(32, 2 graph_degree)`` (sift-photos 450k,
         k=64, H200: lists of 64 entries 0.62 s at whole-list recall@64 0.922, of 128 entries 1.15 s at
         0.982; ``benchmarks/studies/nndescent_full_list.py``); with the update 'all',
-        ``max(16, graph_degree)``. Capped at n - 1.
+        ``max(16, graph_degree)``; the pieces of an out-of-core build over clusters keep
+        ``max(32 or 16, graph_degree)``, as the merge of each row's lists from its overlapping pieces
+        completes the tail. Capped at n - 1.
     sample_size : int, default=0
         p, the NEW and OLD entries sampled from each list per iteration (GNND section 4.1); reverse
         samples add up to p more of each. 0 = auto: graph_degree, at most 32 (the GNND authors used 64
