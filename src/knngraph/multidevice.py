@@ -684,7 +684,7 @@ def _clustered_graph(algorithm, base, k, devs, metric, max_rows, verbose, params
             t = time.perf_counter()
             kk = min(k, len(rows) - 1)
             g = algorithm.build_graph(block, kk, metric=metric, device=dev, verbose=False, params=params,
-                                      **P.piece_fields(algorithm.name, params, fields, kk, len(rows)))
+                                      piece=True, **fields)
             gi, gd = xp.asarray(g.indices), xp.asarray(g.distances)
             ids = xp.asarray(rows.astype(np.int32))
             glob = xp.where(gi >= 0, ids[xp.maximum(gi, 0)], np.int32(-1)).astype(xp.int32)

@@ -16,8 +16,9 @@ the parts follow the data instead, as current GPU graph builders and DiskANN's p
 
 Each piece is then processed on its own (the NN-Descent build: GNND), and every row's list is the merge
 of its lists from the ``overlap`` pieces that hold it (``knngraph.nndescent._build.clustered_build``).
-Total work is about ``overlap`` in-memory builds of the data; nothing is merged pairwise. Vectors are float32 here (cosine: normalised rows; inner
-product: rows are assigned to the centroid of largest dot product).
+Total work is about ``overlap`` in-memory builds of the data; nothing is merged pairwise. Vectors are
+float32 here (cosine: normalised rows; inner product: rows are assigned to the centroid of largest dot
+product).
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ import numpy as np
 from ._device import is_device_array
 from .primitives.distances import DIST_COS, DIST_IP, inverse_norms
 
-__all__ = ["features", "centroid_scores", "kmeans", "nearest_centroids", "split_pieces", "plan_clusters",
-           "piece_fields"]
+__all__ = ["features", "centroid_scores", "kmeans", "nearest_centroids", "split_pieces", "plan_clusters"]
 
 #: rows of the k-means sample per centroid (and at least MIN_SAMPLE, at most MAX_SAMPLE rows)
 SAMPLE_PER_CLUSTER = 256
@@ -133,18 +133,8 @@ def nearest_centroids(engine, data, cent, kind: int, overlap: int, block_rows: i
         hi = min(n, lo + block_rows)
         f = features(xp, engine.asarray(data[lo:hi]), kind)
         sc = centroid_scores(xp, f, c, c_sq, kind)
-        out[lo:hi] = engine.to_host(_nearest_columns(xp, sc, overlap).astype(xp.int32))
+        out[lo:hi] = engine.to_host(xp.argsort(sc, axis=1)[:, :overlap].astype(xp.int32))
     return out
-
-
-def _nearest_columns(xp, scores, m: int):
-    """Per row, the columns of the ``m`` smallest scores, smallest first. On the host the ``m`` are picked
-    by a partition and only they are sorted (a whole sort of every row cost most of the assignment)."""
-    if xp is not np or m >= scores.shape[1]:
-        return xp.argsort(scores, axis=1)[:, :m]
-    part = np.argpartition(scores, m - 1, axis=1)[:, :m]
-    within = np.argsort(np.take_along_axis(scores, part, axis=1), axis=1, kind="stable")
-    return np.take_along_axis(part, within, axis=1)
 
 
 def _median_halves(data, rows, kind, seed, block_rows):
@@ -206,13 +196,3 @@ def split_pieces(data, labels, n_clusters: int, kind: int, seed: int, max_rows: 
             pieces[j] = np.union1d(pieces[j], pool)
     return pieces
 
-
-def piece_fields(method: str, params, fields: dict, k: int, rows: int) -> dict:
-    """A graph builder's fields for one piece of ``rows`` rows (``k`` neighbours): NN-Descent's pieces iterate
-    with lists of ``max(32, k)`` entries unless a length was given, as its own out-of-core build's pieces do
-    (each row's lists from its overlapping pieces are merged, which completes the tail; see
-    ``knngraph.nndescent.IndexParams.intermediate_graph_degree``); other builders' fields stay."""
-    if method != "nndescent" or fields.get("intermediate_graph_degree") or \
-            getattr(params, "intermediate_graph_degree", 0):
-        return fields
-    return {**fields, "intermediate_graph_degree": min(max(k, 32), rows - 1)}

@@ -61,10 +61,13 @@ class Algorithm:
 
     def build_graph(self, dataset: Array, graph_degree: int, *, metric: str = "sqeuclidean",
                     device: DeviceLike = "auto", memory_limit: MemoryLimit = None, verbose: bool = True,
-                    params: Any = None, **param_fields: Any) -> Graph:
+                    params: Any = None, piece: bool = False, **param_fields: Any) -> Graph:
         """The k-NN graph of ``dataset`` with ``graph_degree`` neighbours per node: ``build(IndexParams(
         graph_degree=..., metric=..., **param_fields), dataset, ...).graph``. ``params``: a ready
-        ``IndexParams`` of this algorithm instead (its ``graph_degree`` and ``metric`` are replaced)."""
+        ``IndexParams`` of this algorithm instead (its ``graph_degree`` and ``metric`` are replaced).
+        ``piece=True``: ``dataset`` is one piece of a graph built in overlapping pieces whose lists are
+        merged afterwards; an algorithm with a ``piece_params(params, dataset, device)`` adapts its
+        automatic parameters to that (NN-Descent's shorter lists)."""
         if not self.builds_graphs:
             raise ValueError(f"{self.name!r} does not build k-NN graphs; graph builders: "
                              f"{', '.join(graph_builders())}")
@@ -75,6 +78,8 @@ class Algorithm:
             params = dataclasses.replace(params, graph_degree=graph_degree, metric=metric, **param_fields)
         else:
             params = mod.IndexParams(graph_degree=graph_degree, metric=metric, **param_fields)
+        if piece and hasattr(mod, "piece_params"):
+            params = mod.piece_params(params, dataset, device)
         graph = mod.build(params, dataset, device=device, memory_limit=memory_limit, verbose=verbose).graph
         # device input, device output, whatever memory the builder keeps its graph in (GGNN: the host's)
         return graph.to_device() if is_device_array(dataset) else graph

@@ -1,6 +1,8 @@
 """NN-Descent on the CPU: recall floors against the exact graph, merge, add, out-of-core, determinism,
 metrics and dtypes, bad input, save/load; plus one whole GPU-path build in the CUDA simulator."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -509,3 +511,20 @@ def test_automatic_lists_shorten_before_the_build_goes_out_of_core():
     # with the whole automatic budget the lists are longer and the tail converges
     g2 = nndescent.build(params, x, device="cpu", verbose=False).graph
     assert knngraph.graph_recall(g2, 32, base=x, sample=1000) >= 0.98
+
+
+def test_piece_params_give_pieces_the_out_of_core_list_length():
+    """A piece of a graph built in merged overlapping pieces (several devices, Dask) iterates with the
+    out-of-core pieces' lists (graph_degree, at least 32 with the selective update), not the in-memory 2k;
+    a length given stays, and the registry's build_graph(piece=True) applies it."""
+    from knngraph import registry
+
+    x = np.random.default_rng(0).random((3000, 8), dtype=np.float32)
+    sel = nndescent.IndexParams(graph_degree=48, update="selective")
+    assert nndescent.piece_params(sel, x, "cpu").intermediate_graph_degree == 48
+    assert nndescent.piece_params(dataclasses.replace(sel, graph_degree=8), x, "cpu").intermediate_graph_degree == 32
+    assert nndescent.piece_params(nndescent.IndexParams(graph_degree=8), x, "cpu").intermediate_graph_degree == 16
+    given = dataclasses.replace(sel, intermediate_graph_degree=60)
+    assert nndescent.piece_params(given, x, "cpu") is given
+    g = registry.get("nndescent").build_graph(x, 8, device="cpu", verbose=False, params=sel, piece=True)
+    assert g.degree == 8 and knngraph.graph_recall(g, 8, base=x) >= 0.99

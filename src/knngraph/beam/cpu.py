@@ -31,6 +31,7 @@ import numpy as np
 from numba import prange
 
 from ..primitives.compile import threaded_and_serial, writable_view
+from ..primitives.distances import cpu_vectors
 from ..primitives.filters import is_allowed
 from ..primitives.lists import less, slack_bound
 from ..primitives.rows import line_shape, load_query, prefetch, prefetch_row, query_row, row_distance, write_row
@@ -173,11 +174,10 @@ def search_beam(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, *
     list are).
     Returns internal distances float32, ids int32 (both [nq, k], -1 / inf where fewer than k were
     reached or allowed), distance computations and expansions per query."""
-    q = queries if queries.flags.c_contiguous else np.ascontiguousarray(queries)
-    if q.dtype == np.float16:
-        q = q.astype(np.float32)
-    # read-only inputs (memory-mapped files) as writable views: one compiled kernel for both kinds
-    q, base = writable_view(q), writable_view(base)
+    q = cpu_vectors(queries if queries.flags.c_contiguous else np.ascontiguousarray(queries))
+    # a read-only base (a memory-mapped file) as a writable view: one compiled kernel for both kinds (its
+    # float16 rows are read as they are, not widened as the queries are)
+    base = writable_view(base)
     nq = q.shape[0]
     if out is None:
         out = (np.empty((nq, k), np.float32), np.empty((nq, k), np.int32))

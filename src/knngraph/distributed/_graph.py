@@ -105,7 +105,7 @@ def _build_piece(block, rows, k, method, metric, seed, params, device, memory_li
         algo = registry.get(method)
         fields = {"seed": seed} if "seed" in {f.name for f in dataclasses.fields(algo.load().IndexParams)} else {}
         g = algo.build_graph(x, kk, metric=metric, device=device, memory_limit=memory_limit, verbose=False,
-                             params=params, **P.piece_fields(method, params, fields, kk, m))
+                             params=params, piece=True, **fields)
     gi = as_numpy(g.indices)
     dist[:, :kk] = as_numpy(g.distances)[:, :kk]
     ids[:, :kk] = np.where(gi[:, :kk] >= 0, rows[np.maximum(gi[:, :kk], 0)], -1)

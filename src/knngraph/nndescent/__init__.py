@@ -41,8 +41,8 @@ how it is cut:
 * ``'auto'`` (default): 'shard_pairs' when at most 4 shards are needed (6 merges), else 'clusters'.
 """
 
-from ._index import Index, build, extend, load, merge_graphs, save
+from ._index import Index, build, extend, load, merge_graphs, piece_params, save
 from ._params import INIT_MODES, OUT_OF_CORE, UPDATE_MODES, IndexParams
 
-__all__ = ["IndexParams", "Index", "build", "extend", "save", "load", "merge_graphs", "UPDATE_MODES",
-           "INIT_MODES", "OUT_OF_CORE"]
+__all__ = ["IndexParams", "Index", "build", "extend", "save", "load", "merge_graphs", "piece_params",
+           "UPDATE_MODES", "INIT_MODES", "OUT_OF_CORE"]

@@ -24,7 +24,7 @@ from . import _build
 from ._common import auto_sample_size
 from ._params import IndexParams
 
-__all__ = ["Index", "build", "extend", "merge_graphs", "save", "load", "AUTO_MAX_SHARDS"]
+__all__ = ["Index", "build", "extend", "merge_graphs", "save", "load", "piece_params", "AUTO_MAX_SHARDS"]
 
 #: out_of_core='auto' merges shard pairs up to this many shards, then switches to clusters
 AUTO_MAX_SHARDS = 4
@@ -48,6 +48,11 @@ def _selective(params: IndexParams, dev) -> bool:
     return params.update == "selective" or (params.update == "auto" and dev.is_cuda)
 
 
+def _list_degree(k: int, n: int, selective: bool) -> int:
+    """Lists of ``k`` entries, at least MIN_SELECTIVE_BUILD_DEGREE (selective update) or MIN_BUILD_DEGREE."""
+    return max(k, min(MIN_SELECTIVE_BUILD_DEGREE if selective else MIN_BUILD_DEGREE, n - 1))
+
+
 def _build_degree(params: IndexParams, k: int, n: int, selective: bool) -> int:
     """Neighbours per node while building or merging a ``k``-NN graph of ``n`` points (``selective``: with
     GNND's selective update): ``params.intermediate_graph_degree``, or the automatic length."""
@@ -58,8 +63,8 @@ def _build_degree(params: IndexParams, k: int, n: int, selective: bool) -> int:
                              f"graph_degree={k}: the build returns the first graph_degree entries of its lists")
         return min(wanted, max(k, n - 1))
     if selective:
-        return max(k, min(max(MIN_SELECTIVE_BUILD_DEGREE, SELECTIVE_LIST_FACTOR * k), n - 1))
-    return max(k, min(MIN_BUILD_DEGREE, n - 1))
+        return max(_list_degree(k, n, True), min(SELECTIVE_LIST_FACTOR * k, n - 1))
+    return _list_degree(k, n, False)
 
 
 def _piece_degree(params: IndexParams, k: int, n: int, selective: bool) -> int:
@@ -70,7 +75,19 @@ def _piece_degree(params: IndexParams, k: int, n: int, selective: bool) -> int:
     recall@32 0.989 / 0.995 / 0.996 (more entries also mean smaller, more pieces)."""
     if params.intermediate_graph_degree:
         return k
-    return max(params.graph_degree, min(MIN_SELECTIVE_BUILD_DEGREE if selective else MIN_BUILD_DEGREE, n - 1))
+    return _list_degree(params.graph_degree, n, selective)
+
+
+def piece_params(params: IndexParams, dataset: Array, device: DeviceLike = "auto") -> IndexParams:
+    """``params`` for the build of one piece of a graph built in overlapping pieces whose lists are merged
+    afterwards (the several-device and Dask graphs; :meth:`knngraph.registry.Algorithm.build_graph` with
+    ``piece=True``): an automatic ``intermediate_graph_degree`` becomes the out-of-core pieces' length
+    (``graph_degree``, at least 32 / 16), as in this module's own out-of-core build."""
+    if params.intermediate_graph_degree:
+        return params
+    selective = _selective(params, resolve_device(device, dataset))
+    return dataclasses.replace(params, intermediate_graph_degree=_piece_degree(params, params.graph_degree,
+                                                                              int(dataset.shape[0]), selective))
 
 
 def _first_columns(a, k: int):
