@@ -7,7 +7,7 @@
 #   tests-parallel - the same tests as 8 pytest processes side by side (one per group in GPU_TEST_GROUPS);
 #              the whole GPU suite fits one 10-minute call of the lent machine (about 4 minutes on an H100)
 #   bench    - every GPU benchmark in GPU_BENCHMARKS below (FILTER: run only those whose name contains it)
-#   sanitize - scripts/gpu_sanitize.py under compute-sanitizer memcheck and racecheck; fails on any kernel
+#   sanitize - scripts/gpu_sanitize.py under compute-sanitizer memcheck, racecheck and synccheck; fails on any kernel
 #              error or hazard (scripts/sanitizer_summary.py filters the driver probing of numba's start)
 #   multi    - a machine of several GPUs in one call of at most $MULTI_SECONDS (default 540): first
 #              benchmarks/studies/multi_gpu.py alone on every GPU (scaling needs quiet GPUs), then one lane
@@ -180,12 +180,15 @@ if [ "$what" = multi ]; then
   tar cJf "$OUT/multi.tar.xz" -C "$OUT" multi && rm -rf "$W"
 fi
 if [ "$what" = sanitize ]; then
-  for tool in memcheck racecheck; do
+  for tool in memcheck racecheck synccheck; do
     echo "== compute-sanitizer --tool $tool"
-    compute-sanitizer --tool "$tool" --print-limit 50 python3 scripts/gpu_sanitize.py > "$OUT/sanitize_$tool.log" 2>&1
+    # shellcheck disable=SC2086
+    compute-sanitizer --tool "$tool" --print-limit 50 python3 scripts/gpu_sanitize.py ${SANITIZE_ARGS:-} \
+      > "$OUT/sanitize_$tool.log" 2>&1
     tail -3 "$OUT/sanitize_$tool.log"
   done
   python3 scripts/sanitizer_summary.py "$OUT/sanitize_memcheck.log" "$OUT/sanitize_racecheck.log" \
+    "$OUT/sanitize_synccheck.log" \
     | tee "$OUT/sanitize_summary.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi

@@ -1,6 +1,6 @@
 """Read compute-sanitizer logs and fail on any kernel error or hazard.
 
-    python3 scripts/sanitizer_summary.py memcheck.log racecheck.log
+    python3 scripts/sanitizer_summary.py memcheck.log racecheck.log synccheck.log
 
 Driver probing noise is not a kernel error and is filtered explicitly: numba's initialisation asks
 ``cuGetProcAddress`` for entry points the driver may not have, which the sanitizer reports as an API
@@ -17,7 +17,7 @@ import sys
 # an API-error report names the call; these calls are the driver probing of numba's initialisation
 _PROBING_CALLS = ("cuGetProcAddress",)
 _RECORD = re.compile(r"^========= (?!ERROR SUMMARY|RACECHECK SUMMARY|    )(.+)$")
-# memcheck ends with "ERROR SUMMARY: N errors", racecheck with "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)"
+# memcheck and synccheck end with "ERROR SUMMARY: N errors", racecheck with "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)"
 _SUMMARY = re.compile(r"========= (?:ERROR SUMMARY: (\d+) error|RACECHECK SUMMARY: \d+ hazards displayed \((\d+) error)")
 
 

@@ -123,6 +123,43 @@ def test_threads_with_own_streams_searching_one_gpu_index_get_the_serial_rows(da
     assert rows > 0
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["song", "ggnn", "exact"])
+def test_repeated_gpu_searches_do_not_grow_the_memory_pool(data, name):
+    """CuPy's pool keeps the blocks freed on a stream for that stream: a search that made streams per call
+    stranded its blocks, and the pool of a long-running service grew by gigabytes. After warm-up, 60 more
+    calls (host and device queries, the main thread and a second one) leave the pool where it was."""
+    import cupy as cp
+
+    base, queries = data
+    if name == "song":
+        index = song.build(song.IndexParams(graph_degree=16, intermediate_graph_degree=32), base, device="cuda")
+    elif name == "ggnn":
+        index = ggnn.build(ggnn.IndexParams(graph_degree=16, refinements=0), base, device="cuda")
+    else:
+        index = bruteforce.build(bruteforce.IndexParams(), base, device="cuda")
+    module = {"song": song, "ggnn": ggnn, "exact": bruteforce}[name]
+    q_dev = cp.asarray(queries)
+
+    def calls(n):
+        for j in range(n):
+            module.search(index, queries if j % 2 else q_dev, 10, device="cuda")
+        cp.cuda.get_current_stream().synchronize()
+
+    pool = cp.get_default_memory_pool()
+    calls(10)
+    worker = threading.Thread(target=calls, args=(10,))
+    worker.start()
+    worker.join()
+    before = pool.total_bytes()
+    calls(30)
+    worker = threading.Thread(target=calls, args=(30,))
+    worker.start()
+    worker.join()
+    grown = pool.total_bytes() - before
+    assert grown <= 4 << 20, f"{name}: the pool grew by {grown} bytes over 60 calls"
+
+
 def test_launch_plans_of_ended_threads_are_dropped():
     """A GPU search keeps a launch plan per calling thread (key ending in the thread's ident); making a plan
     first drops those of threads that have ended, so a thread-per-request service does not keep one per

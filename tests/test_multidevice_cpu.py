@@ -167,3 +167,17 @@ def test_a_failing_device_fails_the_build_naming_it(data, monkeypatch):
     monkeypatch.setattr(bruteforce, "build", flaky)
     with pytest.raises(MemoryError, match=r"on device cpu: MemoryError: out of memory for this shard"):
         multidevice.build(bruteforce, bruteforce.IndexParams(), base, CPUS, layout="sharded")
+
+
+def test_a_device_failing_in_the_partition_fails_the_graph_naming_it(data, monkeypatch):
+    # the rows' nearest centroids are found on the input's device (or the first one) before any piece is
+    # built: an error there (a GPU out of memory) names that device, as an error in a piece's build does
+    from knngraph import partition
+
+    def full(*args, **kw):
+        raise MemoryError("out of memory for the centroid distances")
+
+    base, _ = data
+    monkeypatch.setattr(partition, "nearest_centroids", full)
+    with pytest.raises(MemoryError, match=r"on device cpu: MemoryError: out of memory for the centroid distances"):
+        knngraph.knn_graph(base, 16, method="nndescent", devices=CPUS, memory_limit=600_000, verbose=False)

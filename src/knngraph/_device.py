@@ -175,6 +175,36 @@ def device_context(device: Device):
     return contextlib.nullcontext()
 
 
+#: idle non-blocking CUDA streams by (GPU, role, priorities), lent by :func:`borrowed_streams`
+_IDLE_STREAMS: dict = {}
+_IDLE_STREAMS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def borrowed_streams(device_index: int, role: str, priorities: tuple = (0,)):
+    """Non-blocking CUDA streams on GPU ``device_index`` (make it current first), one per entry of
+    ``priorities``, lent for the ``with`` block: an idle set of this ``role`` if there is one, else a new
+    set, which goes back to the idle sets afterwards (work still queued on them stays ordered before the
+    next borrower's). Concurrent callers get sets of their own; a process makes as many sets as it ever
+    ran at once. CuPy's memory pool keeps the blocks freed on a stream for that stream: streams made per
+    call (or per thread, for a service that runs a thread per request) strand their blocks, and the pool
+    grows without bound (a GPU soak of 60,000 searches in 4 minutes grew it by 39 GB while the exact
+    search made two streams per call)."""
+    import cupy
+
+    key = (device_index, role, tuple(priorities))
+    with _IDLE_STREAMS_LOCK:
+        idle = _IDLE_STREAMS.setdefault(key, [])
+        streams = idle.pop() if idle else None
+    if streams is None:
+        streams = tuple(cupy.cuda.Stream(non_blocking=True, priority=p) for p in priorities)
+    try:
+        yield streams
+    finally:
+        with _IDLE_STREAMS_LOCK:
+            _IDLE_STREAMS[key].append(streams)
+
+
 def release_device_memory(device: Device) -> int:
     """Give the blocks CuPy's pools cache on ``device`` back to the driver (after a failed build, so the
     next one finds the memory free); returns the bytes given back."""

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from ._device import (Device, array_kind, as_numpy, default_memory_limit, device_context, format_bytes,
-                      is_device_array, parse_memory, resolve_device, return_as)
+                      is_device_array, parse_memory, resolve_device, return_as, borrowed_streams)
 from ._gpu_queue import DeviceError, global_ids, naming, search_gpus, shard_bounds, shard_k
 from .index import KNNResult
 
@@ -594,22 +594,6 @@ class _Engine:
         return as_numpy(a)
 
 
-_SIDE = threading.local()
-
-
-def _side_stream(dev: Device):
-    """This thread's non-blocking stream on ``dev`` (current), made once: CuPy's pool keeps the blocks freed
-    on a stream for that stream, so a new stream per call would strand them."""
-    import cupy as cp
-
-    streams = getattr(_SIDE, "streams", None)
-    if streams is None:
-        streams = _SIDE.streams = {}
-    if dev.index not in streams:
-        streams[dev.index] = cp.cuda.Stream(non_blocking=True)
-    return streams[dev.index]
-
-
 def _piece_on(base, rows, dev: Device):
     """``base[rows]`` on ``dev``. Rows of device input are gathered on their GPU on a stream of their own
     (not the GPU's default stream, where the work of that GPU's own pieces is queued: a gather there
@@ -620,10 +604,9 @@ def _piece_on(base, rows, dev: Device):
 
     src = Device("cuda", base.data.device_id)
     with device_context(src):
-        side = _side_stream(src)
-        with side:
+        with borrowed_streams(src.index, "piece-gather") as (side,), side:
             sub = base[cp.asarray(rows)]
-        side.synchronize()
+            side.synchronize()
     if src == dev:
         return sub
     with device_context(dev):
@@ -653,8 +636,11 @@ def _clustered_graph(algorithm, base, k, devs, metric, max_rows, verbose, params
     cent = P.kmeans(base, n_clusters, kind, seed)
     # each row's nearest centroids on the GPU of the input (or the first device)
     where = Device("cuda", base.data.device_id) if is_device_array(base) else devs[0]
-    with device_context(where):
-        labels = P.nearest_centroids(_Engine(where), base, cent, kind, overlap, block_rows)
+    try:
+        with device_context(where):
+            labels = P.nearest_centroids(_Engine(where), base, cent, kind, overlap, block_rows)
+    except Exception as exc:  # an error of that GPU (out of memory above all) names it, as the builds' do
+        raise naming(where, exc) from exc
     pieces = P.split_pieces(base, labels, len(cent), kind, seed, max_rows, block_rows, min_rows=2 * (k + 1))
     partition_s = time.perf_counter() - t0
     res_d = np.full((n, k), np.inf, np.float32)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._device import borrowed_streams
 from .._progress import progress
 from ..primitives.kselect import MAX_FILTER_K, TileSelector, resolve_select
 from ._exact import NumericPlan, finish_candidates, plan_numerics
@@ -116,70 +117,69 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
         # The selection stream gets the higher priority: as GEMM blocks retire, the scheduler starts
         # selection blocks first.
         # (CUDA clamps an out-of-range priority to the device's highest; CuPy does not expose the range)
-        s_gemm = cp.cuda.Stream(non_blocking=True)
-        s_sel = cp.cuda.Stream(non_blocking=True, priority=-1000)
-        selector.stream = s_sel
-        ready = cp.cuda.get_current_stream().record()  # inputs and resident data are complete
-        s_gemm.wait_event(ready)
-        s_sel.wait_event(ready)
-        dot_bufs = [cp.empty(qb * bt, plan.out_dtype()) for _ in range(2)]
-        slot_free = [None, None]
-        slot_keep = [None, None]
-        with progress(n_q_blocks * n_tiles, "exact k-NN (cuda)", disable=not verbose) as bar:
-            for qs in range(0, nq, qb):
-                qe = min(nq, qs + qb)
-                with s_gemm:
-                    q_given = cp.asarray(queries[qs:qe])
-                    q_raw = numerics.prepare(q_given, cp)
-                    q = plan.operand(q_raw)
-                    q_row = plan.row_term(q_raw, q)
-                    del q_raw
-                with s_sel:
-                    best_k = cp.empty((qe - qs, c), cp.float32)
-                    best_i = cp.empty((qe - qs, c), cp.int32)
-                for t, bs in enumerate(range(0, n, bt)):
-                    be = min(n, bs + bt)
-                    slot = t % 2
+        with borrowed_streams(device_index, "exact", (0, -1000)) as (s_gemm, s_sel):
+            selector.stream = s_sel
+            ready = cp.cuda.get_current_stream().record()  # inputs and resident data are complete
+            s_gemm.wait_event(ready)
+            s_sel.wait_event(ready)
+            dot_bufs = [cp.empty(qb * bt, plan.out_dtype()) for _ in range(2)]
+            slot_free = [None, None]
+            slot_keep = [None, None]
+            with progress(n_q_blocks * n_tiles, "exact k-NN (cuda)", disable=not verbose) as bar:
+                for qs in range(0, nq, qb):
+                    qe = min(nq, qs + qb)
                     with s_gemm:
-                        if slot_free[slot] is not None:
-                            s_gemm.wait_event(slot_free[slot])
-                        slot_keep[slot] = None  # the tile that used this slot is done: release it
-                        if resident:
-                            x = xb[bs:be]
-                            xc = xb_col[bs:be]
-                        else:
-                            x_raw = numerics.prepare(cp.asarray(base[bs:be]), cp)
-                            x = plan.operand(x_raw)
-                            xc = plan.column_term(x_raw, x)
-                            del x_raw
-                        dots = dot_bufs[slot][:(qe - qs) * (be - bs)].reshape(qe - qs, be - bs)
-                        plan.dots(q, x, dots)
-                        tile_ready = s_gemm.record()
-                    s_sel.wait_event(tile_ready)
+                        q_given = cp.asarray(queries[qs:qe])
+                        q_raw = numerics.prepare(q_given, cp)
+                        q = plan.operand(q_raw)
+                        q_row = plan.row_term(q_raw, q)
+                        del q_raw
                     with s_sel:
-                        selector.offer_tile(dots, xc, alpha, bs, qs if graph else -1, best_k, best_i,
-                                            first_tile=(t == 0))
-                        slot_free[slot] = s_sel.record()
-                    slot_keep[slot] = (x, xc, q)  # alive until the selection reading them is done
-                    bar.update(1)
-                s_sel.wait_event(s_gemm.record())
-                with s_sel:
-                    keys, ids = selector.finish(best_k, best_i)
-                    tq = numerics.transform(q_given, cp)
-                    block_d, block_i, block_u = finish_candidates(
-                        cp, keys, ids, q_row, q_given, tq, xb if rows_transformed else base, numerics, k,
-                        rows_transformed=rows_transformed)
-                    del tq, q_given
-                    if host_out:
-                        block_d.get(stream=s_sel, out=out_d[qs:qe])
-                        block_i.get(stream=s_sel, out=out_i[qs:qe])
-                        block_u.get(stream=s_sel, out=unsure[qs:qe])
-                        s_sel.synchronize()
-                    else:
-                        out_d[qs:qe] = block_d
-                        out_i[qs:qe] = block_i
-                        unsure[qs:qe] = block_u
-                    # the next query block's GEMMs must not overwrite q before this block is done
-                    s_gemm.wait_event(s_sel.record())
-        cp.cuda.get_current_stream().wait_event(s_sel.record())
-        return out_d, out_i, unsure
+                        best_k = cp.empty((qe - qs, c), cp.float32)
+                        best_i = cp.empty((qe - qs, c), cp.int32)
+                    for t, bs in enumerate(range(0, n, bt)):
+                        be = min(n, bs + bt)
+                        slot = t % 2
+                        with s_gemm:
+                            if slot_free[slot] is not None:
+                                s_gemm.wait_event(slot_free[slot])
+                            slot_keep[slot] = None  # the tile that used this slot is done: release it
+                            if resident:
+                                x = xb[bs:be]
+                                xc = xb_col[bs:be]
+                            else:
+                                x_raw = numerics.prepare(cp.asarray(base[bs:be]), cp)
+                                x = plan.operand(x_raw)
+                                xc = plan.column_term(x_raw, x)
+                                del x_raw
+                            dots = dot_bufs[slot][:(qe - qs) * (be - bs)].reshape(qe - qs, be - bs)
+                            plan.dots(q, x, dots)
+                            tile_ready = s_gemm.record()
+                        s_sel.wait_event(tile_ready)
+                        with s_sel:
+                            selector.offer_tile(dots, xc, alpha, bs, qs if graph else -1, best_k, best_i,
+                                                first_tile=(t == 0))
+                            slot_free[slot] = s_sel.record()
+                        slot_keep[slot] = (x, xc, q)  # alive until the selection reading them is done
+                        bar.update(1)
+                    s_sel.wait_event(s_gemm.record())
+                    with s_sel:
+                        keys, ids = selector.finish(best_k, best_i)
+                        tq = numerics.transform(q_given, cp)
+                        block_d, block_i, block_u = finish_candidates(
+                            cp, keys, ids, q_row, q_given, tq, xb if rows_transformed else base, numerics, k,
+                            rows_transformed=rows_transformed)
+                        del tq, q_given
+                        if host_out:
+                            block_d.get(stream=s_sel, out=out_d[qs:qe])
+                            block_i.get(stream=s_sel, out=out_i[qs:qe])
+                            block_u.get(stream=s_sel, out=unsure[qs:qe])
+                            s_sel.synchronize()
+                        else:
+                            out_d[qs:qe] = block_d
+                            out_i[qs:qe] = block_i
+                            unsure[qs:qe] = block_u
+                        # the next query block's GEMMs must not overwrite q before this block is done
+                        s_gemm.wait_event(s_sel.record())
+            cp.cuda.get_current_stream().wait_event(s_sel.record())
+            return out_d, out_i, unsure

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from .._device import format_bytes
+from .._device import borrowed_streams, format_bytes
 from .._progress import progress
 from ._common import forest_bytes_per_node, forest_params
 from ._windows import window_bytes_per_node
@@ -206,10 +206,9 @@ class _Prefetcher:
             if isinstance(block, cp.ndarray):
                 return cp.ascontiguousarray(block)
             host = np.ascontiguousarray(block)
-            stream = cp.cuda.Stream(non_blocking=True)
-            with stream:
+            with borrowed_streams(self.engine.device_index, "block-load") as (stream,), stream:
                 arr = cp.asarray(host)
-            stream.synchronize()
+                stream.synchronize()
             return arr
 
     def next(self):
