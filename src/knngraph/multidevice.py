@@ -604,7 +604,9 @@ def _piece_on(base, rows, dev: Device):
 
     src = Device("cuda", base.data.device_id)
     with device_context(src):
+        after = cp.cuda.get_current_stream().record()  # this thread's work on that GPU so far
         with borrowed_streams(src.index, "piece-gather") as (side,), side:
+            side.wait_event(after)  # a block it freed with kernels still queued is reused after them
             sub = base[cp.asarray(rows)]
             side.synchronize()
     if src == dev:

@@ -183,6 +183,13 @@ class _Prefetcher:
         self.data = data
         self.sequence = list(sequence)
         self.pos = 0
+        # the stream the blocks are used on (this thread's): a block is copied after the work queued there
+        # so far, so the block of an earlier load, freed while kernels reading it were queued, is
+        # overwritten only after them
+        self.consumer = None
+        if engine.is_cuda and not engine.simulate:
+            with engine.cp.cuda.Device(engine.device_index):
+                self.consumer = engine.cp.cuda.get_current_stream()
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         self.next_future = self._submit(0)
 
@@ -206,7 +213,9 @@ class _Prefetcher:
             if isinstance(block, cp.ndarray):
                 return cp.ascontiguousarray(block)
             host = np.ascontiguousarray(block)
+            after = self.consumer.record()
             with borrowed_streams(self.engine.device_index, "block-load") as (stream,), stream:
+                stream.wait_event(after)
                 arr = cp.asarray(host)
                 stream.synchronize()
             return arr
