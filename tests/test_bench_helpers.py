@@ -85,3 +85,20 @@ def test_gpu_check_runs_studies_that_exist():
     scripts = re.findall(r"python3 (benchmarks/\S+\.py)", block)
     assert scripts and all((ROOT / s).exists() for s in scripts), scripts
     assert all(s.startswith("benchmarks/studies/") for s in scripts)
+
+
+def test_result_lines_name_no_paths_of_the_machine_that_ran_them(monkeypatch):
+    from benchmarks.runner import measure
+
+    root = str(Path(measure.__file__).resolve().parents[2])
+    home = str(Path.home())
+    monkeypatch.setenv("OUT", home + "/collect")
+    text = (f"python x.py --out {home}/collect/multi --graph {home}/w/g.npy --data {root}/.data "
+            f"{home}fs/kept {home}")
+    assert measure.portable_paths(text) == "python x.py --out $OUT/multi --graph ~/w/g.npy --data ./.data " \
+                                           f"{home}fs/kept ~"
+    monkeypatch.delenv("OUT")
+    assert measure.portable_paths(f"--out {home}/collect") == "--out ~/collect"
+    monkeypatch.setattr(measure.sys, "argv", [f"{root}/benchmarks/studies/x.py", "--out", f"{home}/o"])
+    monkeypatch.setattr(measure.sys.modules["__main__"], "__spec__", None, raising=False)
+    assert measure.command_line() == "python benchmarks/studies/x.py --out ~/o"

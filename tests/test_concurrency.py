@@ -108,17 +108,21 @@ def test_threads_searching_one_index_get_the_serial_rows_cpu(cpu_indexes, data, 
     assert rows > 0
 
 
+def _gpu_index(name, base):
+    """A small index of searcher ``name`` built on the GPU in the calling thread."""
+    if name == "song":
+        return song.build(song.IndexParams(graph_degree=16, intermediate_graph_degree=32), base, device="cuda")
+    if name == "ggnn":
+        return ggnn.build(ggnn.IndexParams(graph_degree=16, refinements=0), base, device="cuda")
+    return bruteforce.build(bruteforce.IndexParams(), base, device="cuda")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["song", "ggnn", "exact"])
 def test_threads_with_own_streams_searching_one_gpu_index_get_the_serial_rows(data, name):
     """The index is built in the main thread; 4 threads, each with a CUDA stream of its own, search it."""
     base, queries = data
-    if name == "song":
-        index = song.build(song.IndexParams(graph_degree=16, intermediate_graph_degree=32), base, device="cuda")
-    elif name == "ggnn":
-        index = ggnn.build(ggnn.IndexParams(graph_degree=16, refinements=0), base, device="cuda")
-    else:
-        index = bruteforce.build(bruteforce.IndexParams(), base, device="cuda")
+    index = _gpu_index(name, base)
     rows = _check_concurrent(name, index, queries, "cuda", n_threads=4, calls_per_thread=8, streams=True)
     assert rows > 0
 
@@ -132,12 +136,7 @@ def test_repeated_gpu_searches_do_not_grow_the_memory_pool(data, name):
     import cupy as cp
 
     base, queries = data
-    if name == "song":
-        index = song.build(song.IndexParams(graph_degree=16, intermediate_graph_degree=32), base, device="cuda")
-    elif name == "ggnn":
-        index = ggnn.build(ggnn.IndexParams(graph_degree=16, refinements=0), base, device="cuda")
-    else:
-        index = bruteforce.build(bruteforce.IndexParams(), base, device="cuda")
+    index = _gpu_index(name, base)
     module = {"song": song, "ggnn": ggnn, "exact": bruteforce}[name]
     q_dev = cp.asarray(queries)
 

@@ -19,6 +19,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import shlex
 import statistics
 import sys
@@ -29,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["sync", "Timing", "time_calls", "host_seconds", "HostPeak", "GpuPeak", "environment", "library_versions",
-           "now", "command_line", "json_default", "JsonLines"]
+           "now", "portable_paths", "command_line", "json_default", "JsonLines"]
 
 
 def sync() -> None:
@@ -320,9 +321,21 @@ def as_float(x) -> float | None:
     return float(np.asarray(x))
 
 
+def portable_paths(text: str) -> str:
+    """``text`` (a command line, an error message) without the paths of the machine that ran it: the
+    repository as ``.``, the folder in ``$OUT`` (where a lent GPU machine collects results) as ``$OUT``,
+    the home folder as ``~``. A result file then tells what was run, not where."""
+    root = str(Path(__file__).resolve().parents[2])
+    places = [(root, "."), (os.environ.get("OUT", ""), "$OUT"), (os.path.expanduser("~"), "~")]
+    for place, name in sorted((p for p in places if len(p[0].rstrip("/")) > 1), key=lambda p: -len(p[0])):
+        # the folder itself or a path under it, not a longer name that starts alike (/a/b, not /a/bc)
+        text = re.sub(re.escape(place.rstrip("/")) + r"(?![\w.-])", lambda _: name, text)
+    return text
+
+
 def command_line() -> str:
     """This process's command line as it would be typed (``python -m benchmarks ...`` for the runner,
-    ``python benchmarks/studies/NAME.py ...`` for a study)."""
+    ``python benchmarks/studies/NAME.py ...`` for a study), paths made portable (:func:`portable_paths`)."""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     if spec is not None and spec.name:
@@ -331,7 +344,7 @@ def command_line() -> str:
         script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
         root = Path(__file__).resolve().parents[2]
         head = ["python", str(script.relative_to(root)) if script and script.is_relative_to(root) else sys.argv[0]]
-    return shlex.join(head + sys.argv[1:])
+    return portable_paths(shlex.join(head + sys.argv[1:]))
 
 
 def json_default(o):

@@ -50,7 +50,7 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/studies/NAME
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks._common import qps_at  # noqa: E402
 from benchmarks.runner import data, quality  # noqa: E402
-from benchmarks.runner.measure import JsonLines, host_seconds, sync, time_calls  # noqa: E402
+from benchmarks.runner.measure import JsonLines, host_seconds, portable_paths, sync, time_calls  # noqa: E402
 
 BEAM_QUEUES = [16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256]
 SONG_QUEUES = [16, 24, 32, 48, 64, 96, 128, 192, 256]
@@ -242,8 +242,8 @@ def run_cagra_children(args, graph_file: Path, log):
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("CURVES ")]
         if p.returncode != 0 or not lines:
             log.write(part="cuvs", method=method, failed=f"exit status {p.returncode}",
-                      stderr_head="\n".join(p.stderr.splitlines()[:25])[:3000],
-                      stderr_tail="\n".join(p.stderr.splitlines()[-25:])[-3000:])
+                      stderr_head=portable_paths("\n".join(p.stderr.splitlines()[:25]))[:3000],
+                      stderr_tail=portable_paths("\n".join(p.stderr.splitlines()[-25:]))[-3000:])
             return None
         return json.loads(lines[-1][len("CURVES "):])
 

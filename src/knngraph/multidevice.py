@@ -47,8 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._device import (Device, array_kind, as_numpy, default_memory_limit, device_context, format_bytes,
-                      is_device_array, parse_memory, resolve_device, return_as, borrowed_streams)
+from ._device import (Device, array_kind, as_numpy, borrowed_streams, default_memory_limit, device_context,
+                      format_bytes, is_device_array, parse_memory, resolve_device, return_as)
 from ._gpu_queue import DeviceError, global_ids, naming, search_gpus, shard_bounds, shard_k
 from .index import KNNResult
 

@@ -195,4 +195,3 @@ def split_pieces(data, labels, n_clusters: int, kind: int, seed: int, max_rows: 
             j = int(np.argmin([len(r) for r in pieces]))
             pieces[j] = np.union1d(pieces[j], pool)
     return pieces
-
