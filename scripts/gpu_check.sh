@@ -80,8 +80,8 @@ GPU_BENCHMARKS=(
 # groups of GPU test files for tests-parallel, of similar run times
 GPU_TEST_GROUPS=(
   "tests/bruteforce" "tests/nndescent" "tests/beam" "tests/song/test_song_gpu.py"
-  "tests/grnnd" "tests/ggnn" "tests/distributed"
-  "tests/test_handoff.py tests/test_bench_runner.py tests/test_cpu_search_speedpath.py"
+  "tests/grnnd" "tests/ggnn tests/test_first_call_gpu.py" "tests/distributed tests/test_gpu_faults.py"
+  "tests/test_handoff.py tests/test_bench_runner.py tests/test_concurrency.py tests/test_multidevice_gpu.py"
 )
 
 what=${1:-all}

@@ -7,9 +7,10 @@ compiled on disk (warm) and with empty caches (cold).
 Each case runs in processes of its own (``--child CASE``) on the bundled sample (20,000 uint8 SIFT vectors,
 1,000 queries), with its own empty numba and kernel caches (``NUMBA_CACHE_DIR``, ``KNNGRAPH_CACHE_DIR``):
 the first process finds them empty (cold: it compiles what it runs), the second finds what the first left
-(warm: what every later process of a machine sees). Each process times ``import knngraph``, its first call
-and a second one, and counts the GPU kernels it built (``knngraph._cuda_launch.kernels_compiled``) and the
-seconds it spent compiling (``knngraph.primitives.compile.compile_seconds``).
+(warm: what every later process of a machine sees). Python's bytecode is written once before them and
+read by each (``PYTHONPYCACHEPREFIX``), as on a user's install. Each process times ``import knngraph``, its
+first call and a second one, and counts the GPU kernels it built (``knngraph._cuda_launch.kernels_compiled``)
+and the seconds it spent compiling (``knngraph.primitives.compile.compile_seconds``).
 
 GPU cases: ``knn`` (k=10, the 1,000 queries), ``nndescent`` (``knn_graph(..., 32, method='nndescent')``),
 ``song`` (``song.build`` + ``song.search``), ``grnnd`` and ``ggnn`` (their builds), and ``knngraph demo``
@@ -95,8 +96,27 @@ def child(case: str, device: str) -> dict:
 # the parent: fresh processes, caches, lines
 
 
+#: Python's bytecode of every module the children import, written once (by :func:`_compile_bytecode`) and
+#: read by every child: a user's install has its bytecode (pip writes it), so a first call of theirs does
+#: not compile knngraph's, NumPy's or CuPy's sources. Without it a machine that sets PYTHONDONTWRITEBYTECODE
+#: (the lent GPU machines do) compiled about 150 modules in every child, about 0.4 s of each first call.
+_BYTECODE: dict = {}
+
+
 def _env(caches: Path) -> dict:
-    return dict(os.environ, NUMBA_CACHE_DIR=str(caches / "numba"), KNNGRAPH_CACHE_DIR=str(caches / "knngraph"))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(caches / "numba"), KNNGRAPH_CACHE_DIR=str(caches / "knngraph"),
+               **_BYTECODE)
+    if _BYTECODE:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def _compile_bytecode(device: str, tmp: Path) -> None:
+    """Fill a bytecode folder of this study's own (PYTHONPYCACHEPREFIX) by running one case once, in caches
+    that are then thrown away, before any measured child."""
+    _BYTECODE["PYTHONPYCACHEPREFIX"] = str(tmp / "bytecode")
+    _child_run("knn" if device == "cuda" else "nndescent_5k", device, tmp / "bytecode-pass")
+    _command(["demo", "--device", device], tmp / "bytecode-pass")
 
 
 def _child_run(case: str, device: str, caches: Path) -> dict:
@@ -132,6 +152,7 @@ def _line(log, device: str, case: str, cache: str, target: float | None, fields:
 def measure(device: str, log, tmp: Path) -> None:
     """Every case of ``device``, cold then warm, each in caches of its own under ``tmp``."""
     targets = TARGETS[device]
+    _compile_bytecode(device, tmp)
     if device == "cuda":
         for case in GPU_CASES:
             for cache in ("cold", "warm"):

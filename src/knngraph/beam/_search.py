@@ -303,6 +303,24 @@ def _search_cpu(view: GraphView, queries, k, queue_size, stats, out, slack, allo
     return d, i
 
 
+_GPU_MODULES: tuple | None = None
+
+
+def _gpu_modules() -> tuple:
+    """(cupy, raw_launch_enabled, the kernels module, knngraph.beam.cuda), imported on the first GPU search
+    (not with this module: the CPU path never loads CuPy) and kept, so a small search does not pay the
+    import statements' lookups on every call."""
+    global _GPU_MODULES
+    if _GPU_MODULES is None:
+        import cupy
+
+        from .. import _cuda_launch
+        from . import _kernels, cuda
+
+        _GPU_MODULES = (cupy, _cuda_launch.raw_launch_enabled, _kernels, cuda)
+    return _GPU_MODULES
+
+
 def _search_gpu(dev: Device, view: GraphView, queries, k, queue_size, search_width, max_registers, stats, out,
                 slack, allowed):
     """The GPU kernels (:mod:`knngraph.beam._kernels`) on ``queries`` (host or device). Per call it only
@@ -313,12 +331,10 @@ def _search_gpu(dev: Device, view: GraphView, queries, k, queue_size, search_wid
     for that (it would stall the call): the kernel gives a row holding NaN or inf ids -1 and distances
     NaN. ``KNNGRAPH_RAW_LAUNCH=0``: numba's
     launch instead of the prepared one. Returns (reported distances, ids) on the GPU."""
-    import cupy as cp
-
-    from .._cuda_launch import raw_launch_enabled
-    from . import _kernels as bk
-    from .cuda import BeamPlan, beam_max_registers, beam_mode, fitting_width, list_capacity, search_beam_device
-    from .cuda import search_width as automatic_width
+    cp, raw_launch_enabled, bk, gpu = _gpu_modules()
+    BeamPlan, beam_max_registers, beam_mode, fitting_width = gpu.BeamPlan, gpu.beam_max_registers, gpu.beam_mode, \
+        gpu.fitting_width
+    list_capacity, search_beam_device, automatic_width = gpu.list_capacity, gpu.search_beam_device, gpu.search_width
 
     t0 = time.perf_counter()
     g_ids, xb, inv_b, entries = view.arrays(dev)

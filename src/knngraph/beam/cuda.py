@@ -7,6 +7,7 @@ Arrays may be CuPy arrays (real GPU) or NumPy arrays (the numba CUDA simulator i
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 
@@ -157,6 +158,7 @@ def _shared_shape(queue_size: int, dim: int, mode: int, width: int):
     return qcap, hsize, qwords
 
 
+@functools.lru_cache(maxsize=4096)  # per call of every search: a pure function of four ints
 def fitting_width(width: int, queue_size: int, dim: int, mode: int) -> int:
     """The widest search width up to ``width`` (halving) whose block-per-query kernel fits the shared
     memory a block may use (a query copy per warp: wide blocks of long vectors or queues do not); 1 when

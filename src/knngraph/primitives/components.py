@@ -38,12 +38,45 @@ def bfs(ids, entries, seen):
     return tail
 
 
+#: graphs of at most this many edge slots are searched level by level with NumPy first (a gather of the
+#: frontier's rows per level): a new process's first compiled numba call starts LLVM (about half a second),
+#: which a GPU build that only checks its graph should not pay; larger graphs, and a pass still going after
+#: :data:`_VECTOR_LEVELS` levels (a long chain), go to :func:`bfs`
+_VECTOR_EDGES = 1 << 24
+_VECTOR_LEVELS = 64
+
+
+def _bfs_levels(g: np.ndarray, entries: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """Breadth-first levels from ``entries`` over ``g`` with NumPy, marking ``seen``, for at most
+    :data:`_VECTOR_LEVELS` levels; returns the frontier left (empty when the pass is complete)."""
+    n = g.shape[0]
+    front = entries[(entries >= 0) & (entries < n)]
+    front = np.unique(front[~seen[front]])
+    seen[front] = True
+    for _ in range(_VECTOR_LEVELS):
+        if front.size == 0:
+            break
+        nb = g[front].ravel()
+        nb = nb[(nb >= 0) & (nb < n)]
+        nb = np.unique(nb[~seen[nb]])
+        seen[nb] = True
+        front = nb
+    return front
+
+
 def reachable(ids: Array, entries: Array) -> np.ndarray:
     """Boolean mask of the vertices of the graph ``ids`` (int32 rows, -1 = no edge; host or device) that a
     search started from ``entries`` can reach (directed edges)."""
     g = np.ascontiguousarray(as_numpy(ids), dtype=np.int32)
     seen = np.zeros(g.shape[0], np.bool_)
-    bfs(g, np.ascontiguousarray(as_numpy(entries), dtype=np.int64), seen)
+    starts = np.ascontiguousarray(as_numpy(entries), dtype=np.int64).ravel()
+    if g.size <= _VECTOR_EDGES:
+        starts = _bfs_levels(g, starts, seen)
+        if starts.size == 0:
+            return seen
+        seen[starts] = False  # the compiled pass expands what it marks: hand it the frontier unmarked
+        starts = starts.astype(np.int64)
+    bfs(g, starts, seen)
     return seen
 
 
