@@ -12,9 +12,10 @@
 #   multi    - a machine of several GPUs in one call of at most $MULTI_SECONDS (default 540): first
 #              benchmarks/studies/multi_gpu.py alone on every GPU (scaling needs quiet GPUs), then one lane
 #              per GPU side by side (CUDA_VISIBLE_DEVICES): the GPU tests in four groups (the several-GPU
-#              tests on two cards), the clustered-recall, filtered-search and first-call studies and the speed
-#              guard of this tree against an older one in .before/ (if carried); every step under its
-#              share of the time; everything it writes ends in $OUT/multi.tar.xz
+#              tests on two cards), a GPU soak ($MULTI_SOAK_MINUTES, default 3), the first-call, clustered-recall
+#              and filtered-search studies and the speed guard of this tree against an older one in .before/
+#              (if carried); every step under its share of the time; everything it writes ends in
+#              $OUT/multi.tar.xz
 #   all      - tests and bench (default)
 #
 # Results (logs, JSON, PNG) go to $OUT (the lent machine's return folder) or ./out. Real data comes from
@@ -155,13 +156,15 @@ if [ "$what" = multi ]; then
      T python3 benchmarks/studies/gpu_regression.py --out $W/regression_new > $W/regression_new.log 2>&1;
      [ -d .before ] && (cd .before && PYTHONPATH=$ROOT/scripts/device_env:$ROOT/.before/src:$ROOT/.before \
         T python3 benchmarks/gpu_regression.py --out $W/regression_old > $W/regression_old.log 2>&1)"
-    "T $pyt tests/ggnn tests/grnnd tests/distributed > $W/tests_ggnn_grnnd_distributed.log 2>&1"
+    "T $pyt tests/ggnn tests/grnnd tests/distributed > $W/tests_ggnn_grnnd_distributed.log 2>&1;
+     T python3 benchmarks/soak.py --device cuda --minutes ${MULTI_SOAK_MINUTES:-3} --threads 4 --out $W \
+        > $W/soak.log 2>&1"
     "CUDA_VISIBLE_DEVICES=LANE,NEXT T $pyt tests/test_multidevice_gpu.py > $W/tests_multidevice.log 2>&1;
      T $pyt tests/bruteforce tests/nndescent tests/primitives $top_level > $W/tests_rest.log 2>&1"
-    "T python3 benchmarks/studies/clustered_recall.py --device cuda --n 100000 --out $W > $W/clustered.log 2>&1;
+    "T python3 benchmarks/studies/first_call.py --out $W > $W/first_call.log 2>&1;
+     T python3 benchmarks/studies/clustered_recall.py --device cuda --n 100000 --out $W > $W/clustered.log 2>&1;
      T python3 benchmarks/studies/filtered_search.py --device cuda --n 450000 --queries 10000 --calibrate \
-        --label cuda_sift450k --out $W > $W/filtered.log 2>&1;
-     T python3 benchmarks/studies/first_call.py --out $W > $W/first_call.log 2>&1"
+        --label cuda_sift450k --out $W > $W/filtered.log 2>&1"
   )
   pids=()
   for g in $(seq 0 $(( gpus - 1 ))); do
