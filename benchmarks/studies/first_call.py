@@ -3,6 +3,7 @@ compiled on disk (warm) and with empty caches (cold).
 
     python benchmarks/studies/first_call.py --out out/                # GPU
     python benchmarks/studies/first_call.py --device cpu --out out/   # CPU
+    python benchmarks/studies/first_call.py --profile knn             # where a warm first call goes
 
 Each case runs in processes of its own (``--child CASE``) on the bundled sample (20,000 uint8 SIFT vectors,
 1,000 queries), with its own empty numba and kernel caches (``NUMBA_CACHE_DIR``, ``KNNGRAPH_CACHE_DIR``):
@@ -47,8 +48,9 @@ GPU_CASES = ("knn", "nndescent", "song", "grnnd", "ggnn")
 # the child: one case in a fresh process
 
 
-def child(case: str, device: str) -> dict:
-    """Import knngraph, run ``case`` twice; the seconds of each step, the kernels built, the compilation."""
+def child(case: str, device: str, profile: bool = False) -> dict:
+    """Import knngraph, run ``case`` twice; the seconds of each step, the kernels built, the compilation.
+    ``profile``: the first call runs under cProfile, whose 40 costliest entries (cumulative) go to stderr."""
     t0 = time.perf_counter()
     import numpy as np
 
@@ -83,10 +85,21 @@ def child(case: str, device: str) -> dict:
             cp.cuda.Device().synchronize()
 
     times = []
-    for _ in range(2):
+    for attempt in range(2):
+        profiler = None
+        if profile and attempt == 0:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         t = time.perf_counter()
         run()
         times.append(time.perf_counter() - t)
+        if profiler is not None:
+            import pstats
+
+            profiler.disable()
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
     gpu = sys.modules.get("knngraph._cuda_launch")
     return {"import_s": import_s, "first_s": times[0], "second_s": times[1],
             "kernels_compiled": gpu.kernels_compiled() if gpu is not None else 0, "compile_s": compile_seconds()}
@@ -210,9 +223,22 @@ def main():
     ap.add_argument("--out", default="out")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--profile", metavar="CASE",
+                    help="instead of the study: where a warm first call of CASE spends its time (a new process "
+                         "after one that filled the caches; cProfile's 40 costliest entries)")
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.device)))
+        print(json.dumps(child(args.child, args.device, profile=bool(os.environ.get("FIRST_CALL_PROFILE")))))
+        return
+    if args.profile:
+        with tempfile.TemporaryDirectory(prefix="knngraph-first-call-") as tmp:
+            _compile_bytecode(args.device, Path(tmp))
+            _child_run(args.profile, args.device, Path(tmp) / "caches")  # fills the kernel caches
+            env = dict(_env(Path(tmp) / "caches"), FIRST_CALL_PROFILE="1")
+            done = subprocess.run([sys.executable, __file__, "--child", args.profile, "--device", args.device],
+                                  capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=3600)
+            print(done.stderr[-12000:])
+            print(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "")
         return
     from benchmarks.runner.measure import JsonLines
 
