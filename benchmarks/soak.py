@@ -17,7 +17,8 @@ filters switched on and off, while another thread saves the index and an ``exten
    extended index, over and over.
 4. Host memory (RSS) and, on a GPU, the bytes CuPy's pool holds, are sampled every second; growth after
    the first quarter of the run (warm-up: caches, compiled kernels) is reported, and again after asking the
-   C heap to give back what it keeps freed (``malloc_trim``: growth that goes then was no leak).
+   C heap to give back what it keeps freed (``malloc_trim``: growth that goes then was no leak), with what
+   grew alongside (Python objects by type, threads, GPU kernels loaded, CuPy's pools: ``_census``).
 
 Written: ``soak_<device>.jsonl`` (one line: calls, rows checked, mismatches, errors, latency p50 / p99 per
 batch-size bucket, memory over time) and printed. Exit status 1 on any mismatch or error.
@@ -65,6 +66,38 @@ def _trim_heap() -> bool:
         return True
     except (OSError, AttributeError):
         return False
+
+
+def _census(use_gpu: bool) -> dict:
+    """What could grow in a long-running process, counted: Python objects by type, threads, and on a GPU the
+    kernels loaded (:func:`knngraph._cuda_launch.compiled_functions`), CuPy's pinned pool's free blocks and
+    its device pool's bytes. Taken at the end of the warm-up and at the end of the run, so that a growth of
+    resident memory can be traced to what grew with it."""
+    import collections
+    import gc
+
+    out = {"threads": threading.active_count(), "objects": dict(collections.Counter(
+        type(o).__name__ for o in gc.get_objects()))}
+    if use_gpu:
+        try:
+            import cupy as cp
+
+            from knngraph import _cuda_launch
+
+            out["gpu_kernels_loaded"] = len(_cuda_launch.compiled_functions())
+            out["pinned_free_blocks"] = int(cp.get_default_pinned_memory_pool().n_free_blocks())
+            out["gpu_pool_bytes"] = int(cp.get_default_memory_pool().total_bytes())
+        except Exception:  # noqa: BLE001 - a count that cannot be taken must not end the soak
+            pass
+    return out
+
+
+def _census_growth(start: dict, end: dict) -> dict:
+    """``end`` minus ``start``: every counter, and the 10 object types whose counts grew most."""
+    out = {k: end[k] - start[k] for k in end if k != "objects" and k in start}
+    grew = {t: n - start["objects"].get(t, 0) for t, n in end["objects"].items()}
+    out["objects"] = dict(sorted(((t, g) for t, g in grew.items() if g > 0), key=lambda x: -x[1])[:10])
+    return out
 
 
 def build_indexes(base, device: str):
@@ -185,6 +218,7 @@ def soak(base, queries, *, device: str = "cpu", seconds: float = 60.0, threads: 
                     report["errors"].append("churn: " + traceback.format_exc(limit=3))
 
     memory = []
+    census = []  # at the end of the warm-up
 
     def sample_memory(t0):
         pool = None
@@ -194,6 +228,8 @@ def soak(base, queries, *, device: str = "cpu", seconds: float = 60.0, threads: 
             pool = cp.get_default_memory_pool()
         while not stop.is_set():
             memory.append((round(time.perf_counter() - t0, 1), _rss_bytes(), pool.total_bytes() if pool else 0))
+            if not census and memory[-1][0] >= seconds / 4:
+                census.append(_census(use_gpu))
             stop.wait(1.0)
 
     t0 = time.perf_counter()
@@ -219,6 +255,8 @@ def soak(base, queries, *, device: str = "cpu", seconds: float = 60.0, threads: 
     # not a leak: the resident size after malloc_trim, against the start of the warm part
     if warm and _trim_heap():
         report["rss_growth_after_warmup_trimmed_bytes"] = int(_rss_bytes() - warm[0][1])
+    if census:
+        report["census_growth_after_warmup"] = _census_growth(census[0], _census(use_gpu))
     report["device"] = device
     report["threads"] = threads
     report["knngraph"] = knngraph.__version__
