@@ -683,5 +683,28 @@ def test_pickled_index_leaves_its_device_caches_behind():
     assert index._cache  # the search filled it
     copy = pickle.loads(pickle.dumps(index))
     assert copy._cache == {} and index._cache
+    assert copy._view is None and index._view is not None  # the searcher's view of the cache stays too
     after = copy.search(q, 5, device="cpu")
     assert np.array_equal(before.indices, after.indices) and np.array_equal(before.distances, after.distances)
+
+
+def test_a_dropped_index_frees_its_caches_at_once():
+    """An index's per-device copies and launch plans (its cache, and the fast searcher's view of it) go
+    with the index, without waiting for Python's cycle collector: the view holds the cache, so the cache
+    must not hold the view."""
+    import gc
+    import weakref
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((300, 8)).astype(np.float32)
+    index = song.build(song.IndexParams(graph_degree=8, intermediate_graph_degree=16), x, device="cpu")
+    index.search(x[:3], 5, device="cpu")
+    view, cache_owner = weakref.ref(index._view), weakref.ref(index)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del index
+        assert cache_owner() is None and view() is None
+    finally:
+        if enabled:
+            gc.enable()

@@ -114,11 +114,14 @@ class Index:
         return self.shape[0]
 
     def __getstate__(self) -> dict:
-        """Pickle (Dask, multiprocessing, copy) without the per-device caches: device copies, compiled
-        launches and their raw pointers belong to the process that made them and are rebuilt on first use."""
+        """Pickle (Dask, multiprocessing, copy) without the per-device caches (and a searcher's view of them,
+        ``_view``): device copies, compiled launches and their raw pointers belong to the process that made
+        them and are rebuilt on first use."""
         state = self.__dict__.copy()
         if "_cache" in state:
             state["_cache"] = {}
+        if "_view" in state:
+            state["_view"] = None
         return state
 
     def search(self, queries: Array, k: int, params: Any = None, **kwargs: Any) -> KNNResult:

@@ -53,6 +53,10 @@ class Index(IndexBase):
     codes: Array | None = None
     row_ids: RowIds | None = None
     _cache: dict = dataclasses.field(default_factory=dict, repr=False)
+    # the fast searcher's view of this index (:meth:`_beam_view`), kept here and not in ``_cache``: the view
+    # holds ``_cache``, and a cache holding its view would be a reference cycle that keeps a dropped index's
+    # device copies and launch plans until Python's cycle collector runs
+    _view: beam.GraphView | None = dataclasses.field(default=None, init=False, repr=False)
 
     algorithm = "song"
     _module = "knngraph.song"
@@ -66,10 +70,10 @@ class Index(IndexBase):
     def _beam_view(self) -> beam.GraphView:
         """The index as the fast searcher's :class:`~knngraph.beam.GraphView`, made once; it keeps its
         per-device state in this index's cache, and SONG's walk reads the same device copies."""
-        view = self._cache.get("beam-view")
+        view = self._view
         if view is None:
-            view = self._cache["beam-view"] = beam.GraphView(self.graph.indices, self.dataset, self.entry_points,
-                                                             self.metric, cache=self._cache)
+            view = self._view = beam.GraphView(self.graph.indices, self.dataset, self.entry_points, self.metric,
+                                               cache=self._cache)
         return view
 
     def _arrays(self, dev: Device):
