@@ -181,3 +181,29 @@ def test_a_device_failing_in_the_partition_fails_the_graph_naming_it(data, monke
     monkeypatch.setattr(partition, "nearest_centroids", full)
     with pytest.raises(MemoryError, match=r"on device cpu: MemoryError: out of memory for the centroid distances"):
         knngraph.knn_graph(base, 16, method="nndescent", devices=CPUS, memory_limit=600_000, verbose=False)
+
+
+@pytest.mark.parametrize("name", ["song", "exact"])
+def test_an_index_searched_on_several_devices_is_freed_with_its_copies_and_threads(data, name):
+    """``search(index, ..., devices=...)`` keeps the devices' copies and worker threads with the index, made
+    once and reused by later calls, and drops them with it: nothing it keeps may hold the index (which kept
+    every such index, its copies and its threads alive for the life of the process)."""
+    import gc
+    import weakref
+
+    base, queries = data
+    if name == "song":
+        index, mod = song.build(song.IndexParams(graph_degree=16, intermediate_graph_degree=24), base[:1500],
+                                device="cpu", verbose=False), song
+    else:
+        index, mod = bruteforce.build(bruteforce.IndexParams(), base[:1500], device="cpu"), bruteforce
+    first = mod.search(index, queries[:20], 5, devices=CPUS)
+    again = mod.search(index, queries[:20], 5, devices=CPUS)
+    np.testing.assert_array_equal(first.indices, again.indices)
+    one, two = multidevice.replicate(index, CPUS), multidevice.replicate(index, CPUS)
+    assert one.executor() is two.executor()  # the worker threads are made once
+    assert all(a is b for a, b in zip(one.parts, two.parts))  # and the devices' copies
+    alive, pool, kept = weakref.ref(index), weakref.ref(one.executor()), len(multidevice._REPLICAS)
+    del index, one, two
+    gc.collect()
+    assert alive() is None and pool() is None and len(multidevice._REPLICAS) <= kept - 1
