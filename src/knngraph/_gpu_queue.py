@@ -17,9 +17,8 @@ from ._device import Device, as_numpy, device_context, is_device_array
 
 
 def empty_pinned(shape, dtype) -> np.ndarray:
-    """A page-locked host array from CuPy's pinned-memory pool (what ``cupyx.empty_pinned`` makes,
-    without importing ``cupyx``: its package imports SciPy's sparse matrices, about half a second of a new
-    process's first GPU call)."""
+    """A page-locked host array from CuPy's pinned-memory pool: what ``cupyx.empty_pinned`` makes, without
+    importing ``cupyx`` (whose package imports SciPy's sparse matrices)."""
     import cupy
 
     dtype = np.dtype(dtype)
