@@ -15,20 +15,6 @@ import numpy as np
 
 from ._device import Device, as_numpy, device_context, is_device_array
 
-
-def empty_pinned(shape, dtype) -> np.ndarray:
-    """A page-locked host array from CuPy's pinned-memory pool: what ``cupyx.empty_pinned`` makes, without
-    importing ``cupyx`` (whose package imports SciPy's sparse matrices)."""
-    import cupy
-
-    dtype = np.dtype(dtype)
-    shape = tuple(int(s) for s in shape)
-    count = int(np.prod(shape, dtype=np.int64))
-    if count == 0:
-        return np.empty(shape, dtype)
-    mem = cupy.cuda.alloc_pinned_memory(count * dtype.itemsize)
-    return np.frombuffer(mem, dtype, count).reshape(shape)
-
 __all__ = ["DeviceError", "shard_bounds", "naming", "named", "shard_k", "global_ids", "search_gpus"]
 
 
@@ -153,14 +139,18 @@ class _StagedQueries:
     def rows(self, a: int, b: int):
         """Rows a:b of the queries, page-locked (copied once per range)."""
         if (a, b) not in self.ranges:
-            buf = empty_pinned((b - a, self.q.shape[1]), self.q.dtype)
+            import cupyx
+
+            buf = cupyx.empty_pinned((b - a, self.q.shape[1]), self.q.dtype)
             buf[...] = self.q[a:b]
             self.ranges[(a, b)] = buf
         return self.ranges[(a, b)]
 
     def page_locked(self, shape, dtype):
         """A page-locked host array for results copied back, kept (and released) with the queries."""
-        buf = empty_pinned(shape, dtype)
+        import cupyx
+
+        buf = cupyx.empty_pinned(shape, dtype)
         self.results.append(buf)
         return buf
 

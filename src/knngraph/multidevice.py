@@ -265,14 +265,14 @@ def replicate(index, devices) -> MultiDeviceIndex:
     ``search(index, ..., devices=...)`` searches. Kept with the index, so the devices' copies and worker
     threads are made once."""
     devs = resolve_devices(devices)
-    module = __import__("importlib").import_module(index._module)
-    name, bounds = _algorithm_name(module), np.array([0, len(index)], np.int64)
+    bounds = np.array([0, len(index)], np.int64)
     kept = _REPLICAS.setdefault(index, {})
     if devs not in kept:
-        out = MultiDeviceIndex(name, "replicated", devs, (index,), bounds)
+        module = __import__("importlib").import_module(index._module)
+        out = MultiDeviceIndex(_algorithm_name(module), "replicated", devs, (index,), bounds)
         parts = _replicas(module, index, devs, out.executor())
-        kept[devs] = (None if len(parts) == 1 and parts[0] is index else parts, out.executor())
-    parts, pool = kept[devs]
+        kept[devs] = (out.algorithm, None if len(parts) == 1 and parts[0] is index else parts, out.executor())
+    name, parts, pool = kept[devs]
     return MultiDeviceIndex(name, "replicated", devs, (index,) if parts is None else parts, bounds, pool)
 
 
@@ -286,9 +286,10 @@ def _replicas(module, index, devs, pool) -> tuple:
                                                                     device=dev, verbose=False) for dev in devs]))
 
 
-#: index -> {devices: (the copies made for them, or None when the index keeps its own per device; the worker
-#: threads)}, dropped with the index. Nothing kept here may refer to the index: a value holding its key keeps
-#: it alive, and the index, its device copies and its threads were never freed (a test drops one)
+#: index -> {devices: (the algorithm's name; the copies made for them, or None when the index keeps its own
+#: per device; the worker threads)}, dropped with the index. Nothing kept here may refer to the index: a
+#: value holding its key keeps it alive (the index, its device copies and its threads were never freed;
+#: a test drops one)
 _REPLICAS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
