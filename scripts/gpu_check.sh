@@ -4,8 +4,10 @@
 #   scripts/gpu_check.sh [all|tests|bench] [FILTER]
 #
 #   tests    - pytest -m gpu with KNNGRAPH_GPU_TESTS=1 (FILTER is passed to -k)
-#   tests-parallel - the same tests as 8 pytest processes side by side (one per group in GPU_TEST_GROUPS);
-#              the whole GPU suite fits one 10-minute call of the lent machine (about 4 minutes on an H100)
+#   tests-parallel - the same tests as 8 pytest processes side by side (one per group in GPU_TEST_GROUPS),
+#              then the tests marked fills_gpu alone (they take nearly all memory of a GPU, which would fail
+#              whatever runs beside them); the whole GPU suite fits one 10-minute call of the lent machine
+#              (about 4 minutes on an H100)
 #   bench    - every GPU benchmark in GPU_BENCHMARKS below (FILTER: run only those whose name contains it)
 #   sanitize - scripts/gpu_sanitize.py under compute-sanitizer memcheck, racecheck and synccheck; fails on any kernel
 #              error or hazard (scripts/sanitizer_summary.py filters the driver probing of numba's start)
@@ -111,7 +113,7 @@ if [ "$what" = tests-parallel ]; then
   pids=()
   for i in "${!GPU_TEST_GROUPS[@]}"; do
     # shellcheck disable=SC2086
-    timeout "${GPU_TEST_TIMEOUT:-540}" python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" \
+    timeout "${GPU_TEST_TIMEOUT:-540}" python3 -m pytest -m "gpu and not fills_gpu" -q -p no:cacheprovider -o addopts="" \
       ${GPU_TEST_GROUPS[$i]} ${filter:+-k "$filter"} > "$OUT/gpu_tests_group$i.log" 2>&1 &
     pids+=($!)
   done
@@ -121,8 +123,16 @@ if [ "$what" = tests-parallel ]; then
     { echo "-- ${GPU_TEST_GROUPS[$i]}"
       grep -E "^(FAILED|ERROR)|passed|failed|skipped|error" "$OUT/gpu_tests_group$i.log" | tail -8; } >> "$OUT/gpu_tests.log"
   done
+  # shellcheck disable=SC2086
+  timeout 120 python3 -m pytest -m "gpu and fills_gpu" -q -p no:cacheprovider -o addopts="" tests \
+    ${filter:+-k "$filter"} > "$OUT/gpu_tests_group_fills_gpu.log" 2>&1 || status=1
+  { echo "-- tests marked fills_gpu, alone"
+    grep -E "^(FAILED|ERROR)|passed|failed|skipped|error" "$OUT/gpu_tests_group_fills_gpu.log" | tail -8; } \
+    >> "$OUT/gpu_tests.log"
   cat "$OUT/gpu_tests.log"
-  for i in "${!pids[@]}"; do cat "$OUT/gpu_tests_group$i.log" >> "$OUT/gpu_tests_full.log"; rm -f "$OUT/gpu_tests_group$i.log"; done
+  for i in "${!pids[@]}" _fills_gpu; do
+    cat "$OUT/gpu_tests_group$i.log" >> "$OUT/gpu_tests_full.log"; rm -f "$OUT/gpu_tests_group$i.log"
+  done
 fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
   for entry in "${GPU_BENCHMARKS[@]}"; do

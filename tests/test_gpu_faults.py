@@ -18,6 +18,7 @@ def data(sample):
     return sample.base[:20000], sample.queries[:200]
 
 
+@pytest.mark.fills_gpu
 def test_out_of_memory_half_way_is_a_clear_error_and_the_next_build_succeeds(data):
     import cupy as cp
 

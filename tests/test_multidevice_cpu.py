@@ -4,6 +4,8 @@ device lists. The same code drives several GPUs (``tests/test_multidevice_gpu.py
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -181,6 +183,37 @@ def test_a_device_failing_in_the_partition_fails_the_graph_naming_it(data, monke
     monkeypatch.setattr(partition, "nearest_centroids", full)
     with pytest.raises(MemoryError, match=r"on device cpu: MemoryError: out of memory for the centroid distances"):
         knngraph.knn_graph(base, 16, method="nndescent", devices=CPUS, memory_limit=600_000, verbose=False)
+
+
+class CUBLASError(RuntimeError):
+    """Stands for CuPy's cuBLAS error, which carries the status in its message."""
+
+
+@pytest.mark.parametrize("error", [
+    RuntimeError("merge_sort: failed on 2nd step: cudaErrorMemoryAllocation: out of memory"),  # thrust's sort
+    CUBLASError("CUBLAS_STATUS_ALLOC_FAILED"),  # a new cuBLAS handle
+    RuntimeError("[2] Call to cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY"),  # the driver's
+])
+def test_every_out_of_memory_error_of_the_gpu_stack_is_a_memory_error_naming_the_device(data, monkeypatch, error):
+    # on a full GPU the first thing to fail may be a sort or a cuBLAS handle, not CuPy's allocator: the user
+    # must still get a MemoryError naming the device, not a RuntimeError of the library underneath
+    from knngraph import partition
+
+    def full(*args, **kw):
+        raise error
+
+    base, _ = data
+    monkeypatch.setattr(partition, "nearest_centroids", full)
+    with pytest.raises(MemoryError, match=r"on device cpu: .*" + re.escape(str(error))):
+        knngraph.knn_graph(base, 16, method="nndescent", devices=CPUS, memory_limit=600_000, verbose=False)
+
+
+def test_other_runtime_errors_are_not_taken_for_out_of_memory():
+    from knngraph._device import is_out_of_memory
+
+    assert not is_out_of_memory(RuntimeError("CUDA_ERROR_ILLEGAL_ADDRESS"))
+    assert not is_out_of_memory(ValueError("k must be positive"))
+    assert is_out_of_memory(MemoryError())
 
 
 @pytest.mark.parametrize("name", ["song", "exact"])

@@ -129,6 +129,7 @@ def test_bad_gpu_ids_are_refused_naming_them(data):
         song.build(song.IndexParams(), base, devices=[])
 
 
+@pytest.mark.fills_gpu
 def test_a_gpu_out_of_memory_fails_the_build_naming_it(data):
     """A GPU that runs out of memory half-way (here: all but a few MB of it taken by another array) fails the
     several-device build with a MemoryError naming it; what it held is released, so the next build fits."""

@@ -218,12 +218,28 @@ def release_device_memory(device: Device) -> int:
         return int(before - pool.total_bytes())
 
 
+# what the GPU stack raises when device memory runs out: CuPy's allocator, thrust (sorts), cuBLAS (a new
+# handle), the driver (numba-cuda, CuPy's driver calls)
+_OUT_OF_MEMORY_MARKS = ("cudaErrorMemoryAllocation", "CUBLAS_STATUS_ALLOC_FAILED", "CUDA_ERROR_OUT_OF_MEMORY",
+                        "CUSOLVER_STATUS_ALLOC_FAILED", "CUSPARSE_STATUS_ALLOC_FAILED")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says a device ran out of memory: ``MemoryError``, CuPy's ``OutOfMemoryError``, or
+    an error of thrust, cuBLAS or the CUDA driver whose message carries the out-of-memory status."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    text = str(exc)
+    return any(mark in text for mark in _OUT_OF_MEMORY_MARKS)
+
+
 def on_input_device(*array_names: str) -> Callable[[_F], _F]:
     """Decorator of public entry points: the call runs with the GPU that holds its input current (device
     in, same device out). The device is ``device=`` resolved against the arguments named ``array_names``
     (an ``index`` stands for its ``dataset``), as :func:`resolve_device` does; so work that allocates
     or launches without naming a device lands on the input's GPU, not on GPU 0. A GPU out of memory
-    (CuPy's ``OutOfMemoryError``) becomes a ``MemoryError`` that says what to do, after the memory the call
+    (CuPy's ``OutOfMemoryError``, or thrust's, cuBLAS's or the driver's out-of-memory status: see
+    :func:`is_out_of_memory`) becomes a ``MemoryError`` that says what to do, after the memory the call
     took is given back (:func:`release_device_memory`): a build returns nothing half-built, and the next
     call finds the memory free. Calls with ``devices=`` (several devices) and calls whose arguments do not
     resolve (the function then raises its own error) run as they are."""
@@ -258,8 +274,8 @@ def on_input_device(*array_names: str) -> Callable[[_F], _F]:
             with device_context(dev):
                 try:
                     return fn(*args, **kwargs)
-                except Exception as exc:  # noqa: BLE001 - only CuPy's out-of-memory error is turned
-                    if type(exc).__name__ != "OutOfMemoryError" or not dev.is_cuda:
+                except Exception as exc:  # noqa: BLE001 - only a GPU's out-of-memory error is turned
+                    if not dev.is_cuda or not is_out_of_memory(exc):
                         raise
                     freed = release_device_memory(dev)
                     name = f"{fn.__module__.split('._')[0]}.{fn.__name__}"

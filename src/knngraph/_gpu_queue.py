@@ -13,7 +13,7 @@ import contextlib
 
 import numpy as np
 
-from ._device import Device, as_numpy, device_context, is_device_array
+from ._device import Device, as_numpy, device_context, is_device_array, is_out_of_memory
 
 __all__ = ["DeviceError", "shard_bounds", "naming", "named", "shard_k", "global_ids", "search_gpus"]
 
@@ -32,10 +32,10 @@ def shard_bounds(n: int, parts: int) -> np.ndarray:
 
 def naming(dev: Device, exc: BaseException) -> Exception:
     """``exc``, raised by work on ``dev``, as the error to raise: the device named in its message;
-    MemoryError (CuPy's out-of-memory error included), ValueError and TypeError keep their type, anything
+    MemoryError (any out-of-memory error of the GPU stack: :func:`is_out_of_memory`), ValueError and TypeError keep their type, anything
     else becomes a :class:`DeviceError`."""
     message = f"on device {dev}: {type(exc).__name__}: {exc}"
-    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+    if is_out_of_memory(exc):
         return MemoryError(message)
     if isinstance(exc, (ValueError, TypeError)):
         return type(exc)(message)
