@@ -16,7 +16,8 @@
 #              per GPU side by side (CUDA_VISIBLE_DEVICES): the GPU tests in four groups (the several-GPU
 #              tests on two cards), a GPU soak ($MULTI_SOAK_MINUTES, default 3), the first-call, clustered-recall
 #              and filtered-search studies and the speed guard of this tree against an older one in .before/
-#              (if carried); every step under its share of the time; everything it writes ends in
+#              (if carried: gpu_regression.py in each tree, and search_calls_ab.py's per-call A/B of small
+#              searches with both trees in one process); every step under its share of the time; everything it writes ends in
 #              $OUT/multi.tar.xz
 #   all      - tests and bench (default)
 #
@@ -165,7 +166,9 @@ if [ "$what" = multi ]; then
     "T $pyt tests/beam tests/song > $W/tests_beam_song.log 2>&1;
      T python3 benchmarks/studies/gpu_regression.py --out $W/regression_new > $W/regression_new.log 2>&1;
      [ -d .before ] && (cd .before && PYTHONPATH=$ROOT/scripts/device_env:$ROOT/.before/src:$ROOT/.before \
-        T python3 benchmarks/gpu_regression.py --out $W/regression_old > $W/regression_old.log 2>&1)"
+        T python3 benchmarks/gpu_regression.py --out $W/regression_old > $W/regression_old.log 2>&1);
+     [ -d .before ] && T python3 benchmarks/studies/search_calls_ab.py --before .before/src --out $W/calls_ab \
+        > $W/calls_ab.log 2>&1"
     "T $pyt tests/ggnn tests/grnnd tests/distributed > $W/tests_ggnn_grnnd_distributed.log 2>&1;
      T python3 benchmarks/soak.py --device cuda --minutes ${MULTI_SOAK_MINUTES:-3} --threads 4 --out $W \
         > $W/soak.log 2>&1"

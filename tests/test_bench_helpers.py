@@ -3,6 +3,7 @@ what a figure means (they run without a GPU), and that every study still imports
 
 import importlib
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -102,3 +103,26 @@ def test_result_lines_name_no_paths_of_the_machine_that_ran_them(monkeypatch):
     monkeypatch.setattr(measure.sys, "argv", [f"{root}/benchmarks/studies/x.py", "--out", f"{home}/o"])
     monkeypatch.setattr(measure.sys.modules["__main__"], "__spec__", None, raising=False)
     assert measure.command_line() == "python benchmarks/studies/x.py --out ~/o"
+
+
+def test_the_older_tree_of_the_call_ab_is_imported_under_its_own_name(tmp_path, monkeypatch):
+    """benchmarks/studies/search_calls_ab.py imports an older tree beside this one: its package is copied
+    as ``knngraph_before`` and reaches its own modules (relative imports), not this tree's; a directory
+    without the package is refused naming --before."""
+    from benchmarks.studies import search_calls_ab
+
+    with pytest.raises(FileNotFoundError, match=r"--before: .* holds no knngraph package"):
+        search_calls_ab.import_before(tmp_path, tmp_path / "work")
+    package = tmp_path / "old" / "knngraph"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from ._version import VERSION\n")
+    (package / "_version.py").write_text("VERSION = 'older'\n")
+    (tmp_path / "work").mkdir()
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    try:
+        module = search_calls_ab.import_before(tmp_path / "old", tmp_path / "work")
+        assert module.__name__ == "knngraph_before" and module.VERSION == "older"
+        assert sys.modules["knngraph_before._version"].VERSION == "older"
+    finally:
+        for name in [m for m in sys.modules if m == "knngraph_before" or m.startswith("knngraph_before.")]:
+            del sys.modules[name]

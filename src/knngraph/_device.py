@@ -233,7 +233,7 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return any(mark in text for mark in _OUT_OF_MEMORY_MARKS)
 
 
-def on_input_device(*array_names: str) -> Callable[[_F], _F]:
+def on_input_device(*array_names: str, pass_device: bool = False) -> Callable[[_F], _F]:
     """Decorator of public entry points: the call runs with the GPU that holds its input current (device
     in, same device out). The device is ``device=`` resolved against the arguments named ``array_names``
     (an ``index`` stands for its ``dataset``), as :func:`resolve_device` does; so work that allocates
@@ -242,7 +242,10 @@ def on_input_device(*array_names: str) -> Callable[[_F], _F]:
     :func:`is_out_of_memory`) becomes a ``MemoryError`` that says what to do, after the memory the call
     took is given back (:func:`release_device_memory`): a build returns nothing half-built, and the next
     call finds the memory free. Calls with ``devices=`` (several devices) and calls whose arguments do not
-    resolve (the function then raises its own error) run as they are."""
+    resolve (the function then raises its own error) run as they are. ``pass_device``: the function gets
+    the resolved :class:`Device` as its ``device`` argument when every named array is there (for functions
+    that resolve ``device`` against the same arrays, so the answer is the same and is not worked out twice
+    per call)."""
     import inspect
 
     def wrap(fn):
@@ -271,6 +274,12 @@ def on_input_device(*array_names: str) -> Callable[[_F], _F]:
                 dev = resolve_device(device, *arrays)
             except (TypeError, ValueError, RuntimeError):
                 return fn(*args, **kwargs)
+            if pass_device and len(arrays) == len(slots):  # (an index without a dataset, a several-device
+                # one, resolves its device itself)
+                if device_slot is not None and device_slot < n_args:
+                    args = args[:device_slot] + (dev,) + args[device_slot + 1:]
+                else:
+                    kwargs["device"] = dev
             with device_context(dev):
                 try:
                     return fn(*args, **kwargs)

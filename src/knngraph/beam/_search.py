@@ -235,6 +235,23 @@ def search(view: GraphView, queries: Array, k: int, queue_size: int, *, device: 
     if allowed is not None and allowed.n_allowed == allowed.n:
         allowed = None  # every vertex allowed: the unfiltered search
     dev = resolve_device(device, view.vectors, queries)
+    return search_checked(view, queries, k, queue_size, dev, search_width=search_width,
+                          max_registers=max_registers, stats=stats, out=out, slack=slack, n_threads=n_threads,
+                          allowed=allowed)
+
+
+def search_checked(view: GraphView, queries: Array, k: int, queue_size: int, dev: Device, *, search_width: int = 0,
+                   max_registers: int = 0, stats: dict | None = None, out: tuple[Array, Array] | None = None,
+                   slack: tuple[int, float, float, int] | None = None, n_threads: int | None = None,
+                   allowed: AllowedIds | None = None) -> tuple[Array, Array]:
+    """:func:`search` for a caller that has checked its arguments as :func:`search` does: ``queries`` a
+    2-D array of the view's dimension, integers ``1 <= k <= queue_size <= MAX_QUEUE_SIZE``,
+    ``0 <= search_width <= MAX_SEARCH_WIDTH``, ``0 <= max_registers <= 255``, ``slack`` None or four values,
+    ``dev`` a resolved :class:`~knngraph._device.Device`, ``allowed`` None or a validated
+    :class:`~knngraph.primitives.filters.AllowedIds` that does not allow every vertex. A searcher that
+    validates its own parameters (:func:`knngraph.song.search`) calls this, so a small search does not pay
+    for the same checks twice (about a tenth of a one-query GPU call). ``out`` and ``n_threads`` are
+    checked here."""
     if out is not None:
         check_out(out, queries.shape[0], k, dev)
     if allowed is not None:

@@ -290,6 +290,7 @@ class BeamPlan:
         # is cleared (on the stream, after the kernels that used it) once per COUNTER_RING calls
         self._counters = cp.zeros(COUNTER_RING, cp.int32)
         self._next_counter = 0
+        self._queue_size_written = queue_size  # the list length in the launch's values (rewritten on change)
         self._keep = (base_arg, graph_ids, norms, entries, last)  # the arrays the flattened pointers point into
         self._lock = threading.Lock()
 
@@ -341,6 +342,7 @@ class BeamPlan:
                                                nq, nq, cptr + 4 * self._counts.shape[1], nq)
             if self.filtered:
                 self.launch.values[self._allowed_slots] = (allowed.size, allowed.data.ptr, allowed.size)
-            if queue_size is not None:
-                self.launch.values[self._qsize_slot] = np.int64(queue_size).view(np.uint64)
+            if queue_size is not None and queue_size != self._queue_size_written:
+                self.launch.values[self._qsize_slot] = queue_size  # a non-negative int64 is its own bit pattern
+                self._queue_size_written = queue_size
             self.launch(blocks, self.wpb * bk.WARP, stream)

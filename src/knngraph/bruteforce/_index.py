@@ -219,7 +219,7 @@ def filtered_exact(dev: Device, base, queries, k, metric, allowed, *, select="au
 
 
 @runtime_docs
-@on_input_device('index', 'queries')
+@on_input_device('index', 'queries', pass_device=True)
 def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, params: SearchParams | None = None,
            *, device: DeviceLike = "auto", verbose: bool = True, filter: Array | None = None,
            stats: dict | None = None, memory_limit: MemoryLimit = None, out: tuple[Array, Array] | None = None,

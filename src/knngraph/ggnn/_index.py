@@ -427,7 +427,7 @@ def _check_k_cache(k, n, sp: SearchParams) -> int:
 
 
 @runtime_docs
-@on_input_device('index', 'queries')
+@on_input_device('index', 'queries', pass_device=True)
 def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, params: SearchParams | None = None,
            *, device: DeviceLike = "auto", verbose: bool = True, filter: Array | None = None,
            stats: dict | None = None, memory_limit: MemoryLimit = None, out: tuple[Array, Array] | None = None,

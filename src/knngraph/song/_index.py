@@ -365,7 +365,7 @@ def _filtered_search(dev, index, q, k, sp, allowed: AllowedIds, *, verbose, stat
 
 
 @runtime_docs
-@on_input_device('index', 'queries')
+@on_input_device('index', 'queries', pass_device=True)
 def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, params: SearchParams | None = None,
            *, device: DeviceLike = "auto", verbose: bool = True, filter: Array | None = None,
            stats: dict | None = None, memory_limit: MemoryLimit = None, out: tuple[Array, Array] | None = None,
@@ -433,9 +433,10 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
     allowed = allowed_rows(rows, index.shape[0], filter)
     parse_memory(memory_limit)  # a bad limit is an error on every path, those that need none too
     if allowed is None and _uses_beam(index, sp):
-        # checks out= and (host) queries itself; device queries are used in place, not copied back to be checked
-        d, i = beam.search(index._beam_view(), q, k, sp.queue_size, device=dev, search_width=sp.search_width,
-                           max_registers=sp.max_registers, stats=stats, out=out, n_threads=n_threads)
+        # the arguments are checked above (SearchParams at construction); beam checks out= and (host) queries
+        # itself; device queries are used in place, not copied back to be checked
+        d, i = beam.search_checked(index._beam_view(), q, k, sp.queue_size, dev, search_width=sp.search_width,
+                                   max_registers=sp.max_registers, stats=stats, out=out, n_threads=n_threads)
     else:
         if out is not None:
             check_out(out, q.shape[0], k, dev)
