@@ -78,3 +78,61 @@ def test_arguments_that_do_not_resolve_reach_the_function_and_its_errors():
 def test_the_decorated_function_keeps_its_name_and_docs():
     assert search.__name__ == "search" and search.__doc__ == "Return what it was given."
     assert search.__wrapped__(None, None, 1) == (None, None, 1, "auto", None)
+
+
+@on_input_device("index", "queries", pass_device=True)
+def search_passing(index, queries, k, *, device="auto"):
+    return device
+
+
+def test_pass_device_hands_the_resolved_device_only_when_every_array_is_there(resolved):
+    index = types.SimpleNamespace(dataset=np.zeros((4, 2), np.float32))
+    q = np.zeros((1, 2), np.float32)
+    assert search_passing(index, q, 1) == _device.Device("cpu")
+    assert search_passing(index, q, 1, device="cpu") == _device.Device("cpu")
+    # an index without a dataset (a several-device index) resolves its device itself: the value stays
+    assert search_passing(types.SimpleNamespace(), q, 1, device="auto") == "auto"
+
+
+def _fake_gpu(monkeypatch):
+    """Calls decorated by on_input_device run 'on GPU 0' without a GPU: resolution, the device context and
+    the release of the pool are stubbed."""
+    import contextlib
+
+    monkeypatch.setattr(_device, "resolve_device", lambda device="auto", *arrays: _device.Device("cuda", 0))
+    monkeypatch.setattr(_device, "device_context", lambda dev: contextlib.nullcontext())
+    monkeypatch.setattr(_device, "release_device_memory", lambda dev: 0)
+
+
+@pytest.mark.parametrize("error", [RuntimeError("merge_sort: failed on 2nd step: cudaErrorMemoryAllocation: out of "
+                                                "memory"),
+                                   type("OutOfMemoryError", (MemoryError,), {})("Out of memory allocating 4 bytes")])
+def test_a_gpu_out_of_memory_is_turned_once_through_nested_entry_points(monkeypatch, error):
+    _fake_gpu(monkeypatch)
+
+    @on_input_device("dataset")
+    def inner(dataset):
+        raise error
+
+    @on_input_device("dataset")
+    def outer(dataset):
+        return inner(dataset)
+
+    with pytest.raises(MemoryError) as caught:
+        outer(np.zeros((2, 2), np.float32))
+    message = str(caught.value)
+    assert message.count("ran out of memory") == 1 and message.startswith(f"{__name__.split('._')[0]}.inner: GPU 0")
+    assert "Pass memory_limit=" in message
+
+
+def test_a_memory_error_of_the_library_passes_unchanged_on_a_gpu(monkeypatch):
+    # a budget too small for the input is the library's own MemoryError, not a GPU out of memory: its message
+    # (which names the budget) must reach the user as it is
+    _fake_gpu(monkeypatch)
+
+    @on_input_device("dataset")
+    def build_with_budget(dataset):
+        raise MemoryError("memory_limit=1MB is below the 4MB the smallest piece needs")
+
+    with pytest.raises(MemoryError, match=r"^memory_limit=1MB is below the 4MB the smallest piece needs$"):
+        build_with_budget(np.zeros((2, 2), np.float32))

@@ -141,7 +141,8 @@ def _plot(jsonl: Path, png: Path) -> None:
         for where, style in (("host", "-o"), ("device", "--s")):
             sel = sorted((r for r in rows if r["queue_size"] == queue and r["queries"] == where),
                          key=lambda r: r["batch"])
-            ax.plot([r["batch"] for r in sel], [r["ratio"] for r in sel], style, label=f"queue {queue}, {where} queries")
+            ax.plot([r["batch"] for r in sel], [r["ratio"] for r in sel], style,
+                    label=f"queue {queue}, {where} queries")
     ax.set_xscale("log")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.axhline(1.03, color="grey", lw=0.8, ls="--")

@@ -284,7 +284,11 @@ def on_input_device(*array_names: str, pass_device: bool = False) -> Callable[[_
                 try:
                     return fn(*args, **kwargs)
                 except Exception as exc:  # noqa: BLE001 - only a GPU's out-of-memory error is turned
-                    if not dev.is_cuda or not is_out_of_memory(exc):
+                    # the GPU stack's out-of-memory errors only: a MemoryError of the library's own (a budget
+                    # too small for the input, or an inner entry point's already turned one) passes as it is
+                    gpu_out_of_memory = type(exc).__name__ == "OutOfMemoryError" or (
+                        not isinstance(exc, MemoryError) and is_out_of_memory(exc))
+                    if not dev.is_cuda or not gpu_out_of_memory:
                         raise
                     freed = release_device_memory(dev)
                     name = f"{fn.__module__.split('._')[0]}.{fn.__name__}"

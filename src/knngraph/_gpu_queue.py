@@ -32,8 +32,8 @@ def shard_bounds(n: int, parts: int) -> np.ndarray:
 
 def naming(dev: Device, exc: BaseException) -> Exception:
     """``exc``, raised by work on ``dev``, as the error to raise: the device named in its message;
-    MemoryError (any out-of-memory error of the GPU stack: :func:`is_out_of_memory`), ValueError and TypeError keep their type, anything
-    else becomes a :class:`DeviceError`."""
+    MemoryError (any out-of-memory error of the GPU stack: :func:`is_out_of_memory`), ValueError and
+    TypeError keep their type, anything else becomes a :class:`DeviceError`."""
     message = f"on device {dev}: {type(exc).__name__}: {exc}"
     if is_out_of_memory(exc):
         return MemoryError(message)

@@ -154,3 +154,20 @@ def test_bad_views_and_arguments(rng):
         beam.GraphView(ids, x, [], "sqeuclidean")
     with pytest.raises(ValueError, match="manhattan"):
         beam.GraphView(ids, x, [0], "manhattan")
+
+
+@pytest.mark.parametrize("bad", [dict(k=9), dict(queue_size=2000, k=3), dict(search_width=9),
+                                 dict(max_registers=256), dict(queries_dim=3), dict(slack=(10, 0.5))])
+def test_search_checked_refuses_what_would_break_the_kernels_bounds(rng, bad):
+    """beam.search_checked skips beam.search's checks and messages (its callers checked the arguments) but
+    not the ranges and shapes the kernels' bounds rest on: one ValueError pointing to beam.search."""
+    from knngraph._device import Device
+
+    x = rng.standard_normal((30, 4)).astype(np.float32)
+    view = beam.GraphView(complete_graph(30).indices, x, [0, 5], "sqeuclidean")
+    args = dict(k=3, queue_size=8, search_width=0, max_registers=0, slack=None, queries_dim=4) | bad
+    q = x[:2, :args.pop("queries_dim")]
+    with pytest.raises(ValueError, match="search_checked takes arguments already checked .* call beam.search"):
+        beam.search_checked(view, q, args.pop("k"), args.pop("queue_size"), Device("cpu"), **args)
+    d, i = beam.search_checked(view, x[:2], 3, 8, Device("cpu"))
+    np.testing.assert_array_equal(i, beam.search(view, x[:2], 3, 8, device="cpu")[1])

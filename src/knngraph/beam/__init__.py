@@ -29,5 +29,5 @@ from ._filtered import COSTS, FILTERED_PATHS, FilteredCosts, filtered_path
 from ._search import (MAX_QUEUE_SIZE, MAX_SEARCH_WIDTH, GraphView, filtered_kb, filtered_queue_size, search,
                       search_checked)
 
-__all__ = ["GraphView", "search", "search_checked", "MAX_QUEUE_SIZE", "MAX_SEARCH_WIDTH", "filtered_queue_size", "filtered_kb",
-           "filtered_path", "FilteredCosts", "COSTS", "FILTERED_PATHS"]
+__all__ = ["GraphView", "search", "search_checked", "MAX_QUEUE_SIZE", "MAX_SEARCH_WIDTH", "filtered_queue_size",
+           "filtered_kb", "filtered_path", "FilteredCosts", "COSTS", "FILTERED_PATHS"]

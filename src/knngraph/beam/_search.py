@@ -23,7 +23,8 @@ from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms
 from ..primitives.filters import AllowedIds, prepare_filter
 from ..primitives.stamps import ScratchPool
 
-__all__ = ["GraphView", "search", "filtered_queue_size", "filtered_kb", "MAX_QUEUE_SIZE", "MAX_SEARCH_WIDTH"]
+__all__ = ["GraphView", "search", "search_checked", "filtered_queue_size", "filtered_kb", "MAX_QUEUE_SIZE",
+           "MAX_SEARCH_WIDTH"]
 
 #: largest queue_size (the kernels' list lives in shared memory)
 MAX_QUEUE_SIZE = 1024
@@ -250,8 +251,16 @@ def search_checked(view: GraphView, queries: Array, k: int, queue_size: int, dev
     ``dev`` a resolved :class:`~knngraph._device.Device`, ``allowed`` None or a validated
     :class:`~knngraph.primitives.filters.AllowedIds` that does not allow every vertex. A searcher that
     validates its own parameters (:func:`knngraph.song.search`) calls this, so a small search does not pay
-    for the same checks twice (about a tenth of a one-query GPU call). ``out`` and ``n_threads`` are
-    checked here."""
+    for the same checks twice (their messages and type checks were a few percent of a one-query GPU call).
+    ``out`` and ``n_threads`` are checked here, and so are the ranges and the queries' shape, which the
+    kernels' bounds rest on, in one cheap test (a ValueError pointing to :func:`search` if it fails)."""
+    if not (getattr(queries, "ndim", 0) == 2 and queries.shape[1] == view.vectors.shape[1]
+            and 1 <= k <= queue_size <= MAX_QUEUE_SIZE and 0 <= search_width <= MAX_SEARCH_WIDTH
+            and 0 <= max_registers <= 255 and (slack is None or len(slack) == 4)):
+        raise ValueError(f"search_checked takes arguments already checked as beam.search checks them; got "
+                         f"queries of shape {getattr(queries, 'shape', None)} for {view.vectors.shape[1]}-d "
+                         f"vectors, k={k!r}, queue_size={queue_size!r}, search_width={search_width!r}, "
+                         f"max_registers={max_registers!r}: call beam.search for its messages")
     if out is not None:
         check_out(out, queries.shape[0], k, dev)
     if allowed is not None:
