@@ -13,8 +13,8 @@ compiled (or found compiled) once:
 * ``ggnn``: :func:`knngraph.ggnn.build` and its search with both caches ('sorted' and 'rings');
 * ``song``: graph preparation (:func:`knngraph.optimize_graph` of k-NN graphs of several degrees, SONG's
   default index), :func:`knngraph.song.search` with its defaults (the fast searcher) at the queue sizes of
-  :data:`QUEUE_SIZES` and the batch sizes that give every automatic search width, and SONG's walk for
-  filtered searches (:data:`FILTER_FRACTIONS`).
+  :data:`QUEUE_SIZES` and the batch sizes that give every automatic search width (on the CPU also its walk
+  over int8 codes, ``cpu_walk='int8'``), and SONG's walk for filtered searches (:data:`FILTER_FRACTIONS`).
 
 GPU kernels are specialised at compile time on the vectors' dtype and a few values (list and queue
 capacities from ``k`` and ``queue_size``, the search width, the distance kind; the searchers' on the
@@ -471,6 +471,11 @@ def _song(inp: _Inputs) -> None:
                 params = song.SearchParams(queue_size=queue)
                 for batch in inp.query_batches(queries, queue):
                     song.search(index, batch, 10, params, device=inp.device, verbose=False)
+            if inp.device == "cpu" and base.dtype.kind == "f":
+                # the CPU walk over int8 codes and its exact re-rank ('auto' takes it from 128 dimensions)
+                codes = song.SearchParams(queue_size=QUEUE_SIZES[0], cpu_walk="int8")
+                for batch in inp.query_batches(queries, QUEUE_SIZES[0]):
+                    song.search(index, batch, 10, codes, device=inp.device, verbose=False)
             walk = song.SearchParams(filtered_path="graph")  # always the graph walk, never the exact search
             for share in inp.some(FILTER_FRACTIONS):
                 allowed = np.arange(base.shape[0]) % int(round(1 / share)) == 0

@@ -26,8 +26,9 @@ first GPU use.
 """
 
 from ._filtered import COSTS, FILTERED_PATHS, FilteredCosts, filtered_path
-from ._search import (MAX_QUEUE_SIZE, MAX_SEARCH_WIDTH, GraphView, filtered_kb, filtered_queue_size, search,
-                      search_checked)
+from ._search import (CPU_WALKS, INT8_WALK_MIN_DIM, MAX_QUEUE_SIZE, MAX_SEARCH_WIDTH, GraphView, filtered_kb,
+                      filtered_queue_size, int8_codes, search, search_checked)
 
 __all__ = ["GraphView", "search", "search_checked", "MAX_QUEUE_SIZE", "MAX_SEARCH_WIDTH", "filtered_queue_size",
-           "filtered_kb", "filtered_path", "FilteredCosts", "COSTS", "FILTERED_PATHS"]
+           "filtered_kb", "filtered_path", "FilteredCosts", "COSTS", "FILTERED_PATHS", "CPU_WALKS",
+           "INT8_WALK_MIN_DIM", "int8_codes"]

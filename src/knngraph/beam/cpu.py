@@ -37,7 +37,7 @@ from ..primitives.lists import less, slack_bound
 from ..primitives.rows import line_shape, load_query, prefetch, prefetch_row, query_row, row_distance, write_row
 from ..primitives.stamps import Scratch, next_generation, worker_count
 
-__all__ = ["search_beam"]
+__all__ = ["search_beam", "rerank"]
 
 
 @numba.njit(inline="always")
@@ -155,6 +155,62 @@ def _beam(graph, base, queries, inv_b, kind, entries, k, cap, stamps, gens, work
 
 
 _BEAM = threaded_and_serial(_beam, fastmath=True)
+
+
+def _rerank(base, queries, inv_b, kind, ids, k, workers, out_k, out_i, out_nd):
+    nq = ids.shape[0]
+    m = ids.shape[1]
+    for w in prange(workers):
+        qrow = query_row(queries)
+        dk = np.empty(k, np.float32)
+        ik = np.empty(k, np.int32)
+        for j in range(w, nq, workers):
+            inv_q = load_query(queries, j, qrow, kind)
+            c = 0
+            for t in range(m):
+                v = ids[j, t]
+                if v < 0:
+                    continue
+                d = row_distance(kind, base, v, qrow, inv_b, inv_q)
+                if c < k or less(d, v, dk[k - 1], ik[k - 1]):
+                    pos = c if c < k else k - 1
+                    if c < k:
+                        c += 1
+                    while pos > 0 and less(d, v, dk[pos - 1], ik[pos - 1]):
+                        dk[pos] = dk[pos - 1]
+                        ik[pos] = ik[pos - 1]
+                        pos -= 1
+                    dk[pos] = d
+                    ik[pos] = v
+                out_nd[j] += 1
+            write_row(out_k, out_i, j, dk, ik, c, k)
+
+
+_RERANK = threaded_and_serial(_rerank, fastmath=True)
+
+
+def rerank(base, queries, inv_b, kind, ids, k, *, workers=1, out=None, counts=None):
+    """The first ``k`` of each row of ``ids`` (a walk's final lists, -1 where empty) by the exact distances
+    of :func:`~knngraph.primitives.rows.row_distance` over ``base`` (what the exact walk reads: float16 as
+    uint16 bits), nearest first, ties by lower id, -1 / inf where a row holds fewer than k ids; ``counts``
+    (int32 per query) is increased by the distances computed. The second step of a walk over int8 codes
+    (:func:`knngraph.beam.search` with ``cpu_walk='int8'``): the walk finds the list, this orders it as the
+    exact walk would. Returns internal distances float32 and ids int32 ([nq, k])."""
+    q = cpu_vectors(queries if queries.flags.c_contiguous else np.ascontiguousarray(queries))
+    base = writable_view(base)
+    nq = q.shape[0]
+    if out is None:
+        out = (np.empty((nq, k), np.float32), np.empty((nq, k), np.int32))
+    if counts is None:
+        counts = np.zeros(nq, np.int32)
+    ids = np.ascontiguousarray(ids, dtype=np.int32)
+    workers = max(1, min(int(workers), nq))
+    if workers == 1:
+        _RERANK[1](base, q, inv_b, kind, ids, k, 1, out[0], out[1], counts)
+    else:
+        with numba.parallel_chunksize(1):
+            _RERANK[0](base, q, inv_b, kind, ids, k, workers, out[0], out[1], counts)
+    return out[0], out[1]
 #: the bitset an unfiltered search passes (never read)
 _NO_FILTER = np.zeros(1, np.uint32)
 

@@ -432,11 +432,15 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
     rows = index.row_ids
     allowed = allowed_rows(rows, index.shape[0], filter)
     parse_memory(memory_limit)  # a bad limit is an error on every path, those that need none too
+    if allowed is not None and sp.cpu_walk == "int8" and not dev.is_cuda:
+        raise ValueError("SearchParams.cpu_walk='int8' applies to unfiltered searches only (a filter or deleted "
+                         "vectors are in play here): use 'auto' or 'exact'")
     if allowed is None and _uses_beam(index, sp):
         # the arguments are checked above (SearchParams at construction); beam checks out= and (host) queries
         # itself; device queries are used in place, not copied back to be checked
         d, i = beam.search_checked(index._beam_view(), q, k, sp.queue_size, dev, search_width=sp.search_width,
-                                   max_registers=sp.max_registers, stats=stats, out=out, n_threads=n_threads)
+                                   max_registers=sp.max_registers, stats=stats, out=out, n_threads=n_threads,
+                                   cpu_walk=sp.cpu_walk)
     else:
         if out is not None:
             check_out(out, q.shape[0], k, dev)
