@@ -249,3 +249,18 @@ def test_cpu_walk_is_checked(rng):
     assert st["cpu_walk"] == "exact"
     beam.search(view, x[:2], 3, 8, device="cpu", stats=st, cpu_walk="int8")
     assert st["cpu_walk"] == "int8"
+
+
+def test_auto_walks_the_vectors_where_one_dimension_takes_the_codes_range(rng):
+    """One dimension 100x the others' scale leaves the rest a few code steps: the coding error
+    (beam.int8_plan) is far above beam.INT8_WALK_MAX_ERROR, so 'auto' walks the vectors there."""
+    base = rng.standard_normal((400, 256)).astype(np.float32)
+    view = beam.GraphView(complete_graph(400).indices[:, :16], base, [0], "sqeuclidean")
+    st = {}
+    beam.search(view, base[:3], 3, 16, device="cpu", stats=st)
+    assert st["cpu_walk"] == "int8" and view.int8_plan()[2] < beam.INT8_WALK_MAX_ERROR / 2
+    skewed = base.copy()
+    skewed[:, 7] *= 100
+    view = beam.GraphView(complete_graph(400).indices[:, :16], skewed, [0], "sqeuclidean")
+    beam.search(view, skewed[:3], 3, 16, device="cpu", stats=st)
+    assert st["cpu_walk"] == "exact" and view.int8_plan()[2] > 2 * beam.INT8_WALK_MAX_ERROR

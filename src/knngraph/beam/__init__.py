@@ -26,9 +26,9 @@ first GPU use.
 """
 
 from ._filtered import COSTS, FILTERED_PATHS, FilteredCosts, filtered_path
-from ._search import (CPU_WALKS, INT8_WALK_MIN_DIM, MAX_QUEUE_SIZE, MAX_SEARCH_WIDTH, GraphView, filtered_kb,
-                      filtered_queue_size, int8_codes, search, search_checked)
+from ._search import (CPU_WALKS, INT8_WALK_MAX_ERROR, INT8_WALK_MIN_DIM, MAX_QUEUE_SIZE, MAX_SEARCH_WIDTH,
+                      GraphView, filtered_kb, filtered_queue_size, int8_codes, int8_plan, search, search_checked)
 
 __all__ = ["GraphView", "search", "search_checked", "MAX_QUEUE_SIZE", "MAX_SEARCH_WIDTH", "filtered_queue_size",
            "filtered_kb", "filtered_path", "FilteredCosts", "COSTS", "FILTERED_PATHS", "CPU_WALKS",
-           "INT8_WALK_MIN_DIM", "int8_codes"]
+           "INT8_WALK_MIN_DIM", "INT8_WALK_MAX_ERROR", "int8_codes", "int8_plan"]

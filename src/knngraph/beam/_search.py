@@ -24,7 +24,7 @@ from ..primitives.filters import AllowedIds, prepare_filter
 from ..primitives.stamps import ScratchPool, worker_count
 
 __all__ = ["GraphView", "search", "search_checked", "filtered_queue_size", "filtered_kb", "int8_codes",
-           "MAX_QUEUE_SIZE", "MAX_SEARCH_WIDTH", "CPU_WALKS", "INT8_WALK_MIN_DIM"]
+           "int8_plan", "MAX_QUEUE_SIZE", "MAX_SEARCH_WIDTH", "CPU_WALKS", "INT8_WALK_MIN_DIM", "INT8_WALK_MAX_ERROR"]
 
 #: largest queue_size (the kernels' list lives in shared memory)
 MAX_QUEUE_SIZE = 1024
@@ -32,6 +32,11 @@ MAX_QUEUE_SIZE = 1024
 CPU_WALKS = ("auto", "int8", "exact")
 #: the fewest dimensions of float vectors whose CPU walk reads int8 codes by default (``cpu_walk='auto'``)
 INT8_WALK_MIN_DIM = 128
+#: the largest relative coding error (:func:`int8_plan`) at which ``cpu_walk='auto'`` walks int8 codes:
+#: minilm-words (384-d) codes are at about 0.015, clustered Gaussian and sift-photos (as float32) at 0.012-0.013;
+#: 256-d clusters with one dimension scaled 100x (L2) at 0.125, where the int8 walk lost recall (0.71 against the
+#: exact walk's 0.79 at queue 32; at 20x, 0.089, it kept it)
+INT8_WALK_MAX_ERROR = 0.05
 #: most warps that work on one query (``search_width``)
 MAX_SEARCH_WIDTH = 8
 
@@ -149,11 +154,19 @@ class GraphView:
             pool = self.cache.setdefault("cpu-scratch", ScratchPool(self.shape[0]))
         return pool.borrow()
 
+    def int8_plan(self) -> tuple:
+        """The shift, scale and relative error of the int8 codes of the vectors (:func:`int8_plan`), made once."""
+        plan = self.cache.get("cpu-int8-plan")
+        if plan is None:
+            plan = self.cache.setdefault("cpu-int8-plan", int8_plan(as_numpy(self.vectors), self.metric))
+        return plan
+
     def int8_codes(self) -> tuple:
         """The int8 codes the CPU walk reads with ``cpu_walk='int8'`` (:func:`int8_codes`), made once."""
         codes = self.cache.get("cpu-int8-codes")
         if codes is None:
-            codes = self.cache.setdefault("cpu-int8-codes", int8_codes(as_numpy(self.vectors), self.metric))
+            codes = self.cache.setdefault("cpu-int8-codes", int8_codes(as_numpy(self.vectors), self.metric,
+                                                                       plan=self.int8_plan()))
         return codes
 
     def cpu_vectors(self) -> np.ndarray:
@@ -230,8 +243,9 @@ def search(view: GraphView, queries: Array, k: int, queue_size: int, *, device: 
         bytes per row and its arithmetic vectorises better; on minilm-words (384-d float16, 2 threads) that
         gave 1.4x-1.7x the queries per second at the same recall as 'exact' at every queue size
         (``benchmarks/studies/cpu_defaults.py``). Unfiltered searches without the slack stop only.
-        'auto': 'int8' for float16 and float32 vectors of at least :data:`INT8_WALK_MIN_DIM` dimensions where
-        it applies, else 'exact'. The GPU reads the vectors (the option is for the CPU only); with 'exact' the
+        'auto': 'int8' for float16 and float32 vectors of at least :data:`INT8_WALK_MIN_DIM` dimensions whose
+        coding error (:func:`int8_plan`) is at most :data:`INT8_WALK_MAX_ERROR`, where it applies, else
+        'exact'. The GPU reads the vectors (the option is for the CPU only); with 'exact' the
         CPU returns what the GPU does for ``search_width=1``.
 
     Returns
@@ -336,18 +350,26 @@ def walks_int8(view: GraphView, cpu_walk: str, slack, allowed) -> bool:
                              f"GGNN's slack stop (vectors {dtype}, filter {'on' if allowed is not None else 'off'}, "
                              f"slack {'on' if slack is not None else 'off'})")
         return True
-    return applies and view.shape[1] >= INT8_WALK_MIN_DIM
+    return applies and view.shape[1] >= INT8_WALK_MIN_DIM and view.int8_plan()[2] <= INT8_WALK_MAX_ERROR
 
 
-def int8_codes(x: np.ndarray, metric: str,
-               block_rows: int = 1 << 16) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.float32]:
-    """Int8 codes of the float rows ``x`` for the CPU walk: ``(codes, inverse norms of the codes (cosine;
-    else a 1-element dummy), shift, scale)``. One scale for every dimension, 127 over the largest magnitude,
-    so each distance kind keeps its order within a query: L2 and inner product code ``(x - shift) * scale``
-    with ``shift`` the mean row (an L2 walk reads the query as ``(q - shift) * scale``; an inner product
-    differs from the true one by a constant and a positive factor per query), cosine codes the normalised
-    rows (``shift`` 0) and divides by the codes' norms. Rows are read in blocks of ``block_rows``, so no
-    float32 copy of ``x`` is made."""
+def _coded_rows(x: np.ndarray, lo: int, hi: int, cosine: bool, shift: np.ndarray) -> np.ndarray:
+    """Rows ``lo:hi`` of ``x`` as the codes see them, float32: normalised (cosine) or less ``shift``."""
+    b = x[lo:hi].astype(np.float32)
+    if cosine:
+        b *= inverse_norms(b)[:, None]
+    else:
+        b -= shift
+    return b
+
+
+def int8_plan(x: np.ndarray, metric: str, block_rows: int = 1 << 16,
+              sample_rows: int = 4096) -> tuple[np.ndarray, np.float32, float]:
+    """``(shift, scale, relative error)`` of the int8 codes of the float rows ``x`` (:func:`int8_codes`):
+    ``shift`` the mean row (0 for cosine, whose rows are normalised instead), ``scale`` 127 over the
+    largest magnitude, and the root-mean-square coding error over the root-mean-square value of up to
+    ``sample_rows`` rows spread over ``x``. One dimension far larger than the others takes the code's
+    range from the rest, which shows as a large error (``cpu_walk='auto'`` then walks the vectors)."""
     n, dim = x.shape
     cosine = metric == "cosine"
     shift = np.zeros(dim, np.float64)
@@ -356,24 +378,36 @@ def int8_codes(x: np.ndarray, metric: str,
             shift += x[lo:lo + block_rows].astype(np.float64).sum(axis=0)
         shift /= max(n, 1)
     shift32 = shift.astype(np.float32)
-
-    def rows(lo):
-        b = x[lo:lo + block_rows].astype(np.float32)
-        if cosine:
-            b *= inverse_norms(b)[:, None]
-        else:
-            b -= shift32
-        return b
-
     top = 0.0
     for lo in range(0, n, block_rows):
-        b = rows(lo)
+        b = _coded_rows(x, lo, lo + block_rows, cosine, shift32)
         if b.size:
             top = max(top, float(np.abs(b).max()))
     scale = np.float32(127.0 / top) if top > 0 else np.float32(1.0)
+    pick = np.unique(np.linspace(0, max(n - 1, 0), min(n, sample_rows)).astype(np.int64))
+    sample = _coded_rows(x[pick], 0, len(pick), cosine, shift32)
+    power = float(np.mean(sample.astype(np.float64) ** 2)) if sample.size else 0.0
+    coded = np.clip(np.rint(sample * scale), -127, 127) / scale
+    error = float(np.sqrt(np.mean((coded - sample).astype(np.float64) ** 2) / power)) if power > 0 else 0.0
+    return shift32, scale, error
+
+
+def int8_codes(x: np.ndarray, metric: str, block_rows: int = 1 << 16,
+               plan: tuple | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.float32]:
+    """Int8 codes of the float rows ``x`` for the CPU walk: ``(codes, inverse norms of the codes (cosine;
+    else a 1-element dummy), shift, scale)``. One scale for every dimension, 127 over the largest magnitude,
+    so each distance kind keeps its order within a query: L2 and inner product code ``(x - shift) * scale``
+    with ``shift`` the mean row (an L2 walk reads the query as ``(q - shift) * scale``; an inner product
+    differs from the true one by a constant and a positive factor per query), cosine codes the normalised
+    rows (``shift`` 0) and divides by the codes' norms. Rows are read in blocks of ``block_rows``, so no
+    float32 copy of ``x`` is made; ``plan``: :func:`int8_plan`'s answer, if made already."""
+    n, dim = x.shape
+    cosine = metric == "cosine"
+    shift32, scale, _ = int8_plan(x, metric, block_rows) if plan is None else plan
     codes = np.empty((n, dim), np.int8)
     for lo in range(0, n, block_rows):
-        codes[lo:lo + block_rows] = np.clip(np.rint(rows(lo) * scale), -127, 127)
+        codes[lo:lo + block_rows] = np.clip(np.rint(_coded_rows(x, lo, lo + block_rows, cosine, shift32) * scale),
+                                            -127, 127)
     inv_codes = inverse_norms(codes) if cosine else np.zeros(1, np.float32)
     return codes, inv_codes, shift32, scale
 

@@ -190,7 +190,8 @@ class SearchParams(Params):
         CPU fast searcher only: what its walk reads (see :func:`knngraph.beam.search`): 'int8' codes of
         float vectors with the final list re-ranked by exact distances (about 1.4x-1.7x the queries per
         second of 'exact' at the same recall on 384-d embeddings), or the vectors ('exact', the GPU's ids).
-        'auto': 'int8' for float16 / float32 vectors of at least 128 dimensions in unfiltered searches.
+        'auto': 'int8' for float16 / float32 vectors of at least 128 dimensions in unfiltered searches, unless
+        one scale codes them badly (:func:`knngraph.beam.int8_plan`: e.g. one dimension far larger than the rest).
     """
 
     queue_size: int = 64
