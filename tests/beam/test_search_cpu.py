@@ -264,3 +264,35 @@ def test_auto_walks_the_vectors_where_one_dimension_takes_the_codes_range(rng):
     view = beam.GraphView(complete_graph(400).indices[:, :16], skewed, [0], "sqeuclidean")
     beam.search(view, skewed[:3], 3, 16, device="cpu", stats=st)
     assert st["cpu_walk"] == "exact" and view.int8_plan()[2] > 2 * beam.INT8_WALK_MAX_ERROR
+
+
+def test_int8_walk_in_blocks_fills_out_and_honours_exact_with_an_all_allowing_filter(rng, monkeypatch):
+    """Queries walk int8 codes in blocks (beam._search.INT8_WALK_BLOCK), each block re-ranked into its rows
+    of ``out``; a filter that allows every vertex is the unfiltered search, and the ``cpu_walk`` asked of
+    ``song.search`` reaches it; vectors holding NaN never take the codes under 'auto'."""
+    from knngraph.beam import _search
+
+    base = random_vectors(rng, 300, 128, np.float32)
+    queries = random_vectors(rng, 25, 128, np.float32)
+    g = knngraph.optimize_graph(knngraph.knn_graph(base, 16, device="cpu", verbose=False), base, graph_degree=12,
+                                device="cpu")
+    index = song.from_graph(g, base, device="cpu")
+    sp = song.SearchParams(queue_size=24, cpu_walk="int8")
+    whole = song.search(index, queries, 5, sp, device="cpu", verbose=False)
+    monkeypatch.setattr(_search, "INT8_WALK_BLOCK", 4)
+    out = (np.full((25, 5), -7, np.float32), np.full((25, 5), -7, np.int32))
+    d, i = song.search(index, queries, 5, sp, device="cpu", verbose=False, out=out)
+    assert d is out[0] and i is out[1]
+    np.testing.assert_array_equal(i, whole[1])
+    np.testing.assert_array_equal(d, whole[0])
+    st = {}
+    everyone = np.ones(300, bool)
+    song.search(index, queries, 5, song.SearchParams(queue_size=24, cpu_walk="exact", filtered_path="graph"),
+                device="cpu", verbose=False, filter=everyone, stats=st)
+    assert st["cpu_walk"] == "exact"
+    song.search(index, queries, 5, sp, device="cpu", verbose=False, filter=everyone, stats=st)
+    assert st["cpu_walk"] == "int8"
+    bad = base.copy()
+    bad[3, 5] = np.nan
+    assert _search.int8_plan(bad, "sqeuclidean")[2] == np.inf
+    assert _search.int8_plan(bad, "cosine")[2] == np.inf

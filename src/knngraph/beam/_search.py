@@ -37,6 +37,9 @@ INT8_WALK_MIN_DIM = 128
 #: 256-d clusters with one dimension scaled 100x (L2) at 0.125, where the int8 walk lost recall (0.71 against the
 #: exact walk's 0.79 at queue 32; at 20x, 0.089, it kept it)
 INT8_WALK_MAX_ERROR = 0.05
+#: queries per block of the CPU walk over int8 codes (its lists, block x queue_size entries, are kept for the
+#: re-rank)
+INT8_WALK_BLOCK = 16384
 #: most warps that work on one query (``search_width``)
 MAX_SEARCH_WIDTH = 8
 
@@ -216,7 +219,9 @@ def search(view: GraphView, queries: Array, k: int, queue_size: int, *, device: 
         GPU only: register cap per thread (0: :func:`knngraph.beam.cuda.beam_max_registers`).
     stats : dict, optional
         Filled with ``distances_per_query``, ``expansions_per_query``, ``algo`` ('beam'), ``seconds``, on a
-        GPU ``search_width``, and with a filter ``queue_size`` (the list's length) and ``allowed_fraction``.
+        GPU ``search_width``, on the CPU ``cpu_walk`` ('int8' or 'exact': which ran; with 'int8' the
+        distances are the walk's between codes plus the re-rank's exact ones), and with a filter
+        ``queue_size`` (the list's length) and ``allowed_fraction``.
     out : (distances, indices), optional
         C-contiguous float32 / int32 arrays of shape (n_queries, k) on the search's device, filled and
         returned.
@@ -382,11 +387,16 @@ def int8_plan(x: np.ndarray, metric: str, block_rows: int = 1 << 16,
     for lo in range(0, n, block_rows):
         b = _coded_rows(x, lo, lo + block_rows, cosine, shift32)
         if b.size:
-            top = max(top, float(np.abs(b).max()))
-    scale = np.float32(127.0 / top) if top > 0 else np.float32(1.0)
+            m = float(np.abs(b).max())
+            top = m if not np.isfinite(m) else max(top, m)  # a NaN or inf stays (max() would drop a NaN)
+            if not np.isfinite(top):
+                break
+    scale = np.float32(127.0 / top) if 0 < top < np.inf else np.float32(1.0)
     pick = np.unique(np.linspace(0, max(n - 1, 0), min(n, sample_rows)).astype(np.int64))
     sample = _coded_rows(x[pick], 0, len(pick), cosine, shift32)
     power = float(np.mean(sample.astype(np.float64) ** 2)) if sample.size else 0.0
+    if not (np.isfinite(top) and np.isfinite(power) and np.isfinite(shift32).all()):
+        return shift32, scale, float("inf")  # NaN, inf or overflow: no code stands for such rows
     coded = np.clip(np.rint(sample * scale), -127, 127) / scale
     error = float(np.sqrt(np.mean((coded - sample).astype(np.float64) ** 2) / power)) if power > 0 else 0.0
     return shift32, scale, error
@@ -426,13 +436,20 @@ def _search_cpu(view: GraphView, queries, k, queue_size, stats, out, slack, allo
     metric = view.metric
     with view.borrow_scratch() as scratch:
         if codes:
-            # the walk over int8 codes keeps its whole list, which the exact distances then order
+            # the walk over int8 codes keeps its whole list, which the exact distances then order; queries go
+            # in blocks, so the lists take at most INT8_WALK_BLOCK x queue_size entries beside the output
             c8, inv_c, shift, scale = view.int8_codes()
-            qw = (q.astype(np.float32) - shift) * scale if view.kind == distance_kind("sqeuclidean") else q
-            _, lists, nd, ne = search_beam(g_ids, c8, qw, inv_c, view.kind, entries, queue_size, queue_size,
-                                           scratch=scratch)
-            d, i = rerank(view.cpu_vectors(), q, inv_b, view.kind, lists, k,
-                          workers=worker_count(len(q), scratch), out=out, counts=nd)
+            nq = q.shape[0]
+            d, i = out if out is not None else (np.empty((nq, k), np.float32), np.empty((nq, k), np.int32))
+            nd, ne = np.empty(nq, np.int32), np.empty(nq, np.int32)
+            l2 = view.kind == distance_kind("sqeuclidean")
+            for lo in range(0, nq, INT8_WALK_BLOCK):
+                qb = q[lo:lo + INT8_WALK_BLOCK]
+                qw = (qb.astype(np.float32) - shift) * scale if l2 else qb
+                _, lists, nd[lo:lo + len(qb)], ne[lo:lo + len(qb)] = search_beam(
+                    g_ids, c8, qw, inv_c, view.kind, entries, queue_size, queue_size, scratch=scratch)
+                rerank(view.cpu_vectors(), qb, inv_b, view.kind, lists, k, workers=worker_count(len(qb), scratch),
+                       out=(d[lo:lo + len(qb)], i[lo:lo + len(qb)]), counts=nd[lo:lo + len(qb)])
         else:
             d, i, nd, ne = search_beam(g_ids, view.cpu_vectors(), q, inv_b, view.kind, entries, k, queue_size,
                                        scratch=scratch, out=out, slack=slack,

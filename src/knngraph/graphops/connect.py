@@ -402,7 +402,8 @@ def connect_graph(graph: Graph, base: Array, *, entry_points: ArrayLike | None =
         view = beam.GraphView(ids, base, entries.astype(np.int32), graph.metric)
         q = base[rows] if is_device_array(base) else np.ascontiguousarray(host[rows])
         c = min(_CANDIDATES, max(queue_size, 1), ids.shape[0])
-        d, i = beam.search(view, q, c, max(queue_size, c), device=dev)
+        # the vectors themselves: a one-off view of a graph being built would code every vector for a few rows
+        d, i = beam.search(view, q, c, max(queue_size, c), device=dev, cpu_walk="exact")
         return as_numpy(i).astype(np.int64), as_numpy(d)
 
     report = connect(ids, dists, entries, host, nearest, metric=graph.metric, links=links, rng_rule=rng_rule)

@@ -352,7 +352,8 @@ def _filtered_search(dev, index, q, k, sp, allowed: AllowedIds, *, verbose, stat
         d, i = bruteforce.search(exact, q, k, device=dev, memory_limit=memory_limit, verbose=verbose, filter=allowed)
     elif _uses_beam(index, sp):
         d, i = beam.search(index._beam_view(), q, k, sp.queue_size, device=dev, search_width=sp.search_width,
-                           max_registers=sp.max_registers, stats=stats, out=out, filter=allowed)
+                           max_registers=sp.max_registers, stats=stats, out=out, filter=allowed,
+                           cpu_walk=sp.cpu_walk)
     else:
         check_finite(q, "queries")
         d, i = _search_arrays(dev, index, q, k, dataclasses.replace(sp, queue_size=queue), verbose=verbose,
@@ -432,7 +433,7 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
     rows = index.row_ids
     allowed = allowed_rows(rows, index.shape[0], filter)
     parse_memory(memory_limit)  # a bad limit is an error on every path, those that need none too
-    if allowed is not None and sp.cpu_walk == "int8" and not dev.is_cuda:
+    if allowed is not None and allowed.n_allowed < allowed.n and sp.cpu_walk == "int8" and not dev.is_cuda:
         raise ValueError("SearchParams.cpu_walk='int8' applies to unfiltered searches only (a filter or deleted "
                          "vectors are in play here): use 'auto' or 'exact'")
     if allowed is None and _uses_beam(index, sp):
