@@ -7,6 +7,7 @@ Timing, data loading, recall and JSON lines are the runner's (:mod:`benchmarks.r
 * :func:`clustered`: the clustered synthetic set of the sharded GGNN and out-of-core NN-Descent studies
   (their recorded results were measured on it);
 * :func:`run_specs`: a study made of runner specs (its lines are the runner's) and its plot;
+* :func:`read_plot_input`: a study's JSON lines and matplotlib's pyplot, for its own plot;
 * :func:`load_sift` and :func:`sync`: the loader and clock the ``benchmarks/profile_search_*.py``
   scripts import until they move into ``benchmarks/studies/`` (thin forms of the runner's).
 """
@@ -26,7 +27,23 @@ if "benchmarks" not in sys.modules:  # imported as a script's neighbour (python 
 from benchmarks.runner import data  # noqa: E402
 from benchmarks.runner.measure import sync  # noqa: E402
 
-__all__ = ["qps_at", "clustered", "run_specs", "load_sift", "sync"]
+__all__ = ["qps_at", "clustered", "run_specs", "read_plot_input", "load_sift", "sync"]
+
+
+def read_plot_input(jsonl):
+    """``(rows, pyplot)`` for a study's plot: the JSON lines of ``jsonl`` and matplotlib's pyplot on the
+    file backend, or ``(rows, None)`` where matplotlib is not installed (the study then writes no plot)."""
+    import json
+
+    rows = [json.loads(line) for line in Path(jsonl).read_text().splitlines() if line.strip()]
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return rows, None
+    return rows, plt
 
 
 def qps_at(points, target):

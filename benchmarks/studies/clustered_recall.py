@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks import _common  # noqa: E402
 from benchmarks._common import clustered  # noqa: E402
 from benchmarks.runner.measure import JsonLines, time_calls  # noqa: E402
 
@@ -108,16 +109,9 @@ def main(argv=None):
 
 
 def _plot(jsonl: Path, png: Path) -> None:
-    import json
-
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    rows, plt = _common.read_plot_input(jsonl)
+    if plt is None:
         return
-    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
     rows = [r for r in rows if r.get("default_params")]
     if not rows:
         return

@@ -26,15 +26,15 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 if __package__ in (None, ""):  # run as a script: python benchmarks/studies/NAME.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks import _common  # noqa: E402
 from benchmarks.runner import data  # noqa: E402
-from benchmarks.runner.measure import JsonLines  # noqa: E402
+from benchmarks.runner.measure import JsonLines, time_calls  # noqa: E402
 
 
 def import_before(source: Path, workdir: Path):
@@ -50,25 +50,17 @@ def import_before(source: Path, workdir: Path):
 
 def alternate(calls: dict, rounds: int, per_block: int) -> dict:
     """Median microseconds per call of each entry of ``calls`` (name -> function) per round, the entries
-    timed in alternating blocks (order flipped every round) after a warm-up of 10 calls per block."""
-    import cupy as cp
-
+    timed in alternating blocks (order flipped every round) after a warm-up of 10 calls per block, each call
+    by :func:`benchmarks.runner.measure.time_calls`."""
     names = list(calls)
     medians = {name: [] for name in names}
-    sync = cp.cuda.Device().synchronize
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
             fn = calls[name]
             for _ in range(10):
                 fn()
-            times = []
-            for _ in range(per_block):
-                sync()
-                t0 = time.perf_counter_ns()
-                fn()
-                sync()
-                times.append(time.perf_counter_ns() - t0)
-            medians[name].append(statistics.median(times) / 1e3)
+            # the runner's protocol: the device synchronised before and after each call
+            medians[name].append(time_calls(fn, per_block, warmup=False).median_s * 1e6)
     return medians
 
 
@@ -124,16 +116,9 @@ def main():
 
 
 def _plot(jsonl: Path, png: Path) -> None:
-    import json
-
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    rows, plt = _common.read_plot_input(jsonl)
+    if plt is None:
         return
-    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
     if not rows:
         return
     fig, ax = plt.subplots(figsize=(7, 3.5))

@@ -33,7 +33,7 @@ from numba import prange
 from ..primitives.compile import threaded_and_serial, writable_view
 from ..primitives.distances import cpu_vectors
 from ..primitives.filters import is_allowed
-from ..primitives.lists import less, slack_bound
+from ..primitives.lists import best_insert, less, slack_bound
 from ..primitives.rows import line_shape, load_query, prefetch, prefetch_row, query_row, row_distance, write_row
 from ..primitives.stamps import Scratch, next_generation, worker_count
 
@@ -171,17 +171,7 @@ def _rerank(base, queries, inv_b, kind, ids, k, workers, out_k, out_i, out_nd):
                 v = ids[j, t]
                 if v < 0:
                     continue
-                d = row_distance(kind, base, v, qrow, inv_b, inv_q)
-                if c < k or less(d, v, dk[k - 1], ik[k - 1]):
-                    pos = c if c < k else k - 1
-                    if c < k:
-                        c += 1
-                    while pos > 0 and less(d, v, dk[pos - 1], ik[pos - 1]):
-                        dk[pos] = dk[pos - 1]
-                        ik[pos] = ik[pos - 1]
-                        pos -= 1
-                    dk[pos] = d
-                    ik[pos] = v
+                c = best_insert(row_distance(kind, base, v, qrow, inv_b, inv_q), v, dk, ik, c, k)
                 out_nd[j] += 1
             write_row(out_k, out_i, j, dk, ik, c, k)
 

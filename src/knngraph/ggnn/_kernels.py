@@ -22,8 +22,8 @@ last entry) and the visited ring (V ids). fetch() of a chunk of up to 32 proposa
         insert", for a whole chunk instead of one proposal at a time)
 
 pop() is lane 0's. The block is one warp, so every barrier is a ``syncwarp``. Lists, evictions and
-counts are exactly those of the CPU's serial loops (:mod:`.cpu`: ``push_sorted`` into ``best_insert`` /
-``push_prioq``), so on data whose distances are exact in float32 both paths return the same ids. Shared
+counts are exactly those of the CPU's serial loops (:mod:`.cpu`: ``push_sorted`` into
+:func:`~knngraph.primitives.lists.best_insert` / ``push_prioq``), so on data whose distances are exact in float32 both paths return the same ids. Shared
 arrays have compile-time sizes; nothing is allocated in the kernel; graph rows are read in chunks of 32
 whatever the degree.
 """
@@ -38,7 +38,7 @@ from numba import cuda, float32, int32, int64, uint32, uint64
 
 from ..primitives.compile import cuda_version, device_function
 from ..primitives.constants import FULL_MASK, INF, WARP
-from ..primitives.lists import slack_bound, sort_pairs
+from ..primitives.lists import best_insert, slack_bound, sort_pairs
 from ..primitives.warp import finish_device as _finish
 from ..primitives.warp import less_device as _less
 from ..primitives.warp import warp_distance, warp_partials4, warp_sort32, warp_sum
@@ -73,7 +73,7 @@ _sort_pairs = cuda_version(sort_pairs)
 _push = cuda_version(_cpu.push)
 _pop = cuda_version(_cpu.pop)
 _push_prioq = cuda_version(_cpu.push_prioq)
-_best_insert = cuda_version(_cpu.best_insert)
+_best_insert = cuda_version(best_insert)
 _reset = cuda_version(_cpu.reset)
 
 

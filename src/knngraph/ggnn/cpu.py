@@ -25,7 +25,7 @@ from numba import prange
 from ..primitives.distances import DIST_IP, cpu_distance
 from ..primitives.compile import host_and_device, writable_view
 from ..primitives.constants import INF
-from ..primitives.lists import less, slack_bound, sort_pairs
+from ..primitives.lists import best_insert, less, slack_bound, sort_pairs
 
 __all__ = ["search", "brute_segments", "merge_queries", "sym_requests", "sym_place", "sym_write",
            "SYM_MAX_POPS", "SYM_CANDIDATES", "MIDPOINT"]
@@ -76,23 +76,6 @@ def in_cache(v, bi, pi, vi, st):
         if vi[t] == v:
             return True
     return False
-
-
-@host_and_device
-def best_insert(d, v, bd, bi, nb, kb):
-    """Insert (d, v) into the ascending list bd/bi of nb <= kb entries, keeping the kb smallest;
-    returns the new count."""
-    if nb < kb or less(d, v, bd[nb - 1], bi[nb - 1]):
-        j = nb if nb < kb else kb - 1
-        while j > 0 and less(d, v, bd[j - 1], bi[j - 1]):
-            bd[j] = bd[j - 1]
-            bi[j] = bi[j - 1]
-            j -= 1
-        bd[j] = d
-        bi[j] = v
-        if nb < kb:
-            return nb + 1
-    return nb
 
 
 @host_and_device

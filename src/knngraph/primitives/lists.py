@@ -23,7 +23,7 @@ import numpy as np
 
 from .compile import host_and_device
 
-__all__ = ["less", "slack_bound", "sort_pairs", "dedup_sorted", "maxheap_push", "maxheap_replace_top", "maxheap_sort",
+__all__ = ["less", "best_insert", "slack_bound", "sort_pairs", "dedup_sorted", "maxheap_push", "maxheap_replace_top", "maxheap_sort",
            "maxheap_offer_unique", "smmh_push", "smmh_pop_min", "smmh_pop_max", "smmh_max_slot"]
 
 
@@ -31,6 +31,23 @@ __all__ = ["less", "slack_bound", "sort_pairs", "dedup_sorted", "maxheap_push", 
 def less(da, ia, db, ib):
     """(distance, id) lexicographic order: the total order every selector and list in knngraph uses."""
     return da < db or (da == db and ia < ib)
+
+
+@host_and_device
+def best_insert(d, v, bd, bi, nb, kb):
+    """Insert (d, v) into the ascending list bd/bi of nb <= kb entries, keeping the kb smallest (ties by
+    lower id); returns the new count."""
+    if nb < kb or less(d, v, bd[nb - 1], bi[nb - 1]):
+        j = nb if nb < kb else kb - 1
+        while j > 0 and less(d, v, bd[j - 1], bi[j - 1]):
+            bd[j] = bd[j - 1]
+            bi[j] = bi[j - 1]
+            j -= 1
+        bd[j] = d
+        bi[j] = v
+        if nb < kb:
+            return nb + 1
+    return nb
 
 
 @host_and_device
