@@ -8,8 +8,8 @@ Timing, data loading, recall and JSON lines are the runner's (:mod:`benchmarks.r
   (their recorded results were measured on it);
 * :func:`run_specs`: a study made of runner specs (its lines are the runner's) and its plot;
 * :func:`read_plot_input`: a study's JSON lines and matplotlib's pyplot, for its own plot;
-* :func:`load_sift` and :func:`sync`: the loader and clock the ``benchmarks/profile_search_*.py``
-  scripts import until they move into ``benchmarks/studies/`` (thin forms of the runner's).
+* :func:`load_sift` and :func:`sync`: thin forms of the runner's loader and clock, for scripts outside the
+  studies (the studies import :mod:`benchmarks.runner.data` and :mod:`benchmarks.runner.measure`).
 """
 
 from __future__ import annotations
@@ -46,14 +46,20 @@ def read_plot_input(jsonl):
     return rows, plt
 
 
-def qps_at(points, target):
+def qps_at(points, target, log: bool = False):
     """QPS at recall ``target`` on a sweep of (recall, qps) points: linear between the two settings
     around it (a coarse sweep's first point past the target would flatter the sparser graphs); None when
-    the sweep never reaches it."""
+    the sweep never reaches it. ``log``: log QPS linear in recall instead (the CPU study's curves span
+    decades of QPS, and its recorded ratios at a recall were interpolated so)."""
     pts = sorted(points)
     for (r0, q0), (r1, q1) in zip(pts, pts[1:]):
         if r0 <= target <= r1:
-            return q0 if r1 == r0 else q0 + (q1 - q0) * (target - r0) / (r1 - r0)
+            if r1 == r0:
+                return q0
+            w = (target - r0) / (r1 - r0)
+            if log:
+                return float(np.exp((1 - w) * np.log(q0) + w * np.log(q1)))
+            return q0 + (q1 - q0) * w
     return max([q for r, q in pts if r >= target], default=None)
 
 

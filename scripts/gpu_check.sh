@@ -19,6 +19,13 @@
 #              (if carried: gpu_regression.py in each tree, and search_calls_ab.py's per-call A/B of small
 #              searches with both trees in one process); every step under its share of the time;
 #              everything it writes ends in $OUT/multi.tar.xz
+#   background STEPS - start steps that outlast one call of the lent machine (at most 10 minutes a call) in a
+#              process session of their own (setsid), on the machine's last GPU, and return at once: STEPS is
+#              a comma list of soak (a GPU soak of $BACKGROUND_SOAK_MINUTES, default 10, 4 threads) and sanitize
+#              (the sanitize step below); each writes to $BACKGROUND_DIR/STEP (default /root/knngraph-background)
+#              and leaves STEP.rc there when it ends. Later calls must follow while the machine is warm.
+#   collect  - wait for the background steps (at most $COLLECT_SECONDS, default 480), then pack what they
+#              wrote into $OUT/background.tar.xz and print their summaries
 #   all      - tests and bench (default)
 #
 # Results (logs, JSON, PNG) go to $OUT (the lent machine's return folder) or ./out. Real data comes from
@@ -83,9 +90,9 @@ GPU_BENCHMARKS=(
 
 # groups of GPU test files for tests-parallel, of similar run times
 GPU_TEST_GROUPS=(
-  "tests/bruteforce" "tests/nndescent" "tests/beam" "tests/song/test_song_gpu.py"
-  "tests/grnnd" "tests/ggnn tests/test_first_call_gpu.py" "tests/distributed tests/test_gpu_faults.py"
-  "tests/test_handoff.py tests/test_bench_runner.py tests/test_concurrency.py tests/test_multidevice_gpu.py"
+  "tests/bruteforce" "tests/nndescent" "tests/beam" "tests/song/test_song_gpu.py tests/graphops"
+  "tests/grnnd" "tests/ggnn tests/test_first_call_gpu.py" "tests/distributed tests/test_faults_gpu.py"
+  "tests/test_handoff_gpu.py tests/test_bench_runner_gpu.py tests/test_concurrency_gpu.py tests/test_multidevice_gpu.py"
 )
 
 what=${1:-all}
@@ -167,9 +174,10 @@ if [ "$what" = multi ]; then
   tar cJf "$OUT/multi.tar.xz" -C "$OUT" multi  # what a call cut short still brings back
   T() { timeout "$(left)" "$@"; }  # a step ends by the deadline of the whole call
   pyt="python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="
-  top_level=$(ls tests/test_*.py | grep -v test_multidevice_gpu | tr '\n' ' ')
+  # the GPU tests of the top level are the files named *_gpu.py (tests/<folder>/test_<topic>_gpu.py elsewhere)
+  top_level=$(ls tests/test_*_gpu.py | grep -v test_multidevice_gpu | tr '\n' ' ')
   lanes=(
-    "T $pyt tests/beam tests/song > $W/tests_beam_song.log 2>&1;
+    "T $pyt tests/beam tests/song tests/graphops > $W/tests_beam_song.log 2>&1;
      T python3 benchmarks/studies/gpu_regression.py --out $W/regression_new > $W/regression_new.log 2>&1;
      [ -d .before ] && (cd .before && PYTHONPATH=$ROOT/scripts/device_env:$ROOT/.before/src:$ROOT/.before \
         T python3 benchmarks/gpu_regression.py --out $W/regression_old > $W/regression_old.log 2>&1);
@@ -200,6 +208,45 @@ if [ "$what" = multi ]; then
   for f in "$W"/tests_*.log; do echo "-- $f"; grep -E "^(FAILED|ERROR)|passed|failed" "$f" | tail -15; done \
     | tee "$W/tests_summary.txt"
   tar cJf "$OUT/multi.tar.xz" -C "$OUT" multi && rm -rf "$W"
+fi
+BACKGROUND_DIR=${BACKGROUND_DIR:-/root/knngraph-background}
+if [ "$what" = background ]; then
+  mkdir -p "$BACKGROUND_DIR"
+  last_gpu=$(( $(python3 -c "import cupy; print(cupy.cuda.runtime.getDeviceCount())") - 1 ))
+  for step in ${filter//,/ }; do
+    dir="$BACKGROUND_DIR/$step"
+    mkdir -p "$dir"
+    rm -f "$BACKGROUND_DIR/$step.rc"
+    case "$step" in
+      soak) cmd="python3 benchmarks/soak.py --device cuda --minutes ${BACKGROUND_SOAK_MINUTES:-10} --threads 4 --out $dir";;
+      sanitize) cmd="OUT=$dir bash scripts/gpu_check.sh sanitize";;
+      *) echo "unknown background step: $step (soak, sanitize)"; exit 2;;
+    esac
+    # a session of its own: the lent machine ends a call's processes when the call returns, but not these
+    CUDA_VISIBLE_DEVICES=$last_gpu setsid nohup bash -c "$cmd > $dir/$step.log 2>&1; echo \$? > $BACKGROUND_DIR/$step.rc" \
+      < /dev/null > /dev/null 2>&1 &
+    echo "started $step on GPU $last_gpu: $cmd"
+  done
+fi
+if [ "$what" = collect ]; then
+  waited=0
+  while [ "$waited" -lt "${COLLECT_SECONDS:-480}" ]; do
+    pending=0
+    for d in "$BACKGROUND_DIR"/*/; do
+      [ -d "$d" ] && [ ! -f "${d%/}.rc" ] && pending=1
+    done
+    [ "$pending" -eq 0 ] && break
+    sleep 5; waited=$(( waited + 5 ))
+  done
+  for d in "$BACKGROUND_DIR"/*/; do
+    step=$(basename "$d")
+    rc=$(cat "$BACKGROUND_DIR/$step.rc" 2>/dev/null || echo "still running")
+    echo "== background $step: rc=$rc"
+    tail -5 "$d/$step.log"
+    [ "$rc" = 0 ] || status=1
+  done
+  [ -f "$BACKGROUND_DIR/sanitize/sanitize_summary.txt" ] && cat "$BACKGROUND_DIR/sanitize/sanitize_summary.txt"
+  tar cJf "$OUT/background.tar.xz" -C "$BACKGROUND_DIR" .
 fi
 if [ "$what" = sanitize ]; then
   for tool in memcheck racecheck synccheck; do

@@ -71,6 +71,17 @@ def sample():
 
 
 @pytest.fixture(scope="session")
+def sift_graphs(sample):
+    """(exact k-NN graph of degree 64, the same prepared to degree 32), built once on the CPU for the tests of
+    optimize_graph (tests/graphops) and of SONG (tests/song)."""
+    import knngraph
+
+    raw = knngraph.knn_graph(sample.base, 64, device="cpu", verbose=False)
+    prepared = knngraph.optimize_graph(raw, sample.base, graph_degree=32, device="cpu", verbose=False)
+    return raw, prepared
+
+
+@pytest.fixture(scope="session")
 def nnd_index(sample):
     """A SONG index over an NN-Descent graph of the 20k sample, prepared (the ``query()`` recipe); built once
     for the fast searcher's tests (tests/beam) and the CPU query paths (tests/test_cpu_search_speedpath.py)."""

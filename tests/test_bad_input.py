@@ -317,6 +317,24 @@ def test_graph_components_and_block_rows():
         knngraph.Graph(np.array([[8]], np.int32), np.ones((1, 1), np.float32), info={"rows": [3, 4], "n": 8})
 
 
+@pytest.mark.parametrize("searcher", ["song", "ggnn"])
+def test_a_block_of_a_larger_graph_is_refused_by_the_searchers(searcher):
+    """A graph whose info says it is a block of a larger graph may hold ids up to info["n"]; handed to a
+    searcher over fewer vectors, those ids would be read past the vectors (a crash): the searcher checks the
+    ids against its own vectors."""
+    from knngraph.handoff import umap_knn
+
+    module = getattr(knngraph, searcher)
+    x = RNG.random((50, 8), dtype=np.float32)
+    ids = np.tile(np.arange(1, 5, dtype=np.int32), (50, 1))
+    ids[7, 2] = 900
+    block = knngraph.Graph(ids, np.ones(ids.shape, np.float32), info={"rows": [0, 50], "n": 1000})
+    with pytest.raises(ValueError, match=r"graph row 7 holds neighbour ids outside \[-1, 50\): \[900\]"):
+        module.from_graph(block, x, device="cpu")
+    with pytest.raises(ValueError, match=r"umap_knn needs a whole graph, got a block of 50 rows of a graph over 1000"):
+        umap_knn(block)
+
+
 def test_damaged_hdf5_file_that_hangs_libhdf5_is_refused_within_seconds(tmp_path, monkeypatch):
     """Four flipped bytes in the root attributes of a file written by write_ann_benchmarks make libhdf5 loop
     forever on open; read_ann_benchmarks must give a ValueError naming the file instead of hanging."""

@@ -42,6 +42,17 @@ def test_qps_at_a_recall_interpolates_between_queue_sizes():
     assert _common.qps_at(sweep, 0.99) == pytest.approx(3.49e6 - 0.96e6 * (0.0078 / 0.0088))
     assert _common.qps_at(sweep, 0.999) is None
     assert _common.qps_at([(0.995, 1.0e6)], 0.99) == 1.0e6  # the sweep starts past the target
+    # log=True (benchmarks/studies/cpu_search.py): log QPS linear in recall, the geometric mean half-way
+    assert _common.qps_at([(0.9, 4e4), (0.99, 1e4)], 0.945, log=True) == pytest.approx(2e4)
+    assert _common.qps_at(sweep, 0.999, log=True) is None
+
+
+def test_host_seconds_runs_before_untimed_after_each_synchronisation():
+    from benchmarks.runner import measure
+
+    events = []
+    times = measure.host_seconds(lambda: events.append("call"), 3, warmup=1, before=lambda: events.append("before"))
+    assert len(times) == 3 and events == ["call"] + ["before", "call"] * 3
 
 
 def test_search_gpu_scores_by_the_runners_recall():

@@ -1,4 +1,5 @@
-"""The benchmark runner (benchmarks/runner) on the bundled sample and on small synthetic data, on the CPU.
+"""The benchmark runner (benchmarks/runner) on the bundled sample and on small synthetic data, on the CPU
+(the cuVS baselines on a GPU: test_bench_runner_gpu.py).
 
 Timings are never asserted; the tests check that each measured point becomes one complete JSON line whose
 recall is what the method really achieves, and that a missing baseline is skipped with a note.
@@ -281,37 +282,6 @@ def test_gpu_suite_puts_cuvs_next_to_knngraph():
     assert methods.get("cuvs-cagra").build_sweep == {"graph_degree": [32], "intermediate_graph_degree": [64],
                                                      "build_algo": ["nn_descent"]}
     assert {s.k for s in by[("graph", "cuvs-nn-descent", "")]} == {s.k for s in by[("graph", "knngraph-nndescent", "")]}
-
-
-@pytest.mark.gpu
-def test_cuvs_baselines_on_the_gpu(tmp_path):
-    """On a GPU with cuVS (source $CUVS_ENV on the lent machine): every cuVS baseline measures
-    real recall on the bundled SIFT sample, also in small batches."""
-    pytest.importorskip("cuvs", reason="cuVS not installed (see benchmarks.runner.methods.CUVS_HINT)")
-    assert methods.get("cuvs-cagra").missing() is None
-    runner = Runner(tmp_path / "g.jsonl", threads=1)
-    ds = "sample:nq=200"
-    lines = runner.run(RunSpec(ds, "search", "cuvs-brute-force", device="cuda", repeats=1))
-    lines += runner.run(RunSpec(ds, "search", "cuvs-cagra", device="cuda", repeats=1, build_repeats=1,
-                                search={"itopk_size": [64], "search_width": [1]}, batch_sizes=[None, 1, 10],
-                                max_calls=20))
-    lines += runner.run(RunSpec(ds, "search", "cuvs-cagra-on-knngraph", device="cuda", repeats=1, build_repeats=1,
-                                search={"itopk_size": [64], "search_width": [1]}))
-    lines += runner.run(RunSpec(ds, "search", "knngraph-song", device="cuda", repeats=1, build_repeats=1,
-                                build={"build_algo": ["exact"], "intermediate_graph_degree": [96],
-                                       "graph_degree": [32]},
-                                search={"queue_size": [64]}, batch_sizes=[None, 1], max_calls=20))
-    lines += runner.run(RunSpec(ds, "graph", "cuvs-nn-descent", device="cuda", k=16, build_repeats=1))
-    lines += runner.run(RunSpec(ds, "graph", "cuvs-brute-force", device="cuda", k=16, build_repeats=1))
-    assert all(ln["status"] == "ok" for ln in lines), [ln.get("note") for ln in lines]
-    by = {(ln["task"], ln["method"], ln.get("batch_size")): ln for ln in lines}
-    assert by[("search", "cuvs-brute-force", None)]["recall@10"] == 1.0
-    for name in ("cuvs-cagra", "cuvs-cagra-on-knngraph", "knngraph-song"):
-        assert by[("search", name, None)]["recall@10"] >= 0.95, name
-    assert by[("search", "cuvs-cagra", 1)]["nq_searched"] == 20 and by[("search", "cuvs-cagra", 1)]["recall@10"] >= 0.9
-    assert by[("search", "cuvs-cagra-on-knngraph", None)]["info"]["knngraph_graph_degree"] == 32
-    assert by[("graph", "cuvs-nn-descent", None)]["graph_recall@10"] >= 0.9
-    assert by[("graph", "cuvs-brute-force", None)]["graph_recall@10"] == 1.0
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -1,4 +1,7 @@
-"""Recall definitions (DESIGN.md): recall@k, R@k, graph recall@k, with ties, -1 and repeated ids."""
+"""Recall definitions: recall@k = |returned top-k ∩ true top-k| / k averaged over queries; R@k = share of
+queries whose true nearest neighbour is in the returned top k; graph recall@k = recall@k of each node's
+list against its true k-NN, self excluded. With distances, a returned id at <= the true k-th distance
+counts (ties); -1 never counts; an id repeated in a row counts once."""
 
 import numpy as np
 import pytest

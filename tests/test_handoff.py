@@ -1,5 +1,6 @@
 """Hand-off to the tools that consume neighbour graphs: Graph.to_csr, handoff.umap_knn, and the tools
-themselves (UMAP, scanpy, HDBSCAN, t-SNE) run on small real or clustered data, on the CPU."""
+themselves (UMAP, scanpy, HDBSCAN, t-SNE) run on small real or clustered data, on the CPU (a GPU-built
+graph's hand-off: test_handoff_gpu.py)."""
 
 import warnings
 
@@ -10,6 +11,8 @@ import knngraph
 from knngraph import Graph
 from knngraph.handoff import distances_in, umap_knn
 
+from .support.handoff import sift_with_cpu_graph
+
 sparse = pytest.importorskip("scipy.sparse")
 
 # UMAP warns that a precomputed k-NN without an NNDescent search index cannot transform new data
@@ -18,11 +21,7 @@ UMAP_NO_INDEX = "ignore:precomputed_knn.2. .knn_search_index. is not an NNDescen
 
 @pytest.fixture(scope="module")
 def sift():
-    """3,000 real SIFT descriptors (float32) and their exact 15-NN graph, euclidean."""
-    from knngraph.datasets import load_sample
-
-    x = np.asarray(load_sample().base[:3000], np.float32)
-    return x, knngraph.knn_graph(x, 15, metric="euclidean", device="cpu", verbose=False)
+    return sift_with_cpu_graph()
 
 
 def _blobs(rng, n_per=150, centers=((0, 0), (12, 0), (0, 12))):
@@ -216,25 +215,3 @@ def test_tsne_at_the_default_perplexity_needs_3_perplexity_plus_1_neighbours_and
     short = knngraph.knn_graph(x, 90, device="cpu", verbose=False)
     with pytest.raises(ValueError, match="92 neighbors per samples are required, but some samples have only 91"):
         tsne.fit_transform(short.to_csr(include_self=True))
-
-
-@pytest.mark.gpu
-def test_gpu_graph_hands_off_like_the_cpu_one(sift):
-    """A graph built on the GPU from device input (CuPy arrays in, CuPy arrays out) gives the same CSR matrix
-    and UMAP lists as the CPU's."""
-    import cupy
-
-    from knngraph.sklearn import KNNGraphTransformer
-
-    x, cpu = sift
-    gpu = knngraph.knn_graph(cupy.asarray(x), 15, metric="euclidean", device="cuda", verbose=False)
-    assert type(gpu.indices).__module__.startswith("cupy")
-    a, b = gpu.to_csr(symmetrize=True), cpu.to_csr(symmetrize=True)
-    np.testing.assert_allclose(np.sort(a.data), np.sort(b.data), rtol=1e-4, atol=1e-3)
-    ids, dists = umap_knn(gpu)
-    ref_ids, ref_dists = umap_knn(cpu)
-    np.testing.assert_allclose(dists, ref_dists, rtol=1e-4, atol=1e-3)
-    assert (ids == ref_ids).mean() > 0.99  # ties of integer SIFT distances may order differently
-    t = KNNGraphTransformer(n_neighbors=15, device="cuda", method="nndescent").fit(x)
-    found = t.kneighbors(return_distance=False)
-    assert np.mean([len(set(f) & set(r)) / 15 for f, r in zip(found, cpu.indices)]) >= 0.95

@@ -137,7 +137,7 @@ def test_a_gpu_out_of_memory_fails_the_build_naming_it(data):
 
     base, _ = data
     with cp.cuda.Device(0):
-        cp.get_default_memory_pool().free_all_blocks()  # cached blocks would hold the build (see test_gpu_faults)
+        cp.get_default_memory_pool().free_all_blocks()  # cached blocks would hold the build (see test_faults_gpu.py)
         free, _ = cp.cuda.runtime.memGetInfo()
         hog = cp.empty(max(1, free - (8 << 20)), cp.uint8)
     try:

@@ -146,6 +146,31 @@ def test_the_library_never_imports_its_front_ends():
     assert not sorted(m for m in reached if _is_front_end(m))
 
 
+def test_no_algorithm_imports_another_algorithm():
+    """Algorithms sit on primitives, graphops and beam, never on each other: a module of one algorithm's
+    folder imports no module of another's (one that needs another algorithm, e.g. the exact search of a
+    filtered walk, takes it from the registry at run time)."""
+    folders = {a.module for a in registry.ALGORITHMS.values()}
+    crossing = []
+    for module, edges in _import_graph().items():
+        own = [f for f in folders if module == f or module.startswith(f + ".")]
+        if not own:
+            continue
+        for target, line in edges.items():
+            for other in folders - set(own):
+                if target == other or target.startswith(other + "."):
+                    crossing.append(f"{module}:{line} imports {target}")
+    assert not crossing, crossing
+
+
+def test_no_module_is_over_900_lines_unless_it_is_one_kernel_family():
+    """A long module is split by topic; a ``_kernels.py`` (one family of CUDA kernels and their device
+    helpers) may be longer."""
+    long = {name: n for name, (path, _) in _modules().items()
+            if (n := len(path.read_text().splitlines())) > 900 and not path.name.endswith("_kernels.py")}
+    assert not long, long
+
+
 def test_the_command_line_shares_its_helpers_by_public_names():
     """The commands and ``knngraph build/search --scheduler`` (distributed/_cli.py) take the shared helpers
     from knngraph.cli.common by public names; no command-line module is over 900 lines."""

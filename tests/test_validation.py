@@ -1,4 +1,6 @@
-"""Bad input: each rule gives a clear exception (DESIGN.md "Conventions"), never a crash or a wrong answer."""
+"""Bad input: each rule gives a clear exception that names the argument and the problem (ValueError for a
+bad value, TypeError for a bad type; NaN or inf rows are named by index; a missing file is a
+FileNotFoundError, an unusable device asked for by name a RuntimeError), never a crash or a wrong answer."""
 
 import numpy as np
 import pytest

@@ -86,15 +86,19 @@ def time_calls(fn, repeats: int = 3, warmup: bool = True) -> Timing:
     return Timing(statistics.median(times), times, first, result, cpu)
 
 
-def host_seconds(fn, calls: int, warmup: int = 1) -> list[float]:
+def host_seconds(fn, calls: int, warmup: int = 1, before=None) -> list[float]:
     """Host seconds of each of ``calls`` calls of ``fn()`` after ``warmup`` untimed ones: the device is
     synchronised before each call and after its clock stops, so a call that only queues GPU work is
-    timed for its host part alone (launch overhead, argument checks)."""
+    timed for its host part alone (launch overhead, argument checks). ``before``: called (untimed)
+    after each synchronisation, just before the clock starts (e.g. busy host work, so that the call
+    starts from a thread that is awake rather than one just back from waiting on the device)."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(calls):
         sync()
+        if before is not None:
+            before()
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)

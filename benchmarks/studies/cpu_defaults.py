@@ -99,13 +99,6 @@ def build_route(route: str, base, metric: str):
     return song.build(song.IndexParams(metric=metric, **how), base, device="cpu", verbose=False)
 
 
-def timed_build(fn):
-    """(result, wall seconds, process CPU seconds) of ``fn()``."""
-    c0, t0 = time.process_time(), time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0, time.process_time() - c0
-
-
 def routes_part(name, args, log):
     """Builds and interleaved curves of every route and hnswlib on one dataset (module docs)."""
     from knngraph import song
@@ -123,9 +116,10 @@ def routes_part(name, args, log):
     for rep in range(args.build_repeats):
         for who in (["auto"] if "auto" in args.routes else []) + ["hnswlib"] + (order if rep == 0 else []):
             if who == "hnswlib":
-                idx, s, c = timed_build(lambda: hnsw.build(ctx, ds.base, ds.metric, **HNSW))
+                t = time_calls(lambda: hnsw.build(ctx, ds.base, ds.metric, **HNSW), 1, warmup=False)
             else:
-                idx, s, c = timed_build(lambda: build_route(who, ds.base, ds.metric))
+                t = time_calls(lambda: build_route(who, ds.base, ds.metric), 1, warmup=False)
+            idx, s, c = t.result, t.median_s, t.cpu_median_s
             indexes[who] = idx
             builds.setdefault(who, []).append((s, c))
             extra = {}

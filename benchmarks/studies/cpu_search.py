@@ -19,7 +19,7 @@ For each dataset (sift-photos 100k: uint8, squared L2, 10k queries; minilm-words
   Besides wall-clock QPS every point records QPS per CPU-second of the process (``qps_per_cpu``): on a
   machine shared with other jobs it is the steadier of the two.
 * at recall 0.90, 0.95, 0.99 and 0.995: each curve's QPS interpolated (log QPS linear in recall between the two
-  bracketing points) and the ratio knngraph / hnswlib.
+  bracketing points, :func:`benchmarks._common.qps_at` with ``log=True``) and the ratio knngraph / hnswlib.
 * single-query latency on sift-photos 20k (the bundled sample: 1,000 queries, one call per query, one
   thread; the median of 3 timed passes over the queries, after a warm-up pass, over the queries):
   knngraph ``song.search`` (approximate, at the queue_size that reaches recall 0.95), hnswlib (ef
@@ -36,13 +36,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 if __package__ in (None, ""):  # run as a script: python benchmarks/studies/NAME.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks._common import qps_at  # noqa: E402
 from benchmarks.runner import data, methods, quality  # noqa: E402
 from benchmarks.runner.measure import JsonLines, time_calls  # noqa: E402
 
@@ -54,21 +54,6 @@ BUILD_K, GRAPH_DEGREE = 64, 40
 TARGETS = (0.90, 0.95, 0.99, 0.995)
 
 
-def at_recall(points, target):
-    """QPS at ``target`` recall on a curve of (recall, qps) points: log QPS linear in recall between the
-    bracketing points; None when the curve does not reach it."""
-    pts = sorted(points)
-    for (r0, q0), (r1, q1) in zip(pts, pts[1:]):
-        if r0 <= target <= r1:
-            if r1 == r0:
-                return max(q0, q1)
-            w = (target - r0) / (r1 - r0)
-            return float(np.exp((1 - w) * np.log(q0) + w * np.log(q1)))
-    if pts and pts[0][0] >= target:
-        return float(pts[0][1])  # the cheapest point already reaches it
-    return None
-
-
 def build_graph(name, base, metric, threads, graph_dir):
     """(Graph, nndescent seconds, optimize seconds, from cache)."""
     import knngraph
@@ -77,15 +62,15 @@ def build_graph(name, base, metric, threads, graph_dir):
     if path is not None and path.exists():
         z = np.load(path)
         return knngraph.Graph(z["i"], z["d"], metric), float(z["t_raw"]), float(z["t_opt"]), True
-    t0 = time.perf_counter()
-    raw = knngraph.knn_graph(base, BUILD_K, method="nndescent", metric=metric, device="cpu", verbose=False)
-    t1 = time.perf_counter()
-    g = knngraph.optimize_graph(raw, base, graph_degree=GRAPH_DEGREE, fill=False, device="cpu", verbose=False)
-    t2 = time.perf_counter()
+    raw = time_calls(lambda: knngraph.knn_graph(base, BUILD_K, method="nndescent", metric=metric, device="cpu",
+                                                verbose=False), 1, warmup=False)
+    opt = time_calls(lambda: knngraph.optimize_graph(raw.result, base, graph_degree=GRAPH_DEGREE, fill=False,
+                                                     device="cpu", verbose=False), 1, warmup=False)
+    g = opt.result
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(path, i=g.indices, d=g.distances, t_raw=t1 - t0, t_opt=t2 - t1)
-    return g, t1 - t0, t2 - t1, False
+        np.savez(path, i=g.indices, d=g.distances, t_raw=raw.median_s, t_opt=opt.median_s)
+    return g, raw.median_s, opt.median_s, False
 
 
 def curves_for(name, args, log):
@@ -96,9 +81,8 @@ def curves_for(name, args, log):
     base, queries, metric, nq = ds.base, ds.queries, ds.metric, ds.nq
     ctx = methods.Context(device="cpu", threads=args.threads)
     g, t_raw, t_opt, cached = build_graph(name, base, metric, args.threads, args.graph_dir)
-    t0 = time.perf_counter()
-    index = song.from_graph(g, base, device="cpu", verbose=False)
-    t_index = time.perf_counter() - t0
+    t = time_calls(lambda: song.from_graph(g, base, device="cpu", verbose=False), 1, warmup=False)
+    index, t_index = t.result, t.median_s
     log.write(part="build", dataset=name, what=f"knngraph nndescent {BUILD_K}-NN + optimize_graph {GRAPH_DEGREE} (fill=False) + from_graph",
               seconds=t_raw + t_opt + t_index, nndescent_s=t_raw, optimize_s=t_opt, from_graph_s=t_index,
               graph_from_cache=cached, threads=args.threads)
@@ -130,8 +114,8 @@ def curves_for(name, args, log):
     for target in TARGETS:
         row = {"part": "at_recall", "dataset": name, "recall": target}
         for key, col in (("qps", 1), ("qps_per_cpu", 2)):
-            a = at_recall([(p[0], p[col]) for p in ours], target)
-            b = at_recall([(p[0], p[col]) for p in theirs], target)
+            a = qps_at([(p[0], p[col]) for p in ours], target, log=True)
+            b = qps_at([(p[0], p[col]) for p in theirs], target, log=True)
             row[f"knngraph_{key}"] = a
             row[f"hnswlib_{key}"] = b
             row[f"ratio_{key}"] = a / b if a and b else None

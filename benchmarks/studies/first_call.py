@@ -10,8 +10,9 @@ Each case runs in processes of its own (``--child CASE``) on the bundled sample 
 the first process finds them empty (cold: it compiles what it runs), the second finds what the first left
 (warm: what every later process of a machine sees). Python's bytecode is written once before them and
 read by each (``PYTHONPYCACHEPREFIX``), as on a user's install. Each process times ``import knngraph``, its
-first call and a second one, and counts the GPU kernels it built (``knngraph._cuda_launch.kernels_compiled``)
-and the seconds it spent compiling (``knngraph.primitives.compile.compile_seconds``).
+first call and a second one (the runner's :func:`~benchmarks.runner.measure.time_calls`, no warm-up), and
+counts the GPU kernels it built (``knngraph._cuda_launch.kernels_compiled``) and the seconds it spent
+compiling (``knngraph.primitives.compile.compile_seconds``).
 
 GPU cases: ``knn`` (k=10, the 1,000 queries), ``nndescent`` (``knn_graph(..., 32, method='nndescent')``),
 ``song`` (``song.build`` + ``song.search``), ``grnnd`` and ``ggnn`` (their builds), and ``knngraph demo``
@@ -84,22 +85,31 @@ def child(case: str, device: str, profile: bool = False) -> dict:
 
             cp.cuda.Device().synchronize()
 
-    times = []
-    for attempt in range(2):
-        profiler = None
-        if profile and attempt == 0:
-            import cProfile
+    from benchmarks.runner.measure import time_calls  # (after the import of knngraph is timed)
 
-            profiler = cProfile.Profile()
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+    done = []
+
+    def call():  # the first call (profiled with ``profile``), then the second: no warm-up, both timed
+        first = not done
+        done.append(True)
+        if first and profiler is not None:
             profiler.enable()
-        t = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t)
-        if profiler is not None:
-            import pstats
+        try:
+            run()
+        finally:
+            if first and profiler is not None:
+                profiler.disable()
 
-            profiler.disable()
-            pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
+    times = time_calls(call, 2, warmup=False).all_s
+    if profiler is not None:
+        import pstats
+
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
     gpu = sys.modules.get("knngraph._cuda_launch")
     return {"import_s": import_s, "first_s": times[0], "second_s": times[1],
             "kernels_compiled": gpu.kernels_compiled() if gpu is not None else 0, "compile_s": compile_seconds()}

@@ -25,6 +25,11 @@ Parts (each writes lines to ``multi_gpu.jsonl``; ``multi_gpu.png`` plots through
   (overlapping clusters, fixed seed), GGNN built sharded over every GPU, 10,000 queries whose exact top-10
   come from the multi-GPU exact search; the time split (generation, build per GPU, search), peak memory,
   queries/s and recall@10.
+
+Timing is the runner's (:func:`benchmarks.runner.measure.time_calls`: searches after a warm-up call, builds
+once without one), recall@10 the runner's (:func:`benchmarks.runner.quality.recall`: ties at the true 10th
+distance count, distances recomputed in float64) against sift-photos' ground truth or, on the synthetic
+sets, the exact top-10 of ``knngraph.knn``.
 """
 
 from __future__ import annotations
@@ -39,7 +44,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks._common import clustered  # noqa: E402
-from benchmarks.runner.measure import JsonLines, sync, time_calls  # noqa: E402
+from benchmarks.runner import data, quality  # noqa: E402
+from benchmarks.runner.measure import JsonLines, time_calls  # noqa: E402
 
 PARTS = ("replicated", "sharded", "graph", "dask")
 
@@ -82,33 +88,31 @@ def device_sets(n_gpus: int):
     return [devs(m) for m in sizes]
 
 
-def recall10(ids, truth):
-    import knngraph
+def with_truth(name: str, base, queries, true_ids) -> data.Dataset:
+    """``base`` and ``queries`` (host arrays) with the exact top-10 ``true_ids`` found here
+    (``knngraph.knn``), to score by the runner's recall (:func:`benchmarks.runner.quality.recall`)."""
+    return data.Dataset(name, base, queries, "sqeuclidean", "exact top-10 by knngraph.knn (multi_gpu.py)",
+                        data.host(true_ids).astype(np.int64))
 
-    return float(knngraph.recall_at_k(knngraph._device.as_numpy(ids), knngraph._device.as_numpy(truth), 10))
 
-
-def sift():
-    from benchmarks.runner import data
-
-    ds = data.load(data.sift_photos(KIND["sift_rows"]))
-    return ds.base, ds.queries, ds.gt_ids
+def sift() -> data.Dataset:
+    return data.load(data.sift_photos(KIND["sift_rows"]))
 
 
 def part_replicated(lines, n_gpus, queues=(32, 64), repeat=10):
     import knngraph
     from knngraph import song
 
-    base, queries, gt = sift()
-    index = song.build(song.IndexParams(), base, device=dev(0), verbose=False)
-    batch = np.ascontiguousarray(np.concatenate([queries] * repeat))
+    ds = sift()
+    index = song.build(song.IndexParams(), ds.base, device=dev(0), verbose=False)
+    batch = np.ascontiguousarray(np.concatenate([ds.queries] * repeat))
     for q in queues:
         sp = song.SearchParams(queue_size=q)
         one = None
         for devs in device_sets(n_gpus):
             timing = time_calls(lambda: song.search(index, batch, 10, sp, devices=devs), repeats=3)
             qps = batch.shape[0] / timing.median_s
-            rec = recall10(timing.result.indices[:queries.shape[0]], gt[:, :10])
+            rec = quality.recall(ds, timing.result.indices[:ds.nq], 10)
             one = qps if len(devs) == 1 else one
             lines.write(part="replicated", gpus=len(devs), queue_size=q, batch=batch.shape[0], qps=qps,
                         seconds=timing.median_s, recall_at_10=rec, speedup=qps / one)
@@ -123,16 +127,13 @@ def part_sharded(lines, n_gpus, rows_per_gpu):
     x = clustered(rows_per_gpu * m + 10_000, 96, seed=5, overlapping=True, xp=xp())
     base, queries = x[:-10_000], x[-10_000:]
     half = base[:rows_per_gpu]
-    truth_half = knngraph.knn(half, queries, 10, device=dev(0)).indices
-    truth = knngraph.knn(base, queries, 10, devices=devs(m)).indices
-    t0 = time.perf_counter()
-    one = song.build(song.IndexParams(), half, device=dev(0), verbose=False)
-    sync()
-    t_one = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    spread = song.build(song.IndexParams(), base, devices=devs(m), layout="sharded", verbose=False)
-    sync()
-    t_spread = time.perf_counter() - t0
+    on_half = with_truth("clustered half", half, queries, knngraph.knn(half, queries, 10, device=dev(0)).indices)
+    on_all = with_truth("clustered", base, queries, knngraph.knn(base, queries, 10, devices=devs(m)).indices)
+    t = time_calls(lambda: song.build(song.IndexParams(), half, device=dev(0), verbose=False), 1, warmup=False)
+    one, t_one = t.result, t.median_s
+    t = time_calls(lambda: song.build(song.IndexParams(), base, devices=devs(m), layout="sharded", verbose=False), 1,
+                   warmup=False)
+    spread, t_spread = t.result, t.median_s
     for q in (32, 64):
         sp = song.SearchParams(queue_size=q)
         a = time_calls(lambda: song.search(one, queries, 10, sp, device=dev(0)), repeats=3)
@@ -140,8 +141,8 @@ def part_sharded(lines, n_gpus, rows_per_gpu):
         lines.write(part="sharded", gpus=m, rows_per_gpu=rows_per_gpu, queue_size=q, build_one_s=t_one,
                     build_sharded_s=t_spread, build_ratio=t_spread / t_one,
                     qps_one=queries.shape[0] / a.median_s, qps_sharded=queries.shape[0] / b.median_s,
-                    qps_ratio=a.median_s / b.median_s, recall_one=recall10(a.result.indices, truth_half),
-                    recall_sharded=recall10(b.result.indices, truth))
+                    qps_ratio=a.median_s / b.median_s, recall_one=quality.recall(on_half, a.result.indices, 10),
+                    recall_sharded=quality.recall(on_all, b.result.indices, 10))
 
 
 def part_graph(lines, n_gpus, rows):
@@ -154,10 +155,9 @@ def part_graph(lines, n_gpus, rows):
     runs = [("one-gpu out of core", dict(device=dev(0))), (f"{n_gpus} gpus", dict(devices=devs(n_gpus)))]
     times = {}
     for name, where in runs:
-        t0 = time.perf_counter()
-        g = knngraph.knn_graph(x, 32, method="nndescent", memory_limit=limit, verbose=False, **where)
-        sync()
-        times[name] = time.perf_counter() - t0
+        t = time_calls(lambda: knngraph.knn_graph(x, 32, method="nndescent", memory_limit=limit, verbose=False,
+                                                  **where), 1, warmup=False)
+        g, times[name] = t.result, t.median_s
         lines.write(part="graph", run=name, rows=rows, memory_limit=limit, seconds=times[name],
                     graph_recall_at_10=truth.recall(knngraph._device.as_numpy(g.indices), 10),
                     pieces=g.info.get("pieces"), pieces_per_device=g.info.get("pieces_per_device"),
@@ -177,18 +177,16 @@ def part_dask(lines, batch=10_000, repeat=10):
     from knngraph import song
     from knngraph.graphops import merge_topk
 
-    base, queries, gt = sift()
-    stream = np.ascontiguousarray(np.concatenate([queries] * repeat))
+    ds = sift()
+    stream = np.ascontiguousarray(np.concatenate([ds.queries] * repeat))
     params = song.IndexParams(seed=3)
     sp = song.SearchParams(queue_size=32)
     with dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES="0,1", dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as client:
-        index = kd.build(params, base, client=client, shards=2, device="cuda").wait()
+        index = kd.build(params, ds.base, client=client, shards=2, device="cuda").wait()
         shards = client.gather(index.futures)
-        kd.search(index, stream[:batch], 10, sp, device="cuda", batch_size=batch)  # warm-up
-        t0 = time.perf_counter()
-        d, i = kd.search(index, stream, 10, sp, device="cuda", batch_size=batch)
-        t_dask = time.perf_counter() - t0
+        streamed = time_calls(lambda: kd.search(index, stream, 10, sp, device="cuda", batch_size=batch), 1)
+        _, i = streamed.result
 
     def in_process():
         out = []
@@ -199,15 +197,12 @@ def part_dask(lines, batch=10_000, repeat=10):
                                   10)[1])
         return np.concatenate(out)
 
-    in_process()  # warm-up
-    t0 = time.perf_counter()
-    merged = in_process()
-    sync()
-    t_local = time.perf_counter() - t0
+    local = time_calls(in_process, 1)
+    merged = local.result
     lines.write(part="dask", workers=2, batch=batch, queries=stream.shape[0],
                 same_ids=bool(np.array_equal(knngraph._device.as_numpy(i), merged)),
-                qps_dask=stream.shape[0] / t_dask, qps_in_process=stream.shape[0] / t_local,
-                ratio=t_local / t_dask, recall_at_10=recall10(i[:queries.shape[0]], gt[:, :10]))
+                qps_dask=stream.shape[0] / streamed.median_s, qps_in_process=stream.shape[0] / local.median_s,
+                ratio=local.median_s / streamed.median_s, recall_at_10=quality.recall(ds, i[:ds.nq], 10))
 
 
 def part_billion(lines, n_gpus, rows):
@@ -218,28 +213,32 @@ def part_billion(lines, n_gpus, rows):
     import knngraph
     from knngraph import ggnn
 
-    t0 = time.perf_counter()
     per = rows // n_gpus
-    parts = []
-    for g in range(n_gpus):
-        with cp.cuda.Device(g):
-            rs = cp.random.RandomState(1000 + g)
-            centres = rs.standard_normal((1000, 96), dtype=cp.float32) * 20 + 128
-            lab = rs.randint(0, 1000, per)
-            block = cp.clip(centres[lab] + rs.standard_normal((per, 96), dtype=cp.float32) * 12, 0, 255)
-            parts.append(block.astype(cp.uint8))
-            del block, lab
-    t_gen = time.perf_counter() - t0
+
+    def generate():
+        parts = []
+        for g in range(n_gpus):
+            with cp.cuda.Device(g):
+                rs = cp.random.RandomState(1000 + g)
+                centres = rs.standard_normal((1000, 96), dtype=cp.float32) * 20 + 128
+                lab = rs.randint(0, 1000, per)
+                block = cp.clip(centres[lab] + rs.standard_normal((per, 96), dtype=cp.float32) * 12, 0, 255)
+                parts.append(block.astype(cp.uint8))
+                del block, lab
+        return parts
+
+    gen = time_calls(generate, 1, warmup=False)
+    parts, gen_s = gen.result, gen.median_s
     host = np.concatenate([p.get() for p in parts])
     queries = host[np.random.default_rng(0).integers(0, host.shape[0], 10_000)]
-    t0 = time.perf_counter()
-    index = ggnn.build(ggnn.IndexParams(graph_degree=20, inverse_links=14, refinements=0), host,
-                       devices=list(range(n_gpus)), layout="sharded", verbose=False)
-    t_build = time.perf_counter() - t0
-    truth = knngraph.knn(host, queries, 10, devices=list(range(n_gpus)), layout="sharded").indices
+    built = time_calls(lambda: ggnn.build(ggnn.IndexParams(graph_degree=20, inverse_links=14, refinements=0), host,
+                                          devices=list(range(n_gpus)), layout="sharded", verbose=False), 1, warmup=False)
+    index = built.result
+    truth = with_truth("billion", host, queries,
+                       knngraph.knn(host, queries, 10, devices=list(range(n_gpus)), layout="sharded").indices)
     timing = time_calls(lambda: ggnn.search(index, queries, 10, ggnn.SearchParams(tau=0.5)), repeats=3)
-    lines.write(part="billion", rows=rows, gpus=n_gpus, generation_s=t_gen, build_s=t_build,
-                qps=queries.shape[0] / timing.median_s, recall_at_10=recall10(timing.result.indices, truth),
+    lines.write(part="billion", rows=rows, gpus=n_gpus, generation_s=gen_s, build_s=built.median_s,
+                qps=queries.shape[0] / timing.median_s, recall_at_10=quality.recall(truth, timing.result.indices, 10),
                 peak_gpu_bytes=[int(cp.cuda.Device(g).mem_info[1] - cp.cuda.Device(g).mem_info[0])
                                 for g in range(n_gpus)])
 

@@ -19,13 +19,20 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks._common import load_sift, sync  # noqa: E402
-from benchmarks.runner.measure import host_seconds  # noqa: E402
+from benchmarks.runner import data  # noqa: E402
+from benchmarks.runner.measure import host_seconds, sync, time_calls  # noqa: E402
 
 
-def host_ms(fn, calls):
+def host_ms(fn, calls, warmup=0):
     """Median host milliseconds of a call (the runner's :func:`~benchmarks.runner.measure.host_seconds`)."""
-    return statistics.median(host_seconds(fn, calls, warmup=0)) * 1e3
+    return statistics.median(host_seconds(fn, calls, warmup=warmup)) * 1e3
+
+
+def busy_host(seconds=2e-3):
+    """Busy host work for ``seconds``: the host thread is awake when the next call starts."""
+    t1 = time.perf_counter()
+    while time.perf_counter() - t1 < seconds:
+        pass
 
 
 def host_timings(index, queries, calls):
@@ -45,32 +52,14 @@ def host_timings(index, queries, calls):
             def call():
                 song.search(index, qb, 10, sp, device="cuda", verbose=False, out=out)
 
-            for _ in range(20):
-                call()
+            host_seconds(call, 0, warmup=20)  # 20 untimed calls
             idle, warm = [], []
-            for _ in range(calls):
-                sync()
-                t0 = time.perf_counter()
-                call()
-                idle.append(time.perf_counter() - t0)
-                sync()
-                t1 = time.perf_counter()
-                while time.perf_counter() - t1 < 2e-3:
-                    pass
-                t0 = time.perf_counter()
-                call()
-                warm.append(time.perf_counter() - t0)
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(50):
-                call()
-            loop = (time.perf_counter() - t0) / 50
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(20):
-                call()
-            sync()
-            device_ms = (time.perf_counter() - t0) / 20 * 1e3
+            for _ in range(calls):  # the two alternate, call by call
+                idle += host_seconds(call, 1, warmup=0)
+                warm += host_seconds(call, 1, warmup=0, before=busy_host)
+            # 50 calls back to back, host clock only; then 20 calls until the device is done
+            loop = host_seconds(lambda: [call() for _ in range(50)], 1, warmup=0)[0] / 50
+            device_ms = time_calls(lambda: [call() for _ in range(20)], 1, warmup=False).median_s / 20 * 1e3
             print(json.dumps({"queue_size": qs, "batch": b, "host_ms_after_sync": statistics.median(idle) * 1e3,
                               "host_ms_warm_thread": statistics.median(warm) * 1e3,
                               "host_ms_back_to_back": loop * 1e3, "ms_per_call_synchronised": device_ms}))
@@ -96,7 +85,8 @@ def main():
     from knngraph._device import sm_count
     from knngraph.beam import cuda as beam_cuda
 
-    base, queries, _ = load_sift(450_000)
+    ds = data.load(data.sift_photos(450_000))
+    base, queries = ds.base, ds.queries
     xb = cp.asarray(base)
     raw = knngraph.knn_graph(xb, 32, device="cuda", verbose=False)
     index = song.from_graph(knngraph.optimize_graph(raw, xb, graph_degree=16, device="cuda", verbose=False), xb,
@@ -127,9 +117,7 @@ def main():
     def call():
         song.search(index, q, 10, sp, device="cuda", verbose=False, out=out)
 
-    for _ in range(20):
-        call()
-    whole = host_ms(call, args.calls)
+    whole = host_ms(call, args.calls, warmup=20)
     plan = next(v for k, v in index._cache.items() if isinstance(k, tuple) and "beam" in k)
     launch = host_ms(lambda: plan(q, out[0], out[1]), args.calls)
     auto = host_ms(lambda: song.search(index, q, 10, sp, verbose=False, out=out), args.calls)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._device import _is_cupy, array_kind, as_cupy, as_numpy, is_device_array
+from ._device import _is_cupy, as_cupy, as_numpy, is_device_array
 
 __all__ = ["SUPPORTED_DTYPES", "check_vectors", "check_k", "check_int", "check_same_dim", "check_finite"]
 
@@ -184,12 +184,3 @@ def check_k(k, n: int, *, graph: bool = False, name: str = "k") -> int:
     if k > n:
         raise ValueError(f"{name}={k} is larger than the number of base vectors n={n}")
     return k
-
-
-def same_framework_kind(x):
-    """The :class:`ArrayKind` results should be returned as (re-exported for callers)."""
-    return array_kind(x)
-
-
-def on_device(x) -> bool:
-    return is_device_array(x)

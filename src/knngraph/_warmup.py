@@ -52,6 +52,8 @@ from typing import Any
 
 import numpy as np
 
+from .metrics import METRICS
+
 __all__ = ["warmup", "FAMILIES", "DTYPES", "METRICS", "GRAPH_DEGREES", "QUEUE_SIZES", "FILTER_FRACTIONS",
            "MAX_PROCESSES", "can_lock", "lock_numba_cache_writes", "numba_cache_lock_path"]
 
@@ -60,7 +62,6 @@ _log = logging.getLogger("knngraph")
 #: the kernel families, in the order their tasks are handed out (the longest first)
 FAMILIES = ("ggnn", "nndescent", "song", "grnnd", "exact")
 DTYPES = ("float32", "float16", "uint8", "int8")
-METRICS = ("sqeuclidean", "euclidean", "inner_product", "cosine")
 #: graph degrees (k) of the k-NN graphs built: GPU kernels are specialised on k rounded up to a capacity
 #: (NN-Descent's sample size is min(k, 32)), CPU kernels are not
 GRAPH_DEGREES = (10, 16, 32, 64)

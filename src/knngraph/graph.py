@@ -303,14 +303,15 @@ class Graph:
         of a graph over ``info["n"]`` nodes, as sharded builds write them), else the number of rows."""
         return int(self.info.get("n", self.n)) if isinstance(self.info, dict) else self.n
 
-    def validate_ids(self) -> None:
-        """ValueError when an id is outside [-1, n) (n: :attr:`n_nodes`). Every constructor and converter
-        calls it: an id out of range would make SciPy's CSR matrices write out of bounds and searches read
-        past the vectors."""
+    def validate_ids(self, n: int | None = None) -> None:
+        """ValueError when an id is outside [-1, n) (default n: :attr:`n_nodes`). Every constructor and
+        converter calls it: an id out of range would make SciPy's CSR matrices write out of bounds and
+        searches read past the vectors. A searcher passes the number of its vectors: a block of rows of a
+        larger graph (``info["n"]`` above its rows) holds ids no search over those vectors may follow."""
         idx = self.indices
         if idx.size == 0:
             return
-        n = self.n_nodes
+        n = self.n_nodes if n is None else int(n)
         xp = np if isinstance(idx, np.ndarray) else __import__("cupy")
         lo, hi = int(idx.min()), int(idx.max())
         if lo >= -1 and hi < n:

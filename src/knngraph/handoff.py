@@ -157,6 +157,9 @@ def umap_knn(graph: Any, n_neighbors: int | None = None, *,
     from ._validate import check_int
 
     g = graph.to_host()
+    if g.n_nodes != g.n:
+        raise ValueError(f"umap_knn needs a whole graph, got a block of {g.n} rows of a graph over {g.n_nodes} "
+                         "nodes (info['n']): UMAP's column 0 is each row's own id")
     g.validate_ids()  # the arrays may have been changed in place since the graph was made
     width = g.degree + 1 if n_neighbors is None else check_int(n_neighbors, "n_neighbors", low=2)
     if width > g.degree + 1:

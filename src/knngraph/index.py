@@ -35,7 +35,7 @@ margin, a quarter of RAM on the CPU) and ``verbose`` (a progress bar on a termin
 ``memory_limit`` (as for builds), ``out`` (a ``(distances, indices)`` pair of arrays to fill and return,
 checked by :func:`check_out`) and ``n_threads`` (threads of the CPU kernels of this call,
 :func:`cpu_threads`); GGNN adds ``devices`` (its shards spread over GPUs). Each searcher honours each
-keyword or refuses a value with a ValueError that names it (:func:`refuse_keyword`: "ggnn.search does not
+keyword or refuses a value other than None with a ValueError that names it ("ggnn.search does not
 support filter= ..."); none is accepted and ignored. Their docstrings share the descriptions of
 :data:`RUNTIME_DOCS`.
 
@@ -77,7 +77,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _I = TypeVar("_I", bound="Index")
 
 __all__ = ["KNNResult", "Index", "save_index", "load_index", "save_graph_index", "load_graph_index", "assembling",
-           "RUNTIME_DOCS", "runtime_docs", "SEARCH_KEYWORDS", "refuse_keyword", "check_out", "fill_out",
+           "RUNTIME_DOCS", "runtime_docs", "SEARCH_KEYWORDS", "check_out", "fill_out",
            "check_n_threads", "cpu_threads", "check_index_type"]
 
 
@@ -259,16 +259,9 @@ RUNTIME_DOCS = {
 }
 
 #: the keywords every searcher's ``search`` takes after ``device`` and ``verbose`` (the contract, see the
-#: module docs): each is honoured, or a value other than None is refused by :func:`refuse_keyword`
+#: module docs): each is honoured, or a value other than None is refused with a ValueError
+#: "<searcher>.search does not support <keyword>=; <what to use instead>"
 SEARCH_KEYWORDS = ("filter", "stats", "memory_limit", "out", "n_threads")
-
-
-def refuse_keyword(searcher: str, keyword: str, value: object, instead: str) -> None:
-    """Refuse a search keyword that ``searcher`` does not support: ValueError naming the searcher, the
-    keyword and what to use ``instead`` when ``value`` is not None (a keyword is honoured or refused,
-    never accepted and ignored)."""
-    if value is not None:
-        raise ValueError(f"{searcher}.search does not support {keyword}=; {instead}")
 
 
 def check_out(out: object, n_queries: int, k: int, device: Device) -> None:

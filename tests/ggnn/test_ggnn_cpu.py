@@ -289,9 +289,9 @@ def test_bad_input_is_refused_with_clear_messages(small, small_index):
         ggnn.SearchParams(tau=-0.1)
     with pytest.raises(ValueError, match="k=500 does not fit the search cache: cache_size=256"):
         ggnn.search(small_index, small[:2], 500, ggnn.SearchParams(cache="rings"), device="cpu")
-    with pytest.raises(ValueError, match=r"k=200 does not fit the search cache: cache='sorted' holds the best list "
-                                         r"\(max\(k, 10\) = 200\) at the head of its buffer of queue_size=128 entries"):
-        ggnn.search(small_index, small[:2], 200, device="cpu")
+    with pytest.raises(ValueError, match=r"k=300 does not fit the search cache: cache='sorted' holds the best list "
+                                         r"\(max\(k, 10\) = 300\) at the head of its buffer of queue_size=256 entries"):
+        ggnn.search(small_index, small[:2], 300, device="cpu")
     with pytest.raises(ValueError, match="queue_size=2000 is too large for cache='sorted'"):
         ggnn.search(small_index, small[:2], 10, ggnn.SearchParams(queue_size=2000), device="cpu")
     with pytest.raises(ValueError, match="'cache' parameter of SearchParams"):

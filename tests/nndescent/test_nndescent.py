@@ -1,5 +1,6 @@
 """NN-Descent on the CPU: recall floors against the exact graph, merge, add, out-of-core, determinism,
-metrics and dtypes, bad input, save/load; plus one whole GPU-path build in the CUDA simulator."""
+metrics and dtypes, bad input, save/load. Whole builds through the GPU engine in the CUDA simulator are in
+test_nndescent_sim.py, on a real GPU in test_nndescent_gpu.py."""
 
 import dataclasses
 
@@ -348,65 +349,6 @@ def test_gpu_requires_selective_update():
 
     with pytest.raises(ValueError, match="only implemented on the CPU"):
         _config(params, 8, Device("cuda"), False)
-
-
-@pytest.mark.sim
-def test_whole_gpu_path_in_simulator():
-    """init -> (sample, join, merge) x iterations -> lists, through the GPU engine on the simulator."""
-    rng = np.random.default_rng(2)
-    x = rng.random((20, 4), dtype=np.float32)
-    ex = knngraph.knn_graph(x, 4, method="exact", device="cpu", verbose=False)
-    index = nndescent.build(nndescent.IndexParams(graph_degree=4, sample_size=2, max_iterations=2), x, verbose=False,
-                            _simulate=True)
-    g = index.graph
-    assert g.info["update"] == "selective" and 1 <= g.info["iterations"] <= 2
-    assert not (g.indices == np.arange(20)[:, None]).any()
-    assert (np.diff(g.distances, axis=1) >= 0).all()
-    np.testing.assert_allclose(g.distances, np.take_along_axis(
-        knngraph.metrics.pairwise_distances(x, x), g.indices.astype(np.int64), 1), rtol=1e-5, atol=1e-6)
-    assert knngraph.graph_recall(g, 4, true_graph=ex) >= 0.7
-
-
-@pytest.mark.sim
-@pytest.mark.parametrize("metric", ["sqeuclidean", "cosine"])
-def test_cluster_windows_start_through_gpu_engine_in_simulator(metric):
-    """init='cluster_windows' through the GPU engine on the simulator: 40 points fit one window, so the
-    start is the exact graph (L2: refined distances; cosine: from the keys) and stays so."""
-    x = np.random.default_rng(3).random((40, 4), dtype=np.float32)
-    ex = knngraph.knn_graph(x, 4, method="exact", metric=metric, device="cpu", verbose=False)
-    index = nndescent.build(nndescent.IndexParams(graph_degree=4, sample_size=2, max_iterations=1, metric=metric,
-                                                  init="cluster_windows"), x, verbose=False, _simulate=True)
-    g = index.graph
-    assert g.info["init"] == "cluster_windows"
-    assert knngraph.graph_recall(g, 4, true_graph=ex) == 1.0
-    np.testing.assert_allclose(g.distances, ex.distances, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.sim
-def test_clustered_out_of_core_through_gpu_engine_in_simulator(monkeypatch):
-    """The clustered driver on the GPU engine (simulator): every piece takes its exact graph (threshold
-    raised here), so the GPU work is the merge of each piece into the running lists; same lists as the
-    CPU engine."""
-    from knngraph._device import Device
-    from knngraph.nndescent import _build
-    from knngraph.nndescent import cuda as nd_cuda
-
-    rng = np.random.default_rng(3)
-    x = (rng.normal(size=(6, 5)) * 4)[rng.integers(0, 6, 90)] + rng.normal(size=(90, 5))
-    x = x.astype(np.float32)
-    monkeypatch.setattr(_build, "SMALL_PIECE_PER_K", 100)
-    cfg = nd_index._config(nndescent.IndexParams(graph_degree=4), 4, Device("cpu"), False)
-    out = {}
-    for name, engine in (("cpu", _build.make_engine(Device("cpu"))), ("sim", nd_cuda.Engine(simulate=True))):
-        st = {}
-        with engine:
-            out[name] = _build.clustered_build(engine, x, cfg, 30, metric="sqeuclidean", stats=st)
-        assert st["pieces"] >= 4 and st["piece_rows_max"] <= 30 and st["piece_iterations"] == []
-    np.testing.assert_array_equal(out["sim"][1], out["cpu"][1])
-    np.testing.assert_array_equal(out["sim"][0], out["cpu"][0])
-    ex = knngraph.knn_graph(x, 4, method="exact", device="cpu", verbose=False)
-    assert (out["cpu"][1] >= 0).all()
-    assert knngraph.graph_recall(knngraph.Graph(out["cpu"][1], out["cpu"][0]), 4, true_graph=ex) >= 0.8
 
 
 def test_many_shards_warn_about_recall(sift, monkeypatch):

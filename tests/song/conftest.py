@@ -1,17 +1,8 @@
-"""Shared fixtures for the SONG tests: the bundled sift 20k sample with a prepared exact graph."""
+"""Shared helpers of the SONG tests (the prepared sift 20k graphs, ``sift_graphs``, are in tests/conftest.py)."""
 
 import numpy as np
-import pytest
 
 import knngraph
-
-
-@pytest.fixture(scope="session")
-def sift_graphs(sample):
-    """(exact k-NN graph of degree 64, the same prepared to degree 32), built once on the CPU."""
-    raw = knngraph.knn_graph(sample.base, 64, device="cpu", verbose=False)
-    prepared = knngraph.optimize_graph(raw, sample.base, graph_degree=32, device="cpu", verbose=False)
-    return raw, prepared
 
 
 def complete_graph(n):

@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("name", ["knngraph.song._index", "knngraph.graphops.prune", "knngraph.song.hashing"])
+@pytest.mark.parametrize("name", ["knngraph.song._index", "knngraph.song.hashing"])
 def test_doctests(name):
     mod = importlib.import_module(name)
     result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS, verbose=False)

@@ -74,14 +74,6 @@ def test_sift450k_recall_and_same_ids_as_cpu():
     np.testing.assert_array_equal(d[:300], dc)
 
 
-def test_prepare_on_gpu_matches_cpu(sample):
-    raw = knngraph.knn_graph(sample.base, 64, device="cpu", verbose=False)
-    gg = knngraph.optimize_graph(raw, sample.base, graph_degree=32, device="cuda")
-    gc = knngraph.optimize_graph(raw, sample.base, graph_degree=32, device="cpu")
-    np.testing.assert_array_equal(gg.indices, gc.indices)
-    np.testing.assert_array_equal(gg.distances, gc.distances)
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.int8])
 @pytest.mark.parametrize("metric", metrics.METRICS)
 def test_dtypes_and_metrics_match_cpu(dtype, metric, rng):

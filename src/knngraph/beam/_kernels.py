@@ -60,21 +60,18 @@ import numpy as np
 from numba import config, cuda, float32, int32, uint32, uint64
 
 from ..primitives.compile import cuda_version, device_function
-from ..primitives.constants import FULL_MASK, WARP
+from ..primitives.constants import FULL_MASK, ID_NONE, INF, WARP
 from ..primitives.distances import DIST_COS, DIST_IP, DIST_L2SQ
 from ..primitives.filters import is_allowed
 from ..primitives.intrinsics import dp4a_i8, dp4a_u8
 from ..primitives.lists import slack_bound
+from ..primitives.visited import EMPTY
 from ..primitives.warp import finish_query_device, less_device, warp_sort32
 
 _slack_bound = cuda_version(slack_bound)
 _is_allowed = cuda_version(is_allowed)
 
-INF = float32(np.inf)
 NAN = float32(np.nan)
-#: id of an empty list slot (sorts after every vertex at distance inf)
-PAD = int32(2**31 - 1)
-EMPTY = int32(-1)
 
 MODE_GENERIC = 0   # any dtype: element loads, float32 arithmetic
 MODE_DP4A_U8 = 1   # uint8 vectors and queries, dim % 4 == 0: uint32 words, dp4a
@@ -428,7 +425,7 @@ def _stage_query(queries, j, qw, qv, w, lane, kind, dp4a, signed):
 def _sorted_chunk_for(mode: int, kind: int, row_units: int):
     """Stage 1-2 of the kernels of distance mode ``mode`` and distance ``kind``: ``sorted_chunk(v, ...)``
     claims the 32 ids ``v`` of the lanes (-1: none) in the visited table, computes the distances of the
-    claimed ones, sorts them across the warp and writes them ascending to ck/ci[coff:coff+32] ((inf, PAD)
+    claimed ones, sorts them across the warp and writes them ascending to ck/ci[coff:coff+32] ((inf, ID_NONE)
     after the c claimed); returns c. ``row_units``: loads per vector row (words, or elements in the
     generic mode). One device function per mode, kind and row length: they are constants of its closure,
     so numba drops the arithmetic of the other modes, which would not type for these vectors (four halves
@@ -528,7 +525,7 @@ def _sorted_chunk_for(mode: int, kind: int, row_units: int):
             cand[w, cuda.popc(vote & cuda.lanemask_lt())] = v
         cuda.syncwarp(FULL_MASK)
         key = INF
-        vid = PAD
+        vid = int32(ID_NONE)
         if c > 0:
             chunk_distances(base, qw, qv, w, cand, cdist, c, norms, qn, qinv, team, member, tsize, nteams, per_lane)
             cuda.syncwarp(FULL_MASK)
@@ -578,7 +575,7 @@ def _next_unexpanded(li, loff, qsize, lane, start):
     while b < qsize:
         t2 = b + lane
         e = li[loff + t2] if t2 < qsize else int32(-1)
-        vote = cuda.ballot_sync(FULL_MASK, e >= 0 and e != PAD)
+        vote = cuda.ballot_sync(FULL_MASK, e >= 0 and e != ID_NONE)
         if vote != 0:
             return b + cuda.ffs(vote) - 1
         b += WARP
@@ -590,7 +587,7 @@ def _beyond_slack(lk, li, loff, pos, kb, tau, nn1):
     """Whether list entry ``pos`` lies beyond GGNN's bound on the list's kb-th and first entries
     (:func:`knngraph.primitives.lists.slack_bound`); never while the list holds fewer than kb entries.
     tau and nn1 come as float64 arguments holding float32 values."""
-    if li[loff + kb - 1] == PAD:
+    if li[loff + kb - 1] == ID_NONE:
         return False
     return lk[loff + pos] > _slack_bound(lk[loff + kb - 1], lk[loff], float32(tau), float32(nn1))
 
@@ -607,7 +604,7 @@ def _reset_visited(ht, voff, hsize, li, loff, qsize, hmask, lane):
     t2 = lane
     while t2 < qsize:
         e = li[loff + t2]
-        if e != PAD:
+        if e != ID_NONE:
             claim(ht, voff, hmask, raw_id(e))
         t2 += WARP
     cuda.syncwarp(FULL_MASK)
@@ -617,8 +614,8 @@ def _reset_visited(ht, voff, hsize, li, loff, qsize, hmask, lane):
 def _write_results(lk, li, loff, qsize, k, j, report, out_k, out_i, lane):
     t = lane
     while t < k:
-        e = li[loff + t] if t < qsize else PAD
-        if e != PAD:
+        e = li[loff + t] if t < qsize else int32(ID_NONE)
+        if e != ID_NONE:
             out_k[j, t] = report_distance(report, lk[loff + t])
             out_i[j, t] = raw_id(e)
         else:
@@ -636,9 +633,9 @@ def _write_allowed(lk, li, loff, qsize, k, j, report, out_k, out_i, lane, allowe
     b = int32(0)
     while b < qsize and got < k:
         t = b + lane
-        e = li[loff + t] if t < qsize else PAD
+        e = li[loff + t] if t < qsize else int32(ID_NONE)
         v = raw_id(e)
-        ok = e != PAD and _is_allowed(allowed, v)
+        ok = e != ID_NONE and _is_allowed(allowed, v)
         vote = cuda.ballot_sync(FULL_MASK, ok)
         if ok:
             pos = got + cuda.popc(vote & cuda.lanemask_lt())
@@ -773,7 +770,7 @@ def beam_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsize:
             t = lane
             while t < qcap:
                 lk[loff + t] = INF
-                li[loff + t] = PAD
+                li[loff + t] = ID_NONE
                 t += WARP
             t = lane
             while t < hsize:
@@ -894,7 +891,7 @@ def _block_kernel(qcap: int, hsize: int, qwords: int, mode: int, kind: int, tsiz
                 t = lane
                 while t < qcap:
                     lk[t] = INF
-                    li[t] = PAD
+                    li[t] = ID_NONE
                     t += WARP
                 t = lane
                 while t < hsize:

@@ -31,7 +31,8 @@ import numpy as np
 
 from ..metrics import normalize_rows
 from ..primitives.constants import ID_NONE, pow2_at_least
-from ..primitives.rescore import RESCORE_COS, RESCORE_IP, RESCORE_L2, rescore
+from ..primitives.distances import DIST_COS, DIST_IP, DIST_L2SQ
+from ..primitives.rescore import rescore
 
 __all__ = ["NumericPlan", "plan_numerics", "finish_candidates"]
 
@@ -59,7 +60,7 @@ class NumericPlan:
 
     @property
     def kind(self) -> int:
-        return {"inner_product": RESCORE_IP, "cosine": RESCORE_COS}.get(self.metric, RESCORE_L2)
+        return {"inner_product": DIST_IP, "cosine": DIST_COS}.get(self.metric, DIST_L2SQ)
 
     @property
     def identity(self) -> bool:

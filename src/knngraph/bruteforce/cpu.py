@@ -149,7 +149,8 @@ def exact_few_l2(base, queries, k: int, metric: str):
     >= the c-th one, so its true distance is at least that bound; when the k-th exact distance lies
     strictly below it, no other row can enter or tie. Returns (reported distances float32, ids int32),
     or None when some query is not proven this way (the caller then runs the GEMM path)."""
-    from ..primitives.rescore import RESCORE_L2, rescore
+    from ..primitives.distances import DIST_L2SQ
+    from ..primitives.rescore import rescore
 
     base = writable_view(base)  # a memory-mapped base runs the kernel compiled for in-memory ones
     n, d = base.shape
@@ -167,7 +168,7 @@ def exact_few_l2(base, queries, k: int, metric: str):
         _l2_scan(base, qf, hk, hi)
         cand = hi
         edge = float(hk[0]) if c < n else np.inf  # the largest candidate's float32 distance
-        dist, ids = rescore(queries[j:j + 1], base, cand[None, :], RESCORE_L2, np)
+        dist, ids = rescore(queries[j:j + 1], base, cand[None, :], DIST_L2SQ, np)
         kth = float(dist[0, k - 1])
         if c < n and not (np.isfinite(edge) and kth < (edge - d * _TINY32) / (1.0 + gamma)):
             return None

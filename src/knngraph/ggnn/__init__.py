@@ -52,7 +52,7 @@ slices; a search runs on every shard and merges the per-shard top-k. On a GPU, s
   1 - cos (half the squared distance of normalised vectors); inner product uses ``|d_1|``.
 * A2: search cache, two layouts (``SearchParams(cache=...)``) with the same stopping rule. 'sorted'
   (default): the authors' later SortedBufferCache layout (their code), one sorted buffer of
-  ``queue_size`` (128) entries whose head is the best list, each entry marked once expanded, visited
+  ``queue_size`` (256) entries whose head is the best list, each entry marked once expanded, visited
   ids in a hash table; run by the library's fast searcher with the slack stop
   (:mod:`knngraph.beam`). 'rings': the paper's Fig. 2, best list max(k, 10), queue
   ``queue_size`` (64), visited ring the rest of ``cache_size`` (256, the authors' "fast" layout; 512

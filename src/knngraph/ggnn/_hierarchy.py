@@ -42,9 +42,9 @@ class Plan:
 
 
 def plan(n: int, segment_size: int, layers: int) -> Plan:
-    """The hierarchy for n points: g = floor((n / s) ** (1 / (L - 1))) (digest ambiguity A1: the paper
-    prints 1 / L, its examples and sizes use L - 1), so bottom segments hold at least s points; with
-    g < 2 the number of layers drops until g >= 2 (one layer: a single segment, brute force)."""
+    """The hierarchy for n points: g = floor((n / s) ** (1 / (L - 1))) (decision A1 of :mod:`knngraph.ggnn`:
+    the paper prints 1 / L, its examples and sizes use L - 1), so bottom segments hold at least s points;
+    with g < 2 the number of layers drops until g >= 2 (one layer: a single segment, brute force)."""
     s = int(segment_size)
     L = int(layers)
     g = 1

@@ -16,7 +16,7 @@ from typing import overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .. import beam, multidevice
+from .. import beam, multidevice, registry
 from .._device import (Device, array_kind, as_numpy, default_memory_limit, device_context, implementation,
                        is_device_array, is_on, parse_memory, resolve_device, return_as)
 from .._device import on_input_device
@@ -383,7 +383,7 @@ def from_graph(graph: Graph, dataset: Array, params: IndexParams | None = None, 
     if graph.n != n:
         raise ValueError(f"graph has {graph.n} rows but dataset has {n} vectors; they must match")
     g = graph.to_host()
-    g.validate_ids()
+    g.validate_ids(n)  # against the vectors, not the graph's own bound (a block of a larger graph)
     if entry_points is None:
         e = default_entry_points(as_numpy(x), params.metric, n_points=min(n, params.segment_size), seed=params.seed,
                                  graph=graph)
@@ -500,11 +500,10 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
                                      "cuda" if dev.is_cuda else "cpu", sp.filtered_path)
     with cpu_threads(n_threads):
         if path == "exact":
-            from .. import bruteforce
-
-            exact = bruteforce.Index(index.dataset, bruteforce.IndexParams(metric=index.metric))
-            d, i = bruteforce.search(exact, q, k, device=dev, memory_limit=memory_limit, verbose=verbose,
-                                     filter=allowed)
+            exact_search = registry.get("exact").load()  # through the registry: algorithms never import each other
+            exact = exact_search.Index(index.dataset, exact_search.IndexParams(metric=index.metric))
+            d, i = exact_search.search(exact, q, k, device=dev, memory_limit=memory_limit, verbose=verbose,
+                                       filter=allowed)
             nd = ne = 0.0
         else:
             d, i, nd, ne = search_shards(index, q, k, sp, dev, memory_limit=memory_limit, verbose=verbose,

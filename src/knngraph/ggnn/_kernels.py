@@ -37,7 +37,7 @@ from numba import config as numba_config
 from numba import cuda, float32, int32, int64, uint32, uint64
 
 from ..primitives.compile import cuda_version, device_function
-from ..primitives.constants import FULL_MASK, INF, WARP
+from ..primitives.constants import FULL_MASK, ID_NONE, INF, WARP
 from ..primitives.lists import best_insert, slack_bound, sort_pairs
 from ..primitives.warp import finish_device as _finish
 from ..primitives.warp import less_device as _less
@@ -317,7 +317,7 @@ def _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, path, pd, pi, P, st, cand, ca
         _sync()
         return
     d = myd if ok else INF
-    v = cand[lane] if ok else int32(0x7FFFFFFF)
+    v = cand[lane] if ok else int32(ID_NONE)
     if m <= SMALL_SORT:
         # few: each one's rank by comparing it with the others (m shuffles), then placed by rank
         rank = 0
@@ -335,7 +335,7 @@ def _push_kept(myd, m, lane, tau, nn1, bd, bi, kb, path, pd, pi, P, st, cand, ca
             candd[rank] = d
         _sync()
         d = candd[lane] if lane < m else INF
-        v = cand[lane] if lane < m else int32(0x7FFFFFFF)
+        v = cand[lane] if lane < m else int32(ID_NONE)
     else:
         d, v = warp_sort32(d, v, lane)
         _sync()  # every lane read cand (the distances' rows) before it is rewritten below

@@ -19,7 +19,7 @@ fates of the requests before it: p has a free slot for q iff ``#{q' < q placed a
 changes nothing has reached the fixed point, which is the sequential result). What does not change
 within a wave (which candidates have a free slot at its start, the first that links to z then) is worked
 out once per wave (``static_kernel``); one round is one thread per request with candidates. The count it needs is read from ``first[p - lo, :room(p)]``, the room(p)
-smallest requests placed at p in the previous round, ascending (EMPTY-padded): q has room at p iff
+smallest requests placed at p in the previous round, ascending (``ID_NONE``-padded): q has room at p iff
 ``q <= first[p - lo, room(p) - 1]``. Each thread that places its request at p inserts it into the next
 round's lists by a chain of ``atomic.min`` (the value a slot gives up moves on to the next slot, so slot
 s ends up with the (s + 1)-th smallest of all inserted, whatever the interleaving). Three sets of lists
@@ -41,17 +41,15 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 from numba import cuda, float32, int32
 
 from ..primitives.compile import cuda_version, device_function, host_and_device
+from ..primitives.constants import ID_NONE
 from .cpu import rewrite_row
 
-__all__ = ["EMPTY", "active_kernel", "place_kernel", "sym_write_kernel", "static_candidates", "place_fate",
+__all__ = ["active_kernel", "place_kernel", "sym_write_kernel", "static_candidates", "place_fate",
            "blocks_for"]
 
-#: an empty slot of the per-target lists (after every request index)
-EMPTY = np.int32(np.iinfo(np.int32).max)
 #: threads per block of the one-thread-per-item kernels
 THREADS = 128
 
@@ -81,7 +79,7 @@ def static_candidates(graph, knn, ksym, sym, cnt, z, zz, i, req_i, req_n):
 def place_fate(static, ksym, cnt, lo, zz, i, knn, req_i, assign, first):
     """The candidate index (into ``req_i[zz, i]``) request (zz, i) is placed at, or -1 (dropped, or no room
     anywhere), given its :func:`static_candidates` word and the fates ``assign`` of the other requests
-    (``first[p - lo, :room]``: the smallest request indices placed at p, ascending, EMPTY-padded): the
+    (``first[p - lo, :room]``: the smallest request indices placed at p, ascending, ``ID_NONE``-padded): the
     rule of :func:`knngraph.ggnn.cpu.sym_place`, with this wave's links read from ``assign``.
     Self-contained (no helper calls) so that the same source runs on the CPU, the GPU and in the
     simulator."""
@@ -115,7 +113,7 @@ def _insert(first, row, room, q):
     v = int32(q)
     for s in range(room):
         old = cuda.atomic.min(first, (row, s), v)
-        if old == EMPTY:
+        if old == ID_NONE:  # an empty slot: ID_NONE sorts after every request index
             return
         if old > v:
             v = old
@@ -124,7 +122,7 @@ def _insert(first, row, room, q):
 @device_function
 def _empty(first, row, ksym):
     for s in range(ksym):
-        first[row, s] = EMPTY
+        first[row, s] = ID_NONE
 
 
 @device_function
@@ -247,7 +245,7 @@ def place_kernel(graph, knn, ksym, sym, sym_d, cnt, lo, z0, act, na, req_i, req_
         q, zz, i, a, p = _placed_at(act, j, knn, fates[final], req_i)
         if p >= 0:
             s = _rank(lists[final], p - lo, ksym, q)
-            if s + 1 == ksym or lists[final, p - lo, s + 1] == EMPTY:  # the last placed at p
+            if s + 1 == ksym or lists[final, p - lo, s + 1] == ID_NONE:  # the last placed at p
                 cnt[p] += s + 1
     grid.sync()  # the counts read the lists before they are emptied
     for j in range(start, na, stride):

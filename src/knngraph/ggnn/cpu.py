@@ -9,8 +9,8 @@ takes one per lane): a proposed id is dropped when it is in any of the three or 
 best and prioq while it meets the criterion (push; the paper leaves the order open). pop() takes the prioq head when it still meets the criterion and moves it to the
 visited ring (Algorithm 2). The criterion (Eq. 2) is d <= d_k + xi with xi = tau^2 * min(d_1, nn1) on
 internal distances: squared L2 (1 - cos for cosine, half the squared distance of normalised vectors),
-as the authors' code applies the rule (digest ambiguity A3; the paper's plain-distance form
-(d_k^.5 + tau min(d_1^.5, nn1^.5))^2 is several times looser at the same tau); inner product uses
+as the authors' code applies the rule (decision A3 of :mod:`knngraph.ggnn`; the paper's plain-distance
+form (d_k^.5 + tau min(d_1^.5, nn1^.5))^2 is several times looser at the same tau); inner product uses
 |d_1|. Until best is full d_k is infinite.
 
 State of a cache: ``st = [nb, pn, vh, vn]`` (best count, prioq count, ring head, ring count).
@@ -30,7 +30,8 @@ from ..primitives.lists import best_insert, less, slack_bound, sort_pairs
 __all__ = ["search", "brute_segments", "merge_queries", "sym_requests", "sym_place", "sym_write",
            "SYM_MAX_POPS", "SYM_CANDIDATES", "MIDPOINT"]
 
-#: pops of one symmetric-linking path search (the authors' code; the paper gives none, digest A6)
+#: pops of one symmetric-linking path search (the authors' code; the paper gives none: decision A6 of
+#: :mod:`knngraph.ggnn`)
 SYM_MAX_POPS = 20
 #: candidates kept per missing path for the link placement (the closest to z first)
 SYM_CANDIDATES = 8
@@ -47,9 +48,9 @@ def threshold(kind, bd, nb, kb, path, tau, nn1):
     distances, as the authors' code applies it; ``nn1`` is internal too); while best holds fewer than
     kb, the largest float32 (open to every finite distance; not inf, whose comparisons fastmath leaves
     undefined and which the symmetric linking uses to mark points outside its sphere). With ``path``
-    (the path searches of sym) the bound is d_1 + tau^2 * nn1, as the authors' code bounds them
-    (digest 1.6): a walk towards z with slack rather than a gathering of the kb points nearest to z. On
-    sift-photos 100k it spends 40% less time there for the same graph quality
+    (the path searches of sym) the bound is d_1 + tau^2 * nn1, as the authors' code bounds them (their
+    symmetric-linking query): a walk towards z with slack rather than a gathering of the kb points nearest
+    to z. On sift-photos 100k it spends 40% less time there for the same graph quality
     (``benchmarks/studies/ggnn_build_tradeoff.py``); the slack of the queries, tau^2 min(d_1, nn1), made the
     walk too narrow (sift-photos 20k, k=16: recall@10 0.90 instead of 0.95)."""
     if path:
@@ -304,8 +305,9 @@ def merge_queries(base, inv, kind, graph, trans, sel, offsets, top_seg, lt, lm, 
                   out_i, out_d):
     """merge(lt, lm), lt > lm: for every row z of layer lm, the hierarchical query of Algorithm 4: fetch
     the s rows of its top segment ``top_seg[z]`` at layer lt, then for each layer lt - 1 .. lm translate
-    the cache to that layer (best kept, prioq = best, visited cleared: digest 1.5) and walk it. The
-    query is z's vector; rows of z's vector are never proposed. Writes the k best (global rows)."""
+    the cache to that layer (best kept, prioq = best, visited cleared, as the authors' cache ``transform``
+    does) and walk it. The query is z's vector; rows of z's vector are never proposed. Writes the k best
+    (global rows)."""
     lo_m = offsets[lm]
     nz = offsets[lm + 1] - lo_m
     lo_t = offsets[lt]

@@ -20,6 +20,7 @@ import numpy as np
 from .._cuda_launch import launch, max_cooperative_blocks
 from .._device import sm_count
 from . import _kernels as kn
+from ..primitives.constants import ID_NONE
 from ..primitives.distances import DIST_COS
 from .cpu import cache_layout
 
@@ -168,7 +169,7 @@ def sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n
     act = _scratch("act", (nq,), np.int32, xp)
     fates = _scratch("fates", (3, nz, knn), np.int32, xp)
     # the lists of the targets p (rows lo .. end), empty between calls
-    lists = _scratch("lists", (3, graph.shape[0] - lo, ksym), np.int32, xp, fill=lk.EMPTY)
+    lists = _scratch("lists", (3, graph.shape[0] - lo, ksym), np.int32, xp, fill=ID_NONE)
     flags = _scratch("flags", (4,), np.int32, xp)
     flags[:] = 0
     launch(lk.active_kernel, _blocks(nq, T, xp), T, (req_n, int(nz), int(knn), act, flags[2:]))

@@ -19,13 +19,12 @@ from numba import cuda, float32, int32
 
 from .._cuda_launch import launch
 from ..primitives.compile import cuda_version
-from ..primitives.constants import FULL_MASK, ID_NONE, WARP, pow2_at_least
+from ..primitives.constants import FULL_MASK, ID_NONE, INF, WARP, pow2_at_least
 from ..primitives.lists import dedup_sorted, sort_pairs
 from ..primitives.warp import warp_bitonic_sort, warp_distance
 
 __all__ = ["prune", "merge_sorted_lists", "prune_kernel", "merge_lists_kernel"]
 
-INF = float32(np.inf)
 #: shared memory one block may use (static allocations stay under the 48 KiB default limit)
 SHARED_BUDGET = 48 * 1024
 #: warps per block of the merge kernel

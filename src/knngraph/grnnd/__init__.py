@@ -22,7 +22,7 @@ the farther of the two from v and hands it to the closer one's pool; what surviv
 Pools hold at most R = ``graph_degree`` entries, nearest first. After every outer iteration but the last,
 each vertex offers itself as a reverse edge to its nearest round(rho * count) pool entries (3.6).
 
-**Decisions where the paper is silent** (its ambiguities, numbered as in the engineering digest):
+**Decisions where the paper is silent** (the numbers only label the points it leaves open):
 
 * (1) Defaults: S = min(R, 20) (the RNN-Descent authors' benchmark script), R = 32 (one warp of a
   graph search), T1 = 3, T2 = 6 (measured on sift-photos 20k: better search recall than T1 = 2, T2 = 10

@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 from numba import cuda, float32, int32, int64, uint32, uint64
 
 from ..primitives.compile import cuda_version, device_function
-from ..primitives.constants import FULL_MASK, ID_NONE, WARP
+from ..primitives.constants import FULL_MASK, ID_NONE, INF, WARP
 from ..primitives.distances import DIST_L2SQ
 from ..primitives.intrinsics import dp4a_i8, dp4a_u8
 from ..primitives.random import progression
@@ -41,7 +40,6 @@ from ._common import pair_of, pair_order, reverse_count
 __all__ = ["propose_kernel", "merge_kernel", "row_proposals_kernel", "random_rows_kernel", "reverse_kernel",
            "count_kernel", "scatter_kernel", "WPB", "LAYOUT_ELEMENTS", "LAYOUT_WORDS_U8", "LAYOUT_WORDS_I8"]
 
-INF = float32(np.inf)
 #: warps per block of the warp-per-vertex kernels
 WPB = 4
 _pair_order = cuda_version(pair_order)

@@ -55,7 +55,7 @@ import numpy as np
 from numba import cuda, float32, int16, int32, int64, uint8, uint32, uint64
 
 from ..primitives.compile import device_function
-from ..primitives.constants import FULL_MASK, ID_NONE, WARP
+from ..primitives.constants import FULL_MASK, ID_NONE, INF, WARP
 from ..primitives.distances import DIST_L2SQ
 from ..primitives.intrinsics import dp4a_i8, dp4a_u8
 from ..primitives.lists import less
@@ -72,8 +72,9 @@ SLOTS = 32
 DC = 32
 #: warps per block of the warp-per-node kernels
 WPB = 4
+#: an empty slot of ``cand`` (which holds (distance, id) keys packed by :func:`pack`): all 64 bits set.
+#: A key, not an id (the id filler is ``ID_NONE``)
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
-INF = float32(np.inf)
 
 
 # --------------------------------------------------------------------------------------------------

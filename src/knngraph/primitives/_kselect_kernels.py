@@ -43,15 +43,13 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 from numba import cuda, float32, int32, uint64
 
-from .constants import FULL_MASK, ID_NONE, WARP, pow2_at_least
+from .constants import FULL_MASK, ID_NONE, INF, WARP, pow2_at_least
 from .compile import cuda_version, device_function
 from .random import hash32
 from .warp import bitonic_stages, less_device, warp_bitonic_sort
 
-INF = float32(np.inf)
 _less = less_device
 _hash32 = cuda_version(hash32)  # pivot positions: pseudo-random but reproducible
 
@@ -87,19 +85,6 @@ def _fetch(src, row, j, hi, dots, colterm, ck, ci):
     if src == SRC_DOTS:
         return float32(dots[row, jc]), colterm[jc], int32(0)
     return ck[row, jc], float32(0.0), ci[row, jc]
-
-
-@device_function
-def _element(src, a, b, idx, j, hi, alpha, col_offset, self_id):
-    """(key, id) of element j from its fetched values, or the filler past ``hi`` / for the row itself."""
-    if j >= hi:
-        return INF, int32(ID_NONE)
-    if src == SRC_DOTS:
-        gid = col_offset + j
-        if gid == self_id:
-            return INF, int32(ID_NONE)
-        return b + alpha * a, int32(gid)
-    return a, idx
 
 
 @device_function

@@ -7,10 +7,9 @@ from numba import cuda, float32, float64, int32
 
 from .compile import device_function
 from .constants import FULL_MASK, ID_NONE, WARP
+from .distances import DIST_COS, DIST_IP
 
 __all__ = ["rescore_rows_kernel"]
-
-_L2, _IP, _COS = 0, 1, 2
 
 
 @device_function
@@ -35,7 +34,7 @@ def rescore_rows_kernel(queries, base, ids, out_d, out_i, kind):
     c = ids.shape[1]
     d = queries.shape[1]
     qq = float64(0.0)
-    if kind == _COS:
+    if kind == DIST_COS:
         for t in range(lane, d, WARP):
             v = float64(float32(queries[row, t]))
             qq += v * v
@@ -49,16 +48,16 @@ def rescore_rows_kernel(queries, base, ids, out_d, out_i, kind):
             for t in range(lane, d, WARP):
                 qv = float64(float32(queries[row, t]))
                 xv = float64(float32(base[idx, t]))
-                if kind == _IP:
+                if kind == DIST_IP:
                     acc += qv * xv
                 else:
                     f = qv - xv
                     acc += f * f
                     xx += xv * xv
             acc = _warp_sum64(acc)
-            if kind == _IP:
+            if kind == DIST_IP:
                 acc = -acc
-            elif kind == _COS:
+            elif kind == DIST_COS:
                 xx = _warp_sum64(xx)
                 acc = 1.0 if (qq == 0.0 or xx == 0.0) else acc * 0.5
             dist = acc

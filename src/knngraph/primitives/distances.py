@@ -6,7 +6,10 @@ Vectors may be float32, float16, uint8 or int8; arithmetic is float32. Internal 
 * ``DIST_L2SQ`` (0): ||x - y||^2 (also used for "euclidean"; the root is taken only when reporting);
 * ``DIST_IP`` (1): -<x, y>;
 * ``DIST_COS`` (2): 1 - <x, y> * inv_norm(x) * inv_norm(y), with inverse norms precomputed by
-  :func:`inverse_norms` (0 for zero vectors, which then sit at distance 1 from everything).
+  :func:`inverse_norms` (0 for zero vectors, which then sit at distance 1 from everything);
+* ``DIST_HAMMING`` (3): the Hamming distance of 1-bit codes (uint32 words; SONG, section VII). Not a
+  metric and not taken by the functions here: the searchers choose it by the codes' dtype
+  (:func:`knngraph.primitives.rows.row_distance`, the GPU's ``MODE_HAMMING``).
 
 Every kernel turns its accumulated sum into a distance with :func:`finish_distance` (written once for the
 CPU and the GPU). numba's CPU target has no float16: CPU kernels take :func:`cpu_vectors` of the data.
@@ -21,12 +24,13 @@ import numpy as np
 
 from .compile import host_and_device, writable_view
 
-__all__ = ["DIST_L2SQ", "DIST_IP", "DIST_COS", "distance_kind", "inverse_norms", "report_distances",
-           "finish_distance", "finish_query_distance", "cpu_distance", "cpu_vectors"]
+__all__ = ["DIST_L2SQ", "DIST_IP", "DIST_COS", "DIST_HAMMING", "distance_kind", "inverse_norms",
+           "report_distances", "finish_distance", "finish_query_distance", "cpu_distance", "cpu_vectors"]
 
 DIST_L2SQ = 0
 DIST_IP = 1
 DIST_COS = 2
+DIST_HAMMING = 3
 
 
 def distance_kind(metric: str) -> int:

@@ -2,14 +2,15 @@
 
 Ranking a whole base uses GEMM keys (||x||^2 - 2<q, x>, -<q, x>), which lose digits to cancellation; once
 a few candidates per query are chosen, their distances are recomputed directly, accumulated in float64,
-and each row is re-sorted by (distance, id). Kinds (the vectors are the caller's, possibly transformed:
-shifted, scaled, normalised):
+and each row is re-sorted by (distance, id). Kinds: the internal distance kinds of
+:mod:`knngraph.primitives.distances` (the vectors are the caller's, possibly transformed: shifted,
+scaled, normalised):
 
-* ``RESCORE_L2``: sum((q - x)^2);
-* ``RESCORE_IP``: -sum(q x);
-* ``RESCORE_COS``: on unit vectors, sum((q - x)^2) / 2 = 1 - cos, with no cancellation, so identical
+* ``DIST_L2SQ``: sum((q - x)^2);
+* ``DIST_IP``: -sum(q x);
+* ``DIST_COS``: on unit vectors, sum((q - x)^2) / 2 = 1 - cos, with no cancellation, so identical
   vectors are at distance exactly 0; 1 when either vector is zero (a zero vector has cosine distance 1 to
-  everything).
+  everything). The caller normalises the vectors (no inverse norms are taken).
 
 Ids of -1 get distance inf and stay last. On the GPU, with the vectors on the device, one kernel does it
 all (a warp per query row, ``_rescore_kernel.py``); otherwise the array code below does it with NumPy or
@@ -20,11 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["RESCORE_L2", "RESCORE_IP", "RESCORE_COS", "rescore", "refine_l2"]
+from .constants import ID_NONE
+from .distances import DIST_COS, DIST_IP, DIST_L2SQ
 
-RESCORE_L2 = 0
-RESCORE_IP = 1
-RESCORE_COS = 2
+__all__ = ["rescore", "refine_l2"]
 
 _CHUNK_ELEMS = 1 << 24  # gathered elements per chunk (128 MiB of float64)
 
@@ -62,12 +62,12 @@ def rescore(queries, base, ids, kind: int, xp, *, transform=None):
             x = transform(x)
         x = x.reshape(e - s, c, d).astype(np.float64)
         q = xp.asarray(queries[s:e]).astype(np.float64)[:, None, :]
-        if kind == RESCORE_IP:
+        if kind == DIST_IP:
             dist = -(x * q).sum(axis=2)
         else:
             diff = x - q
             dist = (diff * diff).sum(axis=2)
-            if kind == RESCORE_COS:
+            if kind == DIST_COS:
                 zero = ((x * x).sum(axis=2) == 0) | ((q * q).sum(axis=2) == 0)
                 dist = xp.where(zero, 1.0, dist / 2)
         out[s:e] = xp.where(idx < 0, np.inf, dist)
@@ -76,7 +76,7 @@ def rescore(queries, base, ids, kind: int, xp, *, transform=None):
 
 def _sort_rows(dist, ids, xp):
     """Rows re-sorted by (distance, id); -1 ids (at inf) last."""
-    by_id = xp.where(ids < 0, np.iinfo(np.int32).max, ids)
+    by_id = xp.where(ids < 0, ID_NONE, ids)
     if xp is np:
         order = np.lexsort((by_id, dist), axis=1)
     else:
@@ -110,5 +110,5 @@ def _rescore_kernel(queries, base, ids, kind, cp):
 def refine_l2(queries, base, ids, metric: str, xp):
     """Exact L2 distances (squared, or their root for ``metric='euclidean'``) of ``ids`` of ``queries``
     among ``base``, each row re-sorted (see :func:`rescore`)."""
-    dist, ids = rescore(queries, base, ids, RESCORE_L2, xp)
+    dist, ids = rescore(queries, base, ids, DIST_L2SQ, xp)
     return (xp.sqrt(dist) if metric == "euclidean" else dist).astype(np.float32), ids

@@ -111,16 +111,7 @@ def _check_graph(graph, n: int):
         raise TypeError(f"graph must be a knngraph.Graph, got {type(graph).__name__}")
     if graph.n != n:
         raise ValueError(f"graph has {graph.n} rows but dataset has {n} vectors; they must match")
-    ids = graph.indices
-    if is_device_array(ids):
-        import cupy as cp
-
-        g = cp.asarray(ids)
-        if g.size and (int(g.min()) < -1 or int(g.max()) >= n):
-            bad = cp.argmax(((g < -1) | (g >= n)).any(axis=1))
-            raise ValueError(f"graph row {int(bad)} holds neighbour ids outside [-1, {n})")
-    else:
-        graph.validate_ids()
+    graph.validate_ids(n)  # against the vectors, not the graph's own bound (a block of a larger graph)
 
 
 def _check_entries(entry_points, n: int) -> np.ndarray:
@@ -343,13 +334,13 @@ def _filtered_search(dev, index, q, k, sp, allowed: AllowedIds, *, verbose, stat
                                      "cuda" if dev.is_cuda else "cpu", sp.filtered_path)
     t0 = time.perf_counter()
     if path == "exact":
-        from .. import bruteforce
-
-        # on a GPU the vectors the index keeps there: the allowed rows are gathered on the GPU, not on the host
+        # the exact searcher through the registry (algorithms never import each other); on a GPU the vectors the index keeps there: the allowed rows are gathered on the GPU, not on the host
         # and copied over each call (a hashed index keeps only codes there: its host vectors)
         vectors = index._arrays(dev)[1] if dev.is_cuda and index.hasher is None else index.dataset
-        exact = bruteforce.Index(vectors, bruteforce.IndexParams(metric=index.metric))
-        d, i = bruteforce.search(exact, q, k, device=dev, memory_limit=memory_limit, verbose=verbose, filter=allowed)
+        exact_search = registry.get("exact").load()
+        exact = exact_search.Index(vectors, exact_search.IndexParams(metric=index.metric))
+        d, i = exact_search.search(exact, q, k, device=dev, memory_limit=memory_limit, verbose=verbose,
+                                   filter=allowed)
     elif _uses_beam(index, sp):
         d, i = beam.search(index._beam_view(), q, k, sp.queue_size, device=dev, search_width=sp.search_width,
                            max_registers=sp.max_registers, stats=stats, out=out, filter=allowed,

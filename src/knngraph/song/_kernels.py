@@ -32,16 +32,13 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 from numba import cuda, float32, int32, uint32
 
 from ..primitives import filters, lists, visited
 from ..primitives.compile import cuda_version, device_function
-from ..primitives.constants import FULL_MASK, WARP
+from ..primitives.constants import FULL_MASK, INF, WARP
 from ..primitives.distances import DIST_COS, DIST_L2SQ
 from ..primitives.warp import finish_query_device, warp_partials4, warp_sum
-
-INF = float32(np.inf)
 
 # the shared CPU/GPU structures (knngraph.primitives), compiled for the device
 smmh_push = cuda_version(lists.smmh_push)

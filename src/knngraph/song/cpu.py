@@ -60,7 +60,7 @@ import numpy as np
 from numba import prange
 
 from ..primitives.compile import threaded_and_serial
-from ..primitives.distances import cpu_distance
+from ..primitives.distances import DIST_HAMMING, cpu_distance
 from ..primitives.filters import is_allowed
 from ..primitives.lists import less, maxheap_offer_unique, maxheap_sort, sort_pairs
 from ..primitives.rows import load_query, query_row, row_distance, write_row
@@ -69,8 +69,6 @@ from ..primitives.visited import bloom_contains, bloom_insert, bloom_shape
 
 __all__ = ["search", "search_cpu", "rerank_cpu", "DIST_HAMMING"]
 
-#: distance kind for 1-bit codes (uint32 words): the Hamming distance, section VII
-DIST_HAMMING = 3
 CHUNK = 32
 
 

@@ -1,0 +1,69 @@
+"""One GPU index searched from many threads at once gives, row for row, what the serial calls give (4 threads,
+each on a CUDA stream of its own, the index built in the main thread), and repeated searches leave CuPy's
+memory pool where it was (marker ``gpu``; the CPU tests are in test_concurrency.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from knngraph import bruteforce, ggnn, song
+
+from .support.concurrency import check_concurrent, concurrency_data
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def data(sample):
+    return concurrency_data(sample)
+
+
+def _gpu_index(name, base):
+    """A small index of searcher ``name`` built on the GPU in the calling thread."""
+    if name == "song":
+        return song.build(song.IndexParams(graph_degree=16, intermediate_graph_degree=32), base, device="cuda")
+    if name == "ggnn":
+        return ggnn.build(ggnn.IndexParams(graph_degree=16, refinements=0), base, device="cuda")
+    return bruteforce.build(bruteforce.IndexParams(), base, device="cuda")
+
+
+@pytest.mark.parametrize("name", ["song", "ggnn", "exact"])
+def test_threads_with_own_streams_searching_one_gpu_index_get_the_serial_rows(data, name):
+    """The index is built in the main thread; 4 threads, each with a CUDA stream of its own, search it."""
+    base, queries = data
+    index = _gpu_index(name, base)
+    rows = check_concurrent(name, index, queries, "cuda", n_threads=4, calls_per_thread=8, streams=True)
+    assert rows > 0
+
+
+@pytest.mark.parametrize("name", ["song", "ggnn", "exact"])
+def test_repeated_gpu_searches_do_not_grow_the_memory_pool(data, name):
+    """CuPy's pool keeps the blocks freed on a stream for that stream: a search that made streams per call
+    stranded its blocks, and the pool of a long-running service grew by gigabytes. After warm-up, 60 more
+    calls (host and device queries, the main thread and a second one) leave the pool where it was."""
+    import cupy as cp
+
+    base, queries = data
+    index = _gpu_index(name, base)
+    module = {"song": song, "ggnn": ggnn, "exact": bruteforce}[name]
+    q_dev = cp.asarray(queries)
+
+    def calls(n):
+        for j in range(n):
+            module.search(index, queries if j % 2 else q_dev, 10, device="cuda")
+        cp.cuda.get_current_stream().synchronize()
+
+    pool = cp.get_default_memory_pool()
+    calls(10)
+    worker = threading.Thread(target=calls, args=(10,))
+    worker.start()
+    worker.join()
+    before = pool.total_bytes()
+    calls(30)
+    worker = threading.Thread(target=calls, args=(30,))
+    worker.start()
+    worker.join()
+    grown = pool.total_bytes() - before
+    assert grown <= 4 << 20, f"{name}: the pool grew by {grown} bytes over 60 calls"
