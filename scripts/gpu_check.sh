@@ -8,6 +8,7 @@
 #              then the tests marked fills_gpu alone (they take nearly all memory of a GPU, which would fail
 #              whatever runs beside them); the whole GPU suite fits one 10-minute call of the lent machine
 #              (about 4 minutes on an H100)
+#   tests-fills - the tests marked fills_gpu alone (after tests-parallel with GPU_FILLS=0)
 #   bench    - every GPU benchmark in GPU_BENCHMARKS below (FILTER: run only those whose name contains it)
 #   sanitize - scripts/gpu_sanitize.py under compute-sanitizer memcheck, racecheck and synccheck; fails on any kernel
 #              error or hazard (scripts/sanitizer_summary.py filters the driver probing of numba's start)
@@ -134,11 +135,17 @@ if [ "$what" = tests-parallel ]; then
     { echo "-- ${GPU_TEST_GROUPS[$i]}"
       grep -E "^(FAILED|ERROR)|passed|failed|skipped|error" "$OUT/gpu_tests_group$i.log" | tail -8; } >> "$OUT/gpu_tests.log"
   done
-  # the groups' limit plus this one's stay within one 10-minute call of the lent machine by default
+  # the groups' limit plus this one's stay within one 10-minute call of the lent machine by default;
+  # GPU_FILLS=0 leaves them out (a background step on the same GPU would fail beside them): run them later
+  # with `tests-fills`
   rc=0
-  # shellcheck disable=SC2086
-  timeout "${GPU_FILLS_TIMEOUT:-50}" python3 -m pytest -m "gpu and fills_gpu" -q -p no:cacheprovider \
-    -o addopts="" tests ${filter:+-k "$filter"} > "$OUT/gpu_tests_group_fills_gpu.log" 2>&1 || rc=$?
+  if [ "${GPU_FILLS:-1}" = 1 ]; then
+    # shellcheck disable=SC2086
+    timeout "${GPU_FILLS_TIMEOUT:-50}" python3 -m pytest -m "gpu and fills_gpu" -q -p no:cacheprovider \
+      -o addopts="" tests ${filter:+-k "$filter"} > "$OUT/gpu_tests_group_fills_gpu.log" 2>&1 || rc=$?
+  else
+    echo "left out: GPU_FILLS=0" > "$OUT/gpu_tests_group_fills_gpu.log"
+  fi
   ok "$rc" || status=1
   { echo "-- tests marked fills_gpu, alone"
     grep -E "^(FAILED|ERROR)|passed|failed|skipped|error" "$OUT/gpu_tests_group_fills_gpu.log" | tail -8; } \
@@ -147,6 +154,13 @@ if [ "$what" = tests-parallel ]; then
   for i in "${!pids[@]}" _fills_gpu; do
     cat "$OUT/gpu_tests_group$i.log" >> "$OUT/gpu_tests_full.log"; rm -f "$OUT/gpu_tests_group$i.log"
   done
+fi
+if [ "$what" = tests-fills ]; then
+  echo "== GPU tests marked fills_gpu, alone"
+  # shellcheck disable=SC2086
+  python3 -m pytest -m "gpu and fills_gpu" -q -p no:cacheprovider -o addopts="" tests ${filter:+-k "$filter"} 2>&1 \
+    | tee "$OUT/gpu_tests_fills_gpu.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
   for entry in "${GPU_BENCHMARKS[@]}"; do

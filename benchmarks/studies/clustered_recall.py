@@ -74,19 +74,25 @@ def main(argv=None):
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--queues", default="0,64,128,256", help="queue sizes swept (0: the searcher's default)")
+    ap.add_argument("--routes", default="song.build,grnnd+song,ggnn.build", help="routes measured (comma list)")
+    ap.add_argument("--label", default="", help="suffix of the result files' names")
     ap.add_argument("--out", default="out")
     args = ap.parse_args(argv)
     import knngraph
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    lines = JsonLines(out / f"clustered_recall_{args.device.split(':')[0]}.jsonl", echo=False)
+    stem = f"clustered_recall_{args.device.split(':')[0]}{'_' + args.label if args.label else ''}"
+    lines = JsonLines(out / f"{stem}.jsonl", echo=False)
+    chosen = args.routes.split(",")
     queues = [int(v) for v in args.queues.split(",")]
     for set_name in args.sets.split(","):
         base, queries = make_set(set_name, args.n, args.queries)
         truth = knngraph.knn(base, queries, 10, device=args.device, verbose=False)
         truth_i, truth_d = (knngraph._device.as_numpy(a) for a in (truth.indices, truth.distances))
         for route, build, knob in routes(args.device):
+            if route not in chosen:
+                continue
             t0 = time.perf_counter()
             module, index, graph = build(base)
             build_s = time.perf_counter() - t0
@@ -105,7 +111,7 @@ def main(argv=None):
                 print(f"{set_name:12s} {route:11s} {knob}={getattr(params, knob):4d} recall@10={rec:.4f} "
                       f"qps={args.queries / seconds:,.0f} build={build_s:.1f}s components={row['components']}",
                       flush=True)
-    _plot(lines.path, out / f"clustered_recall_{args.device.split(':')[0]}.png")
+    _plot(lines.path, out / f"{stem}.png")
 
 
 def _plot(jsonl: Path, png: Path) -> None:

@@ -71,6 +71,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--calls", type=int, default=100, help="calls per block (a fifth of it for 10k queries)")
     ap.add_argument("--label", default="", help="a name for the older tree (e.g. its commit)")
+    ap.add_argument("--profile", type=int, default=0,
+                    help="instead: profile this many one-query calls (device queries, queue 32) of each tree with "
+                         "cProfile and print each tree's functions by own time")
     args = ap.parse_args()
     import cupy as cp
 
@@ -90,6 +93,9 @@ def main():
         index = {"this": song.from_graph(knngraph.Graph(ids, dists, "sqeuclidean"), xs, device="cuda"),
                  "before": song_before.from_graph(before.Graph(ids, dists, "sqeuclidean"), xs, device="cuda")}
         modules = {"this": song, "before": song_before}
+        if args.profile:
+            _profile(modules, index, cp.asarray(np.ascontiguousarray(ds.queries[:1])), args.profile)
+            return
         for queue in (32, 64):
             params = {name: modules[name].SearchParams(queue_size=queue) for name in modules}
             for batch in (1, 10, 100, 1000, 10000):
@@ -113,6 +119,30 @@ def main():
                               before=args.label or "the older tree", gpu=cp.cuda.runtime.getDeviceProperties(
                                   cp.cuda.Device().id)["name"].decode())
     _plot(log.path, out / "search_calls_ab.png")
+
+
+def _profile(modules: dict, index: dict, q, calls: int) -> None:
+    """Print, for each tree, the 25 functions with the most own time over ``calls`` one-query searches."""
+    import cProfile
+    import io
+    import pstats
+
+    import cupy as cp
+
+    for name, module in modules.items():
+        params = module.SearchParams(queue_size=32)
+        for _ in range(200):
+            module.search(index[name], q, 10, params, device="cuda", verbose=False)
+        cp.cuda.Device().synchronize()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(calls):
+            module.search(index[name], q, 10, params, device="cuda", verbose=False)
+        cp.cuda.Device().synchronize()
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+        print(f"== {name}: {calls} calls\n{text.getvalue()}", flush=True)
 
 
 def _plot(jsonl: Path, png: Path) -> None:
