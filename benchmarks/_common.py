@@ -7,9 +7,7 @@ Timing, data loading, recall and JSON lines are the runner's (:mod:`benchmarks.r
 * :func:`clustered`: the clustered synthetic set of the sharded GGNN and out-of-core NN-Descent studies
   (their recorded results were measured on it);
 * :func:`run_specs`: a study made of runner specs (its lines are the runner's) and its plot;
-* :func:`read_plot_input`: a study's JSON lines and matplotlib's pyplot, for its own plot;
-* :func:`load_sift` and :func:`sync`: thin forms of the runner's loader and clock, for scripts outside the
-  studies (the studies import :mod:`benchmarks.runner.data` and :mod:`benchmarks.runner.measure`).
+* :func:`read_plot_input`: a study's JSON lines and matplotlib's pyplot, for its own plot.
 """
 
 from __future__ import annotations
@@ -24,10 +22,7 @@ import numpy as np
 if "benchmarks" not in sys.modules:  # imported as a script's neighbour (python benchmarks/NAME.py)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.runner import data  # noqa: E402
-from benchmarks.runner.measure import sync  # noqa: E402
-
-__all__ = ["qps_at", "clustered", "run_specs", "read_plot_input", "load_sift", "sync"]
+__all__ = ["qps_at", "clustered", "run_specs", "read_plot_input"]
 
 
 def read_plot_input(jsonl):
@@ -83,13 +78,6 @@ def run_specs(specs, out_jsonl, png, title: str, *, threads: int | None = None, 
         draw(Figure(Path(png).stem, "pareto", title, rows[0]["device"], rows[0]["dataset"]), rows, Path(png))
         print(f"wrote {png}", flush=True)
     return runner.lines
-
-
-def load_sift(n_base: int):
-    """(base uint8, queries uint8, ground-truth ids or None) of the first ``n_base`` rows of sift-photos
-    (:func:`benchmarks.runner.data.sift_photos`)."""
-    ds = data.load(data.sift_photos(n_base))
-    return ds.base, ds.queries, ds.gt_ids
 
 
 def clustered(n, d, seed=0, latent=12, overlapping=False, xp=None):

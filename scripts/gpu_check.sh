@@ -23,7 +23,7 @@
 #   background STEPS - start steps that outlast one call of the lent machine (at most 10 minutes a call) in a
 #              process session of their own (setsid), on the machine's last GPU, and return at once: STEPS is
 #              a comma list of soak (a GPU soak of $BACKGROUND_SOAK_MINUTES, default 10, 4 threads) and sanitize
-#              (the sanitize step below); each writes to $BACKGROUND_DIR/STEP (default /root/knngraph-background)
+#              (the sanitize step below); each writes to $BACKGROUND_DIR/STEP (default ~/knngraph-background)
 #              and leaves STEP.rc there when it ends. Later calls must follow while the machine is warm.
 #   collect  - wait for the background steps (at most $COLLECT_SECONDS, default 480), then pack what they
 #              wrote into $OUT/background.tar.xz and print their summaries
@@ -223,7 +223,7 @@ if [ "$what" = multi ]; then
     | tee "$W/tests_summary.txt"
   tar cJf "$OUT/multi.tar.xz" -C "$OUT" multi && rm -rf "$W"
 fi
-BACKGROUND_DIR=${BACKGROUND_DIR:-/root/knngraph-background}
+BACKGROUND_DIR=${BACKGROUND_DIR:-$HOME/knngraph-background}
 if [ "$what" = background ]; then
   mkdir -p "$BACKGROUND_DIR"
   last_gpu=$(( $(python3 -c "import cupy; print(cupy.cuda.runtime.getDeviceCount())") - 1 ))

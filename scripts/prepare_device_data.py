@@ -10,7 +10,7 @@ top-100 ground truth for that base size (ids only; distances are recomputed on t
 whole base, as ``.dataz770/rest.tgz`` (gzip, members under ``.data/``), for the whole-base runs
 (``benchmarks/studies/ggnn_sharded_gpu.py``). With .data they pass the 64 MiB a call carries, so carry it in a
 second call while the machine is warm and unpack it beside .data (``tar xzf .dataz770/rest.tgz -C DIR``
-where DIR holds .data); ``benchmarks/_common.load_sift(770533)`` then reads both.
+where DIR holds .data); ``benchmarks.runner.data.load(data.sift_photos(770533))`` then reads both.
 """
 
 import argparse

@@ -88,24 +88,21 @@ def child(case: str, device: str, profile: bool = False) -> dict:
     from benchmarks.runner.measure import time_calls  # (after the import of knngraph is timed)
 
     profiler = None
-    if profile:
+    if profile:  # the first call under cProfile, its report printed after the timing
         import cProfile
 
         profiler = cProfile.Profile()
-    done = []
 
-    def call():  # the first call (profiled with ``profile``), then the second: no warm-up, both timed
-        first = not done
-        done.append(True)
-        if first and profiler is not None:
-            profiler.enable()
+    def profiled():
+        profiler.enable()
         try:
-            run()
+            return run()
         finally:
-            if first and profiler is not None:
-                profiler.disable()
+            profiler.disable()
 
-    times = time_calls(call, 2, warmup=False).all_s
+    # the first call, then the second, each timed once without a warm-up
+    times = [time_calls(profiled if profile else run, 1, warmup=False).median_s,
+             time_calls(run, 1, warmup=False).median_s]
     if profiler is not None:
         import pstats
 

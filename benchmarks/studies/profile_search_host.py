@@ -52,7 +52,8 @@ def host_timings(index, queries, calls):
             def call():
                 song.search(index, qb, 10, sp, device="cuda", verbose=False, out=out)
 
-            host_seconds(call, 0, warmup=20)  # 20 untimed calls
+            for _ in range(20):
+                call()
             idle, warm = [], []
             for _ in range(calls):  # the two alternate, call by call
                 idle += host_seconds(call, 1, warmup=0)

@@ -77,6 +77,18 @@ def _check_bool(value, name: str) -> bool:
     return bool(value)
 
 
+def _whole_graph(graph: Any, user: str):
+    """``graph`` on the host, its ids checked (the arrays may have been changed in place since it was made);
+    a block of rows of a larger graph (``info["n"]`` above its rows) is refused: ``user`` (a CSR matrix,
+    UMAP's lists, whose column 0 is each row's own id) needs the whole graph."""
+    g = graph.to_host()
+    if g.n_nodes != g.n:
+        raise ValueError(f"{user} needs a whole graph, got a block of {g.n} rows of a graph over {g.n_nodes} nodes "
+                         "(info['n'])")
+    g.validate_ids()
+    return g
+
+
 def graph_to_csr(graph: Any, *, include_self: bool = False, symmetrize: bool = False, mode: str = "distance",
                  metric: str | None = None, dtype: DTypeLike = np.float32) -> csr_matrix:
     """The graph as a SciPy CSR matrix of shape (n, n); see :meth:`knngraph.Graph.to_csr`."""
@@ -88,11 +100,7 @@ def graph_to_csr(graph: Any, *, include_self: bool = False, symmetrize: bool = F
     if dtype not in (np.float32, np.float64):
         raise TypeError(f"dtype must be float32 or float64, got {dtype}")
     sparse = _scipy_sparse()
-    g = graph.to_host()
-    g.validate_ids()  # the arrays may have been changed in place since the graph was made
-    if g.n_nodes != g.n:
-        raise ValueError(f"the graph holds rows of a graph over {g.n_nodes} nodes ({g.n} rows): a CSR matrix "
-                         "needs the whole graph")
+    g = _whole_graph(graph, "a CSR matrix")
     n = g.n
     ids = np.asarray(g.indices, dtype=np.int64).ravel()
     dist = distances_in(g.distances, g.metric, metric).ravel()
@@ -156,11 +164,7 @@ def umap_knn(graph: Any, n_neighbors: int | None = None, *,
     """
     from ._validate import check_int
 
-    g = graph.to_host()
-    if g.n_nodes != g.n:
-        raise ValueError(f"umap_knn needs a whole graph, got a block of {g.n} rows of a graph over {g.n_nodes} "
-                         "nodes (info['n']): UMAP's column 0 is each row's own id")
-    g.validate_ids()  # the arrays may have been changed in place since the graph was made
+    g = _whole_graph(graph, "umap_knn")
     width = g.degree + 1 if n_neighbors is None else check_int(n_neighbors, "n_neighbors", low=2)
     if width > g.degree + 1:
         raise ValueError(f"n_neighbors={width} needs a graph of degree >= {width - 1} (UMAP counts the point "

@@ -9,7 +9,8 @@ import pytest
 import knngraph
 from knngraph.primitives.distances import cpu_vectors, distance_kind, inverse_norms
 from knngraph.song import _kernels as kn
-from knngraph.song.cpu import DIST_HAMMING, search_cpu
+from knngraph.primitives.distances import DIST_HAMMING
+from knngraph.song.cpu import search_cpu
 from knngraph.song.cuda import distance_mode, search_device
 
 pytestmark = pytest.mark.sim

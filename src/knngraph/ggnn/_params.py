@@ -91,7 +91,7 @@ class SearchParams(Params):
         threads) the default graph reaches recall@10 0.994 with them, against 0.972 at tau 0.5 (any queue)
         and 0.986 at tau 1.0 with a queue of 128 (the queue bounds it there). The paper's faster setting,
         ``SearchParams(tau=0.5, queue_size=128)``, answered 2.3x the queries per second on sift-photos 450k
-        (H200) at recall@10 0.939 against 0.978 (``results/ggnn_gpu_h200_sorted.jsonl``).
+        (H200) at recall@10 0.939 against 0.978 (``benchmarks/results/ggnn_gpu_h200_sorted.jsonl``).
     max_iterations : int, default=400
         Cap on the vertices expanded per query.
     queue_size : int, default=0

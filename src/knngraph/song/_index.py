@@ -267,7 +267,8 @@ def _search_arrays(dev: Device, index: Index, queries, k, sp: SearchParams, *, v
     """Run SONG on the index's arrays for ``dev`` (hashed: on codes, then an exact re-rank on the host);
     ``allowed_bits``: None or the bitset of the ids that may be returned. Returns (reported distances,
     ids) as NumPy or CuPy arrays."""
-    from .cpu import DIST_HAMMING, rerank_cpu
+    from ..primitives.distances import DIST_HAMMING
+    from .cpu import rerank_cpu
 
     g_ids, xb, inv_b, entries, codes = index._arrays(dev)
     metric = index.metric
@@ -334,8 +335,9 @@ def _filtered_search(dev, index, q, k, sp, allowed: AllowedIds, *, verbose, stat
                                      "cuda" if dev.is_cuda else "cpu", sp.filtered_path)
     t0 = time.perf_counter()
     if path == "exact":
-        # the exact searcher through the registry (algorithms never import each other); on a GPU the vectors the index keeps there: the allowed rows are gathered on the GPU, not on the host
-        # and copied over each call (a hashed index keeps only codes there: its host vectors)
+        # the exact searcher, through the registry (algorithms never import each other); on a GPU the vectors
+        # the index keeps there: the allowed rows are gathered on the GPU, not on the host and copied over each
+        # call (a hashed index keeps only codes there: its host vectors)
         vectors = index._arrays(dev)[1] if dev.is_cuda and index.hasher is None else index.dataset
         exact_search = registry.get("exact").load()
         exact = exact_search.Index(vectors, exact_search.IndexParams(metric=index.metric))

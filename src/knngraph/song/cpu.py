@@ -67,7 +67,7 @@ from ..primitives.rows import load_query, query_row, row_distance, write_row
 from ..primitives.stamps import Scratch, next_generation, worker_count
 from ..primitives.visited import bloom_contains, bloom_insert, bloom_shape
 
-__all__ = ["search", "search_cpu", "rerank_cpu", "DIST_HAMMING"]
+__all__ = ["search", "search_cpu", "rerank_cpu"]
 
 CHUNK = 32
 

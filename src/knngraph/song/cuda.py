@@ -14,10 +14,9 @@ from .._cuda_launch import launch
 from .._device import sm_count as device_sm_count
 from .._progress import progress
 from ..primitives.constants import pow2_at_least
-from ..primitives.distances import DIST_COS, inverse_norms
+from ..primitives.distances import DIST_COS, DIST_HAMMING, inverse_norms
 from ..primitives.visited import bloom_shape, hash_capacity
 from . import _kernels as kn
-from .cpu import DIST_HAMMING
 
 __all__ = ["search", "search_device", "queue_capacity", "kernel_for", "distance_mode"]
 
