@@ -91,7 +91,7 @@ GPU_BENCHMARKS=(
 
 # groups of GPU test files for tests-parallel, of similar run times
 GPU_TEST_GROUPS=(
-  "tests/bruteforce" "tests/nndescent" "tests/beam" "tests/song/test_song_gpu.py tests/graphops"
+  "tests/bruteforce" "tests/nndescent" "tests/beam" "tests/song/test_song_gpu.py tests/graphops tests/primitives"
   "tests/grnnd" "tests/ggnn tests/test_first_call_gpu.py" "tests/distributed tests/test_faults_gpu.py"
   "tests/test_handoff_gpu.py tests/test_bench_runner_gpu.py tests/test_concurrency_gpu.py tests/test_multidevice_gpu.py"
 )

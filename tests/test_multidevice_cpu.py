@@ -240,3 +240,28 @@ def test_an_index_searched_on_several_devices_is_freed_with_its_copies_and_threa
     del index, one, two
     gc.collect()
     assert alive() is None and pool() is None and len(multidevice._REPLICAS) <= kept - 1
+
+
+@pytest.mark.parametrize("nq, n_devices", [(100_000, 1), (100_000, 2), (100_000, 4), (1000, 2), (3, 4), (0, 2)])
+def test_replica_chunks_cover_every_query_once_device_by_device_in_round_robin(nq, n_devices):
+    from knngraph._gpu_queue import MAX_CHUNK_ROWS, MIN_CHUNK_ROWS, replica_chunks
+
+    chunks = replica_chunks(nq, n_devices)
+    covered = np.zeros(nq, np.int64)
+    owner = np.full(nq, -1)
+    for j, a, b in chunks:
+        covered[a:b] += 1
+        owner[a:b] = j
+        assert b - a <= MAX_CHUNK_ROWS
+    assert (covered == 1).all()
+    cuts = multidevice.shard_bounds(nq, n_devices)
+    for j in range(n_devices):  # each device's chunks are exactly its share
+        assert (owner[cuts[j]:cuts[j + 1]] == j).all()
+    if nq >= 4 * MIN_CHUNK_ROWS * n_devices:  # large batches: several chunks per device, queued in turn
+        assert [j for j, _, _ in chunks[:n_devices]] == list(range(n_devices))
+        assert all(sum(1 for j, _, _ in chunks if j == dev) >= 2 for dev in range(n_devices))
+    if nq == 0:
+        assert chunks == [(0, 0, 0)]
+    # with stats every device searches its share in one piece
+    whole = replica_chunks(nq, n_devices, max_rows=max(nq, 1), min_rows=max(nq, 1))
+    assert len(whole) == max(1, min(nq, n_devices))

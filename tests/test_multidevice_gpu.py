@@ -69,6 +69,28 @@ def test_approximate_on_two_gpus_keeps_recall(data, truth, name, layout):
     np.testing.assert_array_equal(knngraph._device.as_numpy(b.indices), knngraph._device.as_numpy(a.indices))
 
 
+@pytest.mark.parametrize("devices", [[0, 0], [0, 1]], ids=["one-gpu-twice", "two-gpus"])
+def test_a_large_host_batch_replicated_in_chunks_gives_the_one_gpu_ids(data, devices):
+    """20,000 host queries over two devices (two GPUs, or GPU 0 listed twice: two logical devices, the same
+    queue) are searched in several chunks per device, queued in turn; every row's result is the one-GPU
+    search's of the whole batch (with stats, one piece per device: the same rows)."""
+    from knngraph._gpu_queue import replica_chunks
+
+    if devices == [0, 1] and _gpus() < 2:
+        pytest.skip("needs two GPUs")
+    base, queries = data
+    one = song.build(song.IndexParams(), base, device="cuda:0", verbose=False)
+    batch = np.ascontiguousarray(np.tile(queries, (40, 1)))
+    assert len(replica_chunks(len(batch), 2)) >= 4
+    want = knngraph._device.as_numpy(song.search(one, batch, 10, device="cuda:0").indices)
+    for stats in (None, {}):
+        got = song.search(one, batch, 10, devices=devices, stats=stats)
+        np.testing.assert_array_equal(got.indices, want)
+    assert stats["devices"] == [f"cuda:{g}" for g in devices]
+    # one device: the plain search itself
+    np.testing.assert_array_equal(song.search(one, batch, 10, devices=[0]).indices, want)
+
+
 @needs_two
 @pytest.mark.parametrize("layout", ["sharded", "replicated"])
 def test_device_queries_and_out_arrays_on_two_gpus(data, truth, layout):

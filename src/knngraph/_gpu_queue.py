@@ -15,7 +15,7 @@ import numpy as np
 
 from ._device import Device, as_numpy, device_context, is_device_array, is_out_of_memory
 
-__all__ = ["DeviceError", "shard_bounds", "naming", "named", "shard_k", "global_ids", "search_gpus"]
+__all__ = ["DeviceError", "shard_bounds", "naming", "named", "shard_k", "global_ids", "search_gpus", "replica_chunks"]
 
 
 class DeviceError(RuntimeError):
@@ -62,9 +62,10 @@ def search_gpus(module, index, q, k: int, params, first: Device, filter, masks, 
 
     Each device gets its queries by an asynchronous copy on its own stream (host queries are staged in
     page-locked memory, each device's rows just before its turn: copies from pageable memory are
-    synchronous, and those of several devices wait for each other in the driver), its search is launched
-    there, and its results either travel back to page-locked host buffers on the same stream (replicated,
-    host queries) or are copied peer to peer to ``first`` on ``first``'s stream after an event says they
+    synchronous, and those of several devices wait for each other in the driver; a replicated search
+    stages, searches and copies back host queries in chunks queued round robin over the devices,
+    :func:`replica_chunks`), its search is launched there, and its results either travel back to
+    page-locked host buffers on the same stream (replicated, host queries) or are copied peer to peer to ``first`` on ``first``'s stream after an event says they
     are ready (sharded: merged there).
     Measured on 4 H200s with sift-photos 450k and 100k host queries: with one host thread per device
     (each making its device current and waiting for it) most of the call went to pageable copies waiting
@@ -160,8 +161,8 @@ class _StagedQueries:
 
     def release(self, devs, *, raising: bool = True) -> None:
         """Wait for every device's stream (a copy still reading a buffer returned to CuPy's pool would read
-        whatever is written there next), then let the buffers go; if a device fails to synchronise they
-        are kept for the life of the process and (``raising``) its error is raised."""
+        whatever is written there next), then let the buffers go; if a device fails to synchronise they are
+        kept for the life of the process and (``raising``) its error is raised."""
         import cupy as cp
 
         error = _synchronize(devs)
@@ -213,6 +214,8 @@ def _queue_searches(module, index, q, staged, k: int, params, first: Device, fil
 
     if index.layout == "replicated":
         parts = index.parts if len(index.parts) == len(devs) else index.parts * len(devs)
+        if to_host:
+            return _replicated_to_host(module, parts, devs, staged, k, params, filter, per_device_stats, kw, nq)
         cuts = shard_bounds(nq, len(devs))
         busy = [j for j in range(len(devs)) if cuts[j + 1] > cuts[j]] or [0]
         launched = []
@@ -221,27 +224,10 @@ def _queue_searches(module, index, q, staged, k: int, params, first: Device, fil
             with device_context(devs[j]), named(devs[j]):
                 d_j, i_j = module.search(parts[j], rows_here(devs[j], a, b), k, params, device=devs[j],
                                          filter=filter, stats=per_device_stats[j], **kw)
-                if to_host:
-                    host_d = staged.page_locked((b - a, k), np.float32)
-                    host_i = staged.page_locked((b - a, k), np.int32)
-                    stream = cp.cuda.get_current_stream()
-                    cp.asnumpy(cp.ascontiguousarray(d_j, dtype=cp.float32), stream, out=host_d, blocking=False)
-                    cp.asnumpy(cp.ascontiguousarray(i_j, dtype=cp.int32), stream, out=host_i, blocking=False)
-                    launched.append((a, b, host_d, host_i, stream))
-                else:
-                    launched.append((d_j, i_j, finished()))
-        if not to_host:
-            parts_out = gathered(launched)
-            with device_context(first):
-                return cp.concatenate([p[0] for p in parts_out]), cp.concatenate([p[1] for p in parts_out])
-        d = np.empty((nq, k), np.float32)
-        i = np.empty((nq, k), np.int32)
-        for (a, b, host_d, host_i, stream), j in zip(launched, busy):
-            with device_context(devs[j]):
-                stream.synchronize()
-            d[a:b] = host_d
-            i[a:b] = host_i
-        return d, i
+                launched.append((d_j, i_j, finished()))
+        parts_out = gathered(launched)
+        with device_context(first):
+            return cp.concatenate([p[0] for p in parts_out]), cp.concatenate([p[1] for p in parts_out])
     from .graphops import merge_topk
 
     launched = []
@@ -254,6 +240,79 @@ def _queue_searches(module, index, q, staged, k: int, params, first: Device, fil
     with device_context(first):
         d, i = merge_topk([p[0] for p in parts_out], [p[1] for p in parts_out], k)
         return (as_numpy(d), as_numpy(i)) if to_host else (d, i)
+
+
+#: host queries of a replicated search are searched in chunks of at most this many rows (and at least
+#: MIN_CHUNK_ROWS, about four per device), queued round robin over the devices: each chunk's rows are
+#: staged in page-locked memory, copied, searched and copied back while the host stages the next one, so
+#: that no device waits for the host to stage all of its rows and only the last chunk's copy back is not
+#: hidden behind the searches (see :func:`replica_chunks`). A chunk of at least MIN_CHUNK_ROWS queries is
+#: searched with the automatic search width of the whole batch (one warp per query from about 16 x SMs
+#: queries on, :func:`knngraph.beam.cuda.search_width`), so chunking does not change any row's result.
+#: Measured on 2 H200s (sift-photos 450k, 100k host queries, ``benchmarks/studies/multi_gpu.py``): 7.6 /
+#: 12.6 ms a batch at queue 32 / 64 against 8.7 / 13.1 ms with each GPU's share staged and searched whole.
+#: On one GPU chunks cost more than they hide (13.3 / 23.2 ms against 12.8 / 21.2 ms for the plain search,
+#: the smaller launches' tails), so a one-device search is the algorithm's own (:mod:`knngraph.multidevice`).
+#: Copying each chunk from the caller's memory instead of staging it measured the same on one GPU.
+MAX_CHUNK_ROWS = 16384
+MIN_CHUNK_ROWS = 4096
+
+
+def replica_chunks(nq: int, n_devices: int, *, max_rows: int = MAX_CHUNK_ROWS,
+                   min_rows: int = MIN_CHUNK_ROWS) -> list:
+    """The (device slot, first row, end row) of each chunk of a replicated search of ``nq`` host queries,
+    in the order they are queued: the queries are cut into one contiguous share per device
+    (:func:`shard_bounds`), each share into chunks of about a quarter of it (within ``min_rows`` ..
+    ``max_rows``, sizes differing by at most one), and chunk c of every device is queued before chunk c+1
+    of any. Devices with no rows get no chunk; no queries at all, one empty chunk on slot 0."""
+    cuts = shard_bounds(nq, n_devices)
+    per_device = []
+    for j in range(n_devices):
+        a, b = int(cuts[j]), int(cuts[j + 1])
+        if b > a:
+            rows = min(max(-(-(b - a) // 4), min_rows), max_rows)
+            inner = shard_bounds(b - a, -(-(b - a) // rows)) + a
+            per_device.append([(j, int(inner[c]), int(inner[c + 1])) for c in range(len(inner) - 1)])
+    if not per_device:
+        return [(0, 0, 0)]
+    order = []
+    for c in range(max(len(chunks) for chunks in per_device)):
+        order.extend(chunks[c] for chunks in per_device if c < len(chunks))
+    return order
+
+
+def _replicated_to_host(module, parts, devs, staged, k: int, params, filter, per_device_stats, kw, nq: int):
+    """A replicated search of host queries (``staged``), results on the host: the chunks of
+    :func:`replica_chunks` queued round robin, each one copied to its device, searched and copied back into page-locked buffers on the device's stream; then, chunk by chunk in queue order, the
+    host waits for a chunk's event and copies its rows into the results (the later chunks still
+    computing). With ``stats`` each device searches its share in one piece, so that its figures are its
+    whole share's."""
+    import cupy as cp
+
+    whole = any(s is not None for s in per_device_stats)
+    chunks = replica_chunks(nq, len(devs), max_rows=nq if whole else MAX_CHUNK_ROWS,
+                            min_rows=nq if whole else MIN_CHUNK_ROWS)
+    host_d = staged.page_locked((nq, k), np.float32)
+    host_i = staged.page_locked((nq, k), np.int32)
+    queued = []
+    for j, a, b in chunks:
+        with device_context(devs[j]), named(devs[j]):
+            d_j, i_j = module.search(parts[j], cp.asarray(staged.rows(a, b), blocking=False), k, params,
+                                     device=devs[j], filter=filter, stats=per_device_stats[j], **kw)
+            stream = cp.cuda.get_current_stream()
+            cp.asnumpy(cp.ascontiguousarray(d_j, dtype=cp.float32), stream, out=host_d[a:b], blocking=False)
+            cp.asnumpy(cp.ascontiguousarray(i_j, dtype=cp.int32), stream, out=host_i[a:b], blocking=False)
+            done = cp.cuda.Event(disable_timing=True)
+            done.record(stream)
+            queued.append((j, a, b, done))
+    d = np.empty((nq, k), np.float32)
+    i = np.empty((nq, k), np.int32)
+    for j, a, b, done in queued:
+        with named(devs[j]):
+            done.synchronize()
+        d[a:b] = host_d[a:b]
+        i[a:b] = host_i[a:b]
+    return d, i
 
 
 @contextlib.contextmanager

@@ -49,7 +49,7 @@ import numpy as np
 
 from ._device import (Device, array_kind, as_numpy, borrowed_streams, default_memory_limit, device_context,
                       format_bytes, is_device_array, parse_memory, resolve_device, return_as)
-from ._gpu_queue import DeviceError, global_ids, naming, search_gpus, shard_bounds, shard_k
+from ._gpu_queue import DeviceError, global_ids, named, naming, search_gpus, shard_bounds, shard_k
 from .index import KNNResult
 
 __all__ = ["MultiDeviceIndex", "resolve_devices", "choose_layout", "build", "search", "delete", "replicate",
@@ -352,7 +352,12 @@ def search(index: MultiDeviceIndex, queries, k: int, params=None, *, device="aut
         check_out(out, nq, k, first)
     kw = dict(verbose=False, memory_limit=memory_limit, n_threads=n_threads)
     per_device_stats = [dict() if stats is not None else None for _ in devs]
-    if all(dv.is_cuda for dv in devs):
+    if len(devs) == 1:
+        # one device: the algorithm's own search of its one part (ids of a one-part index are global)
+        with named(devs[0]):
+            d, i = module.search(index.parts[0], q, k, params, device=devs[0], filter=filter,
+                                 stats=per_device_stats[0], **kw)
+    elif all(dv.is_cuda for dv in devs):
         masks = _split_filter(filter, n, index.bounds) if index.layout == "sharded" else None
         d, i = search_gpus(module, index, q, k, params, first, filter, masks, per_device_stats, kw,
                            to_host=qkind.framework == "numpy" and out is None)

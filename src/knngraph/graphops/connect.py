@@ -33,9 +33,10 @@ no vertex loses its last way in; the next pass links any vertex cut off all the 
 by distance.
 
 The pass count is bounded; the result reports how many vertices were linked and how many passes ran.
-Everything here runs on the host (numba): a breadth-first pass over 450k rows of 32 takes tens of
-milliseconds, and the searches of step 3 run on the device that holds the graph (the caller's
-``nearest`` function).
+Linking runs on the host (numba); the first reachability pass, which finds most graphs connected
+already, runs where the graph is (a GPU build's graph is checked level by level on its GPU, a few
+milliseconds for 450k rows of 32, instead of being copied to the host and searched there), and the
+searches of step 3 run on the device that holds the graph (the caller's ``nearest`` function).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class UnreachableVerticesWarning(UserWarning):
 
 def warn_unreachable(ids: Array, entries: ArrayLike, searcher: str) -> int:
     """Warn (:class:`UnreachableVerticesWarning`) when the graph ``ids`` leaves vertices unreachable from
-    ``entries``; returns how many. One breadth-first pass on the host."""
+    ``entries``; returns how many. One breadth-first pass (on the GPU that holds a device graph)."""
     import warnings
 
     missing = unreachable_count(ids, entries)
@@ -352,7 +353,7 @@ def connect_graph(graph: Graph, base: Array, *, entry_points: ArrayLike | None =
 
     Returns a new :class:`~knngraph.Graph` (host arrays for host input, the input's device otherwise) whose
     ``info["connect"]`` holds what :func:`connect` reports, or ``graph`` itself when every vertex is
-    reached already (the check is one breadth-first pass on the host). ``rng_rule=True``: for an
+    reached already (the check is one breadth-first pass, on the GPU for a device graph). ``rng_rule=True``: for an
     RNG-pruned graph, links that keep its rule (:func:`connect`; the nearest reached vertices are then
     found exactly, by distances to every reached vertex on the host).
 
@@ -374,9 +375,9 @@ def connect_graph(graph: Graph, base: Array, *, entry_points: ArrayLike | None =
 
     dev = resolve_device(device, base, graph.indices)
     entries = np.asarray([medoid(base, graph.metric)] if entry_points is None else entry_points, dtype=np.int64)
+    if graph.indices.shape[0] == 0 or not (~reachable(graph.indices, entries)).any():
+        return graph  # (checked where the graph is: a GPU build's graph on its GPU)
     ids = np.array(as_numpy(graph.indices), dtype=np.int32, order="C")
-    if ids.shape[0] == 0 or not (~reachable(ids, entries)).any():
-        return graph
     dists = np.array(as_numpy(graph.distances), dtype=np.float32, order="C")
     host = as_numpy(base)
 

@@ -46,39 +46,63 @@ _VECTOR_EDGES = 1 << 24
 _VECTOR_LEVELS = 64
 
 
-def _bfs_levels(g: np.ndarray, entries: np.ndarray, seen: np.ndarray) -> np.ndarray:
-    """Breadth-first levels from ``entries`` over ``g`` with NumPy, marking ``seen``, for at most
-    :data:`_VECTOR_LEVELS` levels; returns the frontier left (empty when the pass is complete). Each level
-    keeps one copy of every new vertex without sorting (:func:`_first_of_each`): a pass over 450k x 32 ids
-    took about a third of the time it took with ``np.unique``."""
+def _bfs_levels(g, entries, seen, *, xp=np, levels: int = _VECTOR_LEVELS):
+    """Breadth-first levels from ``entries`` over ``g`` with NumPy (or CuPy, ``xp``, for device arrays),
+    marking ``seen``, for at most ``levels`` levels; returns the frontier left (empty when the pass is
+    complete). Each level keeps one copy of every new vertex without sorting (:func:`_first_of_each`): a
+    pass over 450k x 32 ids took about a third of the time it took with ``np.unique``."""
     n = g.shape[0]
-    stamp = np.empty(n, np.int64)
+    stamp = xp.empty(n, xp.int64)
     front = entries[(entries >= 0) & (entries < n)]
-    front = _first_of_each(front[~seen[front]], stamp)
+    front = _first_of_each(front[~seen[front]], stamp, xp)
     seen[front] = True
-    for _ in range(_VECTOR_LEVELS):
+    for _ in range(levels):
         if front.size == 0:
             break
         nb = g[front].ravel()
         nb = nb[(nb >= 0) & (nb < n)]
-        nb = _first_of_each(nb[~seen[nb]], stamp)
+        nb = _first_of_each(nb[~seen[nb]], stamp, xp)
         seen[nb] = True
         front = nb
     return front
 
 
-def _first_of_each(ids: np.ndarray, stamp: np.ndarray) -> np.ndarray:
+def _first_of_each(ids, stamp, xp=np):
     """The distinct values of ``ids`` (vertex ids in [0, len(stamp))), one position each, in linear time:
     every id writes its position into ``stamp`` (scratch), and the position whose write remained keeps
-    its id (whichever of a repeated id's writes remains, exactly one position matches it)."""
-    pos = np.arange(ids.size)
+    its id (whichever of a repeated id's writes remains, exactly one position matches it; on a GPU too,
+    where the writes of one id race)."""
+    pos = xp.arange(ids.size)
     stamp[ids] = pos
     return ids[stamp[ids] == pos]
 
 
+#: levels a pass over a graph on a GPU takes there before it hands what is left to the host's compiled pass
+#: (each level is a few CuPy kernels; k-NN and search graphs are reached in tens of levels)
+_DEVICE_LEVELS = 1024
+
+
 def reachable(ids: Array, entries: Array) -> np.ndarray:
-    """Boolean mask of the vertices of the graph ``ids`` (int32 rows, -1 = no edge; host or device) that a
-    search started from ``entries`` can reach (directed edges)."""
+    """Boolean mask (host) of the vertices of the graph ``ids`` (int32 rows, -1 = no edge; host or device)
+    that a search started from ``entries`` can reach (directed edges). A graph on a GPU is searched there,
+    level by level (a GPU build checks its graph without copying it to the host)."""
+    from .._device import is_device_array
+
+    if is_device_array(ids):
+        import cupy as cp
+
+        with cp.cuda.Device(ids.data.device_id):
+            g = cp.ascontiguousarray(ids, dtype=cp.int32)
+            seen_d = cp.zeros(g.shape[0], cp.bool_)
+            starts = cp.asarray(np.ascontiguousarray(as_numpy(entries), dtype=np.int64).ravel())
+            left = _bfs_levels(g, starts, seen_d, xp=cp, levels=_DEVICE_LEVELS)
+            seen = cp.asnumpy(seen_d)
+            if left.size == 0:
+                return seen
+            g, starts = cp.asnumpy(g), cp.asnumpy(left)
+        seen[starts] = False  # the compiled pass expands what it marks: hand it the frontier unmarked
+        bfs(g, starts.astype(np.int64), seen)
+        return seen
     g = np.ascontiguousarray(as_numpy(ids), dtype=np.int32)
     seen = np.zeros(g.shape[0], np.bool_)
     starts = np.ascontiguousarray(as_numpy(entries), dtype=np.int64).ravel()
