@@ -45,21 +45,47 @@ def test_sharded_exact_equals_exact_knn(client, rng):
     assert i.dtype == np.int32 and d.dtype == np.float32
 
 
-def test_a_batch_is_one_task_per_worker_holding_shards(client, rng):
-    """Each batch goes to each worker once, for all the shards it holds (merged there), not once per
-    shard: the scheduler's latency is paid per batch and worker."""
+def test_a_batch_is_one_direct_call_per_worker_holding_shards(client, rng, monkeypatch):
+    """Each batch of host queries goes to each worker once, for all the shards it holds (merged there),
+    straight to it: no task, so nothing per batch through the scheduler. Dask array queries (chunks the
+    workers read) go as one task per worker and batch."""
     from distributed import get_task_stream
 
     x = rng.standard_normal((900, 8)).astype(np.float32)
     q = rng.standard_normal((100, 8)).astype(np.float32)
     index = kd.build(bruteforce.IndexParams(), x, client=client, shards=6, device="cpu").wait()
-    workers = {w for ws in client.who_has(index.futures).values() for w in ws}
+    holders = client.who_has(index.futures)
+    workers = {w for ws in holders.values() for w in ws}
+    calls = _spy(monkeypatch, "_call")
     with get_task_stream(client) as stream:
         d, i = kd.search(index, q, 5, batch_size=25, device="cpu")  # 4 batches
-    searches = {t["key"] for t in stream.data if "knngraph-search" in str(t["key"])}
-    assert len(searches) == 4 * len(workers)
+    assert not [t for t in stream.data if "knngraph-search" in str(t["key"])]
+    assert sorted(b for b, _ in calls) == sorted(list(range(4)) * len(workers))
+    for _, group in calls:  # a call carries every shard its worker holds
+        (where,) = group.workers
+        assert {f.key for _, f in group.shards} == {key for key, ws in holders.items() if where in ws}
     expected = knngraph.knn(x, q, 5, device="cpu")
     np.testing.assert_array_equal(i, expected.indices)
+    with get_task_stream(client) as stream:
+        d, i = kd.search(index, da.from_array(q, chunks=(25, 8)), 5, batch_size=25, device="cpu")
+    searches = {t["key"] for t in stream.data if "knngraph-search" in str(t["key"])}
+    assert len(searches) == 4 * len(workers)
+    np.testing.assert_array_equal(i, expected.indices)
+
+
+def _spy(monkeypatch, name):
+    """Record (batch, group) of every call of knngraph.distributed._index.<name> (_call: a batch sent
+    straight to a worker; _submit: a batch sent as a task)."""
+    from knngraph.distributed import _index
+
+    seen, original = [], getattr(_index, name)
+
+    def spy(index, group, b, *args):
+        seen.append((b, group))
+        return original(index, group, b, *args)
+
+    monkeypatch.setattr(_index, name, spy)
+    return seen
 
 
 def test_sharded_song_equals_single_indexes_on_same_shards(client, sift):
@@ -142,6 +168,73 @@ def test_killed_worker_is_survived(client, rng, tmp_path):
     killer.join()
     np.testing.assert_array_equal(i, expected.indices)
     np.testing.assert_allclose(d, expected.distances, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("direct_to_workers", [None, False], ids=["direct", "through the scheduler"])
+def test_worker_killed_in_a_streamed_search_resends_its_batches(client, rng, tmp_path, monkeypatch,
+                                                                 direct_to_workers):
+    """The worker holding shard 0 dies while batch 3 is being sent (batches 0-2 under way): every batch
+    of its shards not answered yet is re-sent as a task (the shards rebuilt from their files on the
+    other worker), the rest of the search too; the ids are those of exact k-NN. The same with calls the
+    scheduler relays (a client set not to reach the workers)."""
+    from distributed import Client
+
+    from knngraph.distributed import _index
+
+    x = rng.standard_normal((800, 10)).astype(np.float32)
+    q = rng.standard_normal((400, 10)).astype(np.float32)
+    expected = knngraph.knn(x, q, 7, device="cpu")
+    with Client(client.scheduler.address, direct_to_workers=direct_to_workers, set_as_default=False) as own:
+        index = kd.build(bruteforce.IndexParams(), _files(tmp_path, x, [400]), client=own, device="cpu").wait()
+        _, pid = _holder_pid(own, index.futures[0])
+        call, resent = _index._call, _spy(monkeypatch, "_submit")
+
+        def killing_call(index, group, b, *args):
+            if b == 3 and group.shards[0][0].index == 0:
+                os.kill(pid, signal.SIGKILL)
+            return call(index, group, b, *args)
+
+        monkeypatch.setattr(_index, "_call", killing_call)
+        d, i = kd.search(index, q, 7, batch_size=50, device="cpu")  # 8 batches
+    np.testing.assert_array_equal(i, expected.indices)
+    np.testing.assert_allclose(d, expected.distances, rtol=1e-5, atol=1e-5)
+    killed = {s.index for s, _ in resent[0][1].shards}
+    assert 0 in killed and all({s.index for s, _ in group.shards} == killed for _, group in resent)
+    resent_batches = sorted(b for b, _ in resent)
+    assert resent_batches == list(range(resent_batches[0], 8)) and resent_batches[0] <= 3
+
+
+def test_a_worker_without_the_shard_answers_missing_and_the_batch_goes_as_a_task(client, rng, monkeypatch):
+    """Calls sent to a live worker that does not hold the shards (moved, or rebuilt elsewhere) come back
+    'missing': each such batch is re-sent as a task, and the ids are those of exact k-NN."""
+    from knngraph.distributed import _index
+
+    x = rng.standard_normal((600, 8)).astype(np.float32)
+    q = rng.standard_normal((90, 8)).astype(np.float32)
+    client.wait_for_workers(2)  # one may be restarting, killed by an earlier test
+    index = kd.build(bruteforce.IndexParams(), x, client=client, shards=2, device="cpu").wait()
+    workers, groups = set(client.scheduler_info()["workers"]), _index._groups
+
+    def misplaced(index, direct):  # each group's calls go to a worker that does not hold its shards
+        found = groups(index, direct)
+        for g in found:
+            g.workers = tuple(w for w in workers if w not in g.workers)
+        return found
+
+    monkeypatch.setattr(_index, "_groups", misplaced)
+    resent = _spy(monkeypatch, "_submit")
+    d, i = kd.search(index, q, 6, batch_size=30, device="cpu")  # 3 batches
+    expected = knngraph.knn(x, q, 6, device="cpu")
+    np.testing.assert_array_equal(i, expected.indices)
+    n_groups = len({id(group) for _, group in resent})
+    assert sorted(b for b, _ in resent) == sorted([0, 1, 2] * n_groups)
+
+
+def test_search_error_on_a_worker_is_named(client, sift):
+    x, q = sift
+    index = kd.build(SONG, x[:1000], client=client, shards=2, device="cpu").wait()
+    with pytest.raises(ValueError, match=r"shard \d \(rows .*\), query batch 0: k=10 is larger than queue_size=8"):
+        kd.search(index, q, 10, song.SearchParams(queue_size=8), device="cpu")
 
 
 def test_shard_that_cannot_be_rebuilt_is_named(client, rng, tmp_path):
