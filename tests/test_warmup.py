@@ -69,7 +69,12 @@ _COMPILE_SIGNATURES = textwrap.dedent("""
 
     caching.IndexDataCacheFile._save_index = slow_save_index
     from probe_kernels import scale
-    time.sleep(max(0.0, float(os.environ["PROBE_START"]) - time.time()))  # both processes start together
+    if os.environ["PROBE_BARRIER"]:  # both processes start together: each waits until both are ready
+        open(os.path.join(os.environ["PROBE_BARRIER"], str(os.getpid())), "w").close()
+        deadline = time.time() + 240
+        while len(os.listdir(os.environ["PROBE_BARRIER"])) < 2:
+            assert time.time() < deadline, "the other process never got ready"
+            time.sleep(0.002)
     for dtype in os.environ["PROBE_DTYPES"].split(","):
         scale(np.ones(3, dtype), 2)
     print(len(scale.signatures), sum(scale.stats.cache_misses.values()))
@@ -81,17 +86,18 @@ def _compile_at_once(tmp_path, lock: bool) -> list:
     asks for all ten. Returns (signatures, compiled) of the third, or ["loaded another signature's code"]
     when, without the lock, the third process was handed another signature's machine code (numba then
     fails to unbox its arguments)."""
-    import time
-
     cache = tmp_path / ("locked" if lock else "unlocked")
+    barrier = tmp_path / ("barrier-locked" if lock else "barrier-unlocked")  # a file per process that is ready
+    barrier.mkdir()
     groups = [["int8", "int16", "int32", "int64", "float32"], ["uint8", "uint16", "uint32", "uint64", "float64"]]
+    # (the processes used to start at a time 8 s ahead, for both to be up by then: 8 s of waiting each run)
     env = dict(os.environ, PROBE_DIR=str(tmp_path), NUMBA_CACHE_DIR=str(cache),
-               PROBE_LOCK=str(cache / "lock") if lock else "", PROBE_START=str(time.time() + 8))
+               PROBE_LOCK=str(cache / "lock") if lock else "", PROBE_BARRIER=str(barrier))
     procs = [subprocess.Popen([sys.executable, "-c", _COMPILE_SIGNATURES], stdout=subprocess.DEVNULL,
                               env=dict(env, PROBE_DTYPES=",".join(g))) for g in groups]
     assert [p.wait(300) for p in procs] == [0, 0]
     done = subprocess.run([sys.executable, "-c", _COMPILE_SIGNATURES], capture_output=True, text=True, timeout=300,
-                          env=dict(env, PROBE_DTYPES=",".join(sum(groups, [])), PROBE_START="0"))
+                          env=dict(env, PROBE_DTYPES=",".join(sum(groups, [])), PROBE_BARRIER=""))
     if not lock and done.returncode != 0 and "can't unbox" in done.stderr:
         return ["loaded another signature's code"]
     assert done.returncode == 0, done.stderr

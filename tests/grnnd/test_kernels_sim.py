@@ -75,7 +75,10 @@ def test_rounds_on_full_range_bytes_match_the_cpu_path(dtype, kind):
 
 
 @pytest.mark.slow  # simulator: about 20 s on 2 cores
-@pytest.mark.parametrize("alpha", [1.2, 1.5])
+# one alpha: any alpha > 1 takes the same relaxed branches (the 2R-column proposals, dropped or kept and
+# offered by the data); rounds at alpha 1.2 also run in test_build_with_prune_alpha_matches_the_cpu_graph,
+# whose graph after them equals the CPU's (a second alpha here, 1.2, took 15-28 s more)
+@pytest.mark.parametrize("alpha", [1.5])
 def test_rounds_match_the_cpu_path_with_prune_alpha(alpha):
     """The relaxed test f * d(i, j) < max(d(v, i), d(v, j)) (f = alpha^2 on squared L2) for dropping,
     Eq. (2) for redirecting: same pools and counts on both paths (the offers of kept entries included),

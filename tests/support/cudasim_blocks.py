@@ -10,11 +10,18 @@ there. :func:`install` makes the launching thread sleep on a condition variable 
 simulated thread reaches ``syncthreads`` or finishes. The scheduling rules are those of the simulator:
 the same threads, ``syncthreads`` releases the block once every live thread waits in it, and the first
 exception aborts the block and is re-raised by the launch.
+
+A block's threads also run on one core (:func:`_block_cpu`, where the platform can pin threads): they take
+turns on the GIL at every warp barrier, and a lane woken on another core costs a cross-core wake-up each
+time while the GIL bounces between the cores; on 2 cores pinning halved both the wall time and the CPU
+time of a warp-heavy test (whose threads otherwise take CPU from the other test process as well). It
+changes no scheduling rule: which runnable thread the OS runs next was never defined.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 import threading
 
 #: the launching thread re-checks at least this often (seconds), notified or not
@@ -49,9 +56,39 @@ def _make_thread_run(orig_run):
     return run
 
 
+def _block_cpu() -> int | None:
+    """The core a block's threads run on: one per pytest-xdist worker (``gw0`` the first allowed core,
+    ``gw1`` the second, ...), so that two workers simulating at once do not share one; in a process of its
+    own, the first allowed core. None where threads cannot be pinned (no ``os.sched_setaffinity``) or only
+    one core is allowed anyway."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    return cpus[index % len(cpus)]
+
+
 def _run(self, grid_point, *args):
-    """``BlockManager.run``: start the block's threads, release ``syncthreads`` barriers, re-raise the
-    first exception; waits for notifications instead of polling."""
+    """``BlockManager.run`` on one core (:func:`_block_cpu`): the launching thread is pinned while it
+    starts the block's threads (which inherit its affinity) and waits for them, then gets its own
+    affinity back."""
+    cpu = _block_cpu()
+    if cpu is None:
+        return _run_block(self, grid_point, *args)
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})  # 0: the calling thread (Linux)
+    try:
+        return _run_block(self, grid_point, *args)
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
+def _run_block(self, grid_point, *args):
+    """Start the block's threads, release ``syncthreads`` barriers, re-raise the first exception; waits
+    for notifications instead of polling."""
     import numpy as np
     from numba.cuda.simulator.kernel import BlockThread
 
