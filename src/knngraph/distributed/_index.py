@@ -151,8 +151,10 @@ def _merge(k, *parts):
 class _SearchService(WorkerPlugin):
     """The workers' end of a streamed search: ``SEARCH_OP`` runs :func:`_search_shards` on the shard
     indexes a worker holds (looked up by their keys) for one batch the client sent straight to it; no
-    task, so no trip through the scheduler. Searches run one at a time in a thread of their own (a worker
-    has one GPU; a CPU search uses the worker's cores). A shard the worker no longer holds answers
+    task, so no trip through the scheduler. Searches run in as many threads of their own as the worker
+    has for tasks, as the search tasks did: a GPU worker's threads search on streams of their own, which
+    overlap (on one H200 worker with its default threads, one search thread streamed 0.58x / 0.73x /
+    0.84x the in-process queries/s at queue 32 / 64 / 128). A shard the worker no longer holds answers
     'missing' (the client then searches that batch with a task, which Dask reruns if it must)."""
 
     name = "knngraph-sharded-search"
@@ -160,7 +162,8 @@ class _SearchService(WorkerPlugin):
 
     def setup(self, worker):
         self._worker = worker
-        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="knngraph-search")
+        self._thread = concurrent.futures.ThreadPoolExecutor(max(1, int(worker.state.nthreads)),
+                                                             thread_name_prefix="knngraph-search")
         worker.handlers[SEARCH_OP] = self._search
 
     def teardown(self, worker):
