@@ -65,8 +65,8 @@ def search_gpus(module, index, q, k: int, params, first: Device, filter, masks, 
     synchronous, and those of several devices wait for each other in the driver; a replicated search
     stages, searches and copies back host queries in chunks queued round robin over the devices,
     :func:`replica_chunks`), its search is launched there, and its results either travel back to
-    page-locked host buffers on the same stream (replicated, host queries) or are copied peer to peer to ``first`` on ``first``'s stream after an event says they
-    are ready (sharded: merged there).
+    page-locked host buffers on the same stream (replicated, host queries) or are copied peer to peer to
+    ``first`` on ``first``'s stream after an event says they are ready (sharded: merged there).
     Measured on 4 H200s with sift-photos 450k and 100k host queries: with one host thread per device
     (each making its device current and waiting for it) most of the call went to pageable copies waiting
     for one another and to the threads' turns at the interpreter lock; queued from one thread, the
@@ -283,8 +283,8 @@ def replica_chunks(nq: int, n_devices: int, *, max_rows: int = MAX_CHUNK_ROWS,
 
 def _replicated_to_host(module, parts, devs, staged, k: int, params, filter, per_device_stats, kw, nq: int):
     """A replicated search of host queries (``staged``), results on the host: the chunks of
-    :func:`replica_chunks` queued round robin, each one copied to its device, searched and copied back into page-locked buffers on the device's stream; then, chunk by chunk in queue order, the
-    host waits for a chunk's event and copies its rows into the results (the later chunks still
+    :func:`replica_chunks` queued round robin, each one copied to its device, searched and copied back into
+    page-locked buffers on the device's stream; then, chunk by chunk in queue order, the host waits for a chunk's event and copies its rows into the results (the later chunks still
     computing). With ``stats`` each device searches its share in one piece, so that its figures are its
     whole share's."""
     import cupy as cp

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._device import as_numpy
+from .._device import Device, as_numpy, device_context, is_device_array
 from .._typing import Array
 
 __all__ = ["reachable", "unreachable_count", "weak_components", "bfs", "find_root"]
@@ -85,34 +85,31 @@ _DEVICE_LEVELS = 1024
 def reachable(ids: Array, entries: Array) -> np.ndarray:
     """Boolean mask (host) of the vertices of the graph ``ids`` (int32 rows, -1 = no edge; host or device)
     that a search started from ``entries`` can reach (directed edges). A graph on a GPU is searched there,
-    level by level (a GPU build checks its graph without copying it to the host)."""
-    from .._device import is_device_array
-
+    level by level (a GPU build checks its graph without copying it to the host); a pass still going after
+    the levels (a long chain) is finished on the host by the compiled pass, as are host graphs of more
+    than :data:`_VECTOR_EDGES` edge slots."""
+    starts = np.ascontiguousarray(as_numpy(entries), dtype=np.int64).ravel()
     if is_device_array(ids):
         import cupy as cp
 
-        with cp.cuda.Device(ids.data.device_id):
+        with device_context(Device("cuda", ids.data.device_id)):
             g = cp.ascontiguousarray(ids, dtype=cp.int32)
-            seen_d = cp.zeros(g.shape[0], cp.bool_)
-            starts = cp.asarray(np.ascontiguousarray(as_numpy(entries), dtype=np.int64).ravel())
-            left = _bfs_levels(g, starts, seen_d, xp=cp, levels=_DEVICE_LEVELS)
-            seen = cp.asnumpy(seen_d)
+            seen = cp.zeros(g.shape[0], cp.bool_)
+            left = _bfs_levels(g, cp.asarray(starts), seen, xp=cp, levels=_DEVICE_LEVELS)
             if left.size == 0:
-                return seen
-            g, starts = cp.asnumpy(g), cp.asnumpy(left)
-        seen[starts] = False  # the compiled pass expands what it marks: hand it the frontier unmarked
-        bfs(g, starts.astype(np.int64), seen)
-        return seen
-    g = np.ascontiguousarray(as_numpy(ids), dtype=np.int32)
-    seen = np.zeros(g.shape[0], np.bool_)
-    starts = np.ascontiguousarray(as_numpy(entries), dtype=np.int64).ravel()
-    if g.size <= _VECTOR_EDGES:
-        starts = _bfs_levels(g, starts, seen)
-        if starts.size == 0:
+                return cp.asnumpy(seen)
+            g, seen, left = cp.asnumpy(g), cp.asnumpy(seen), cp.asnumpy(left)
+    else:
+        g = np.ascontiguousarray(as_numpy(ids), dtype=np.int32)
+        seen = np.zeros(g.shape[0], np.bool_)
+        if g.size > _VECTOR_EDGES:
+            bfs(g, starts, seen)
             return seen
-        seen[starts] = False  # the compiled pass expands what it marks: hand it the frontier unmarked
-        starts = starts.astype(np.int64)
-    bfs(g, starts, seen)
+        left = _bfs_levels(g, starts, seen)
+        if left.size == 0:
+            return seen
+    seen[left] = False  # the compiled pass expands what it marks: hand it the frontier unmarked
+    bfs(g, left.astype(np.int64), seen)
     return seen
 
 
