@@ -80,7 +80,7 @@ def run_specs(specs, out_jsonl, png, title: str, *, threads: int | None = None, 
     return runner.lines
 
 
-def clustered(n, d, seed=0, latent=12, overlapping=False, xp=None):
+def clustered(n, d, seed=0, latent=12, overlapping=False, xp=None, n_centers=None, on_device=False):
     """A clustered set (float32, host memory), generated chunk by chunk on the GPU (``xp`` = CuPy, the
     default) or with NumPy (``xp=np``, the CPU studies; another random stream, the same kind of set):
     n/2000 Gaussian clusters (at least 100) whose points vary along a shared random 12-dimensional subspace
@@ -90,7 +90,11 @@ def clustered(n, d, seed=0, latent=12, overlapping=False, xp=None):
     joins. With ``overlapping`` they lie in the latent subspace too (scale 2): neighbouring clusters
     overlap and the k-NN graph is connected (``benchmarks/studies/ggnn_islands_cpu.py`` compares the two).
     The runner's :class:`benchmarks.runner.synthetic.GaussianMixture` is a set of the same kind whose
-    values do not depend on the device or the chunking; this one stays for the results measured on it."""
+    values do not depend on the device or the chunking; this one stays for the results measured on it.
+
+    ``n_centers``: a fixed number of clusters instead of n/2000 (the set then grows denser with n, as a
+    real collection does when more of the same kind of data arrives). ``on_device``: return the CuPy array
+    (``xp`` must be CuPy): sets of several GB need no host copy."""
     if xp is None:
         import cupy as xp
     rs = xp.random.RandomState(seed)
@@ -100,16 +104,18 @@ def clustered(n, d, seed=0, latent=12, overlapping=False, xp=None):
             return rs.standard_normal(shape).astype(np.float32)
         return rs.standard_normal(shape, dtype=xp.float32)
 
-    n_centers = max(100, n // 2000)
+    if on_device and xp is np:
+        raise ValueError("on_device=True needs xp=cupy")
+    n_centers = int(n_centers) if n_centers else max(100, n // 2000)
     centers = normal((n_centers, d)) * 3
     basis = normal((latent, d)) / np.float32(np.sqrt(latent))
     if overlapping:
         centers = (normal((n_centers, latent)) * 2) @ basis
-    out = np.empty((n, d), np.float32)
+    out = xp.empty((n, d), np.float32) if on_device else np.empty((n, d), np.float32)
     chunk = 1 << 20
     for s in range(0, n, chunk):
         e = min(n, s + chunk)
         lab = rs.randint(0, n_centers, e - s)
         block = centers[lab] + normal((e - s, latent)) @ basis + normal((e - s, d)) * np.float32(0.05)
-        out[s:e] = block if xp is np else block.get()
+        out[s:e] = block if (xp is np or on_device) else block.get()
     return out

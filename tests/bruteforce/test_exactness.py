@@ -101,3 +101,40 @@ def test_integer_data_keeps_exact_keys_and_no_margin(sample):
     assert g.info["candidates"] == 10 and g.info["exactness_retries"] == 0
     td, ti = exact_answer(sample.base[:3000], sample.base[:3000], 11, "sqeuclidean")
     assert recall_at_k(g.indices, ti[:, 1:], 10, distances=g.distances, true_distances=td[:, 1:]) == 1.0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_float_vectors_of_small_integers_take_exact_keys(dtype, sample):
+    """SIFT-like descriptors stored as floats: every key is an integer below 2^24, exact in float32, so
+    the search takes k candidates and no recomputation, and answers exactly as the uint8 vectors do."""
+    base, queries = sample.base[:3000], sample.base[3000:3100]
+    d, i = knngraph.knn(base.astype(dtype), queries.astype(dtype), 10, device="cpu")
+    du, iu = knngraph.knn(base, queries, 10, device="cpu")
+    np.testing.assert_array_equal(i, iu)
+    np.testing.assert_array_equal(d, du)
+    g = knngraph.knn_graph(base.astype(dtype), 10, device="cpu")
+    assert g.info["candidates"] == 10 and g.info["exactness_retries"] == 0
+    assert_exact(base.astype(np.float32), queries.astype(np.float32), 10)
+
+
+def test_which_float_data_counts_as_small_integers(sample):
+    from knngraph.bruteforce._exact import plan_numerics
+
+    base = sample.base[:2000].astype(np.float32)
+    plan = plan_numerics(base, "sqeuclidean", np)
+    assert plan.integer_top == float(base.max()) and plan.gamma > 0
+    assert plan.for_queries(base[:50]).gamma == 0.0
+    # queries with a fraction, or large enough to push a key past 2^24, keep the error bound
+    assert plan.for_queries(base[:50] + np.float32(0.5)).gamma == plan.gamma
+    big = np.full((3, base.shape[1]), 600, np.float32)      # 128 * 228 * 2 * 600 > 2^24
+    assert plan.for_queries(big).gamma == plan.gamma
+    # a fraction anywhere in the base, integers beyond float16's exact range, cosine: no integer plan
+    frac = base.copy()
+    frac[7, 3] += 0.25
+    assert plan_numerics(frac, "sqeuclidean", np).integer_top is None
+    assert plan_numerics(base * 16, "sqeuclidean", np).integer_top is None
+    assert plan_numerics(base, "cosine", np).integer_top is None
+    # integers far from the origin are centered first: their keys are no longer integers
+    assert plan_numerics(base + 1000, "sqeuclidean", np).integer_top is None
+    ip = plan_numerics(base, "inner_product", np)
+    assert ip.for_queries(base[:50]).gamma == 0.0

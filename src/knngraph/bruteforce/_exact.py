@@ -19,7 +19,12 @@ garbage. Three measures, decided once per base by :func:`plan_numerics`:
    unsure and searched again with more candidates (``_index.py``), up to all points.
 
 Integer vectors whose sums stay below 2^24 in float32 have exact keys (``gamma = 0``): no margin, no
-recomputation, nothing changes on their (fastest) path.
+recomputation, nothing changes on their (fastest) path. So do float vectors that hold small integers
+(SIFT-like descriptors stored as float32 or float16): every product, partial sum and key of theirs is an
+integer below 2^24, which float32 (and the fp16 GEMM's fp32 accumulation) represents exactly, in any
+summation order. The plan notes such a base (``integer_top``) and :meth:`NumericPlan.for_queries` takes
+the exact-key path when the queries hold small integers too; on an H200 that made the float32 search of
+sift-photos 450k x 10k queries as fast as its uint8 search (``benchmarks/studies/profile_exact.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ __all__ = ["NumericPlan", "plan_numerics", "finish_candidates"]
 
 _U = 2.0 ** -24                 # unit roundoff of float32
 _EXACT_INT = 2.0 ** 24          # integers below this are exact in float32
+_MAX_EXACT_INT = 2048.0         # integers up to this are exact in float16 and TF32 operands too
 _F32_MAX = float(np.finfo(np.float32).max)
 # keep transformed squared norms within [2^-60, 2^60]: sums of d products then stay far inside float32
 _NORM2_LOW, _NORM2_HIGH = 2.0 ** -60, 2.0 ** 60
@@ -57,6 +63,9 @@ class NumericPlan:
     scale: float
     gamma: float
     max_norm2: float
+    #: float base only: the largest |value| when every value is an integer of at most _MAX_EXACT_INT and
+    #: nothing is transformed (see :meth:`for_queries`), else None
+    integer_top: float | None = None
 
     @property
     def kind(self) -> int:
@@ -97,6 +106,21 @@ class NumericPlan:
         if self.metric == "cosine":
             x = normalize_rows(x) if xp is np else _normalize_cupy(x, xp)
         return xp.ascontiguousarray(x)
+
+    def for_queries(self, queries) -> NumericPlan:
+        """This plan for ``queries`` (NumPy, memory map or CuPy): with exact keys (``gamma`` 0: k candidates,
+        no recomputation) when the base holds small integers (``integer_top``) and so do the queries,
+        with every key below 2^24 in magnitude: |key| <= d t_x max(t_x, 2 t_q) for L2 (||x||^2 and
+        2 q.x), d t_x t_q for inner product."""
+        if self.integer_top is None or self.gamma == 0.0 or queries.shape[0] == 0:
+            return self
+        top_q = _integer_top(queries)
+        if top_q is None:
+            return self
+        d = queries.shape[1]
+        tx = self.integer_top
+        bound = d * tx * (max(tx, 2.0 * top_q) if self.metric in ("sqeuclidean", "euclidean") else top_q)
+        return dataclasses.replace(self, gamma=0.0) if bound < _EXACT_INT else self
 
     def candidates(self, k: int, n_available: int) -> int:
         """How many candidates each query selects: k when keys are exact, else a margin (rounded up to
@@ -156,13 +180,19 @@ def plan_numerics(base, metric: str, xp) -> NumericPlan:
     total = xp.zeros(d, np.float64)
     sq_total = xp.zeros((), np.float64)
     max_norm2 = xp.zeros((), np.float64)
+    integral = xp.ones((), bool)
+    top = xp.zeros((), np.float64)
     for s in range(0, n, _CHUNK_ROWS):
         blk = xp.asarray(base[s:s + _CHUNK_ROWS]).astype(xp.float32, copy=False)
         nrm2 = _row_norms2(blk, xp)
         total += _column_sums(blk, xp)
         sq_total += nrm2.sum(dtype=np.float64)
         max_norm2 = xp.maximum(max_norm2, nrm2.max())
+        if metric != "cosine":
+            integral &= xp.all(blk == xp.rint(blk))
+            top = xp.maximum(top, xp.abs(blk).max())
     total, sq_total, max_norm2 = _host(total), float(sq_total), float(max_norm2)
+    integral, top = bool(integral) and metric != "cosine", float(top)
     shift = None
     if metric in ("sqeuclidean", "euclidean"):
         mu = total / n
@@ -183,7 +213,23 @@ def plan_numerics(base, metric: str, xp) -> NumericPlan:
         max_norm2 = 1.0
     else:
         max_norm2 *= scale * scale
-    return NumericPlan(metric, shift, scale, _gamma(d), max_norm2)
+    exact_ints = integral and shift is None and scale == 1.0 and top <= _MAX_EXACT_INT
+    return NumericPlan(metric, shift, scale, _gamma(d), max_norm2, top if exact_ints else None)
+
+
+def _integer_top(a) -> float | None:
+    """The largest |value| of ``a`` (NumPy, memory map or CuPy; in row chunks) when every value is an
+    integer of at most _MAX_EXACT_INT, else None."""
+    xp = __import__("cupy") if hasattr(a, "__cuda_array_interface__") else np
+    top = 0.0
+    for s in range(0, a.shape[0], _CHUNK_ROWS):
+        blk = xp.asarray(a[s:s + _CHUNK_ROWS]).astype(xp.float32, copy=False)
+        if not bool(xp.all(blk == xp.rint(blk))):
+            return None
+        top = max(top, float(xp.abs(blk).max()))
+        if top > _MAX_EXACT_INT:
+            return None
+    return top
 
 
 def _column_sums(blk, xp):

@@ -71,7 +71,7 @@ def _exact_unnamed(dev: Device, base, queries, k, metric, *, graph, select, memo
                    plan=None):
     impl = implementation(__package__, dev)
     xp = _xp_of(base) if dev.is_cuda else np
-    plan = plan or plan_numerics(base, metric, xp)
+    plan = (plan or plan_numerics(base, metric, xp)).for_queries(queries)
     budget = _budget(memory_limit, dev)
     n = base.shape[0]
     n_available = n - 1 if graph else n

@@ -75,7 +75,7 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
     resolve_select(select, k)
     n, d = base.shape
     nq = queries.shape[0]
-    plan = plan or plan_numerics(base, metric, np)
+    plan = plan or plan_numerics(base, metric, np).for_queries(queries)
     c = candidates or plan.candidates(k, n - 1 if graph else n)
     budget = memory_limit or (1 << 30)
     # one dot tile of about budget/4 (at most 256 MiB): large enough for BLAS to run at full speed

@@ -67,7 +67,7 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
     n, d = base.shape
     nq = queries.shape[0]
     with cp.cuda.Device(device_index):
-        numerics = plan or plan_numerics(base, metric, cp if isinstance(base, cp.ndarray) else np)
+        numerics = plan or plan_numerics(base, metric, cp if isinstance(base, cp.ndarray) else np).for_queries(queries)
         c = candidates or numerics.candidates(k, n - 1 if graph else n)
         if select == "auto":
             select = resolve_select(select, c)  # by the candidates each query selects
