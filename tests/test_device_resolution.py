@@ -136,3 +136,41 @@ def test_a_memory_error_of_the_library_passes_unchanged_on_a_gpu(monkeypatch):
 
     with pytest.raises(MemoryError, match=r"^memory_limit=1MB is below the 4MB the smallest piece needs$"):
         build_with_budget(np.zeros((2, 2), np.float32))
+
+
+def test_each_device_resolves_to_one_object_and_every_spelling_is_still_checked(monkeypatch):
+    # resolve_device hands out one Device per device (so keys holding them compare by identity) and parses a
+    # spelling once; whether the GPU it names is there is asked at every call, and bad spellings still fail
+    cpu = _device.resolve_device("cpu")
+    assert cpu == _device.Device("cpu") and _device.resolve_device(" CPU ") is cpu
+    assert _device.resolve_device(cpu) is cpu
+    for _ in range(2):  # a second call of a parsed spelling, and of a refused one
+        with pytest.raises(ValueError, match=r"device 'cuda:x': expected 'cuda:N' with an integer N"):
+            _device.resolve_device("cuda:x")
+        with pytest.raises(ValueError, match="device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'tpu'"):
+            _device.resolve_device("tpu")
+        with pytest.raises(TypeError, match="device must be a string"):
+            _device.resolve_device(0)
+    monkeypatch.setattr(_device, "_gpu_probe", lambda: (False, "no GPU here (test)"))
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match=r"device='cuda:1' was asked for but no GPU is usable: no GPU here"):
+            _device.resolve_device("cuda:1")
+        assert _device.resolve_device("auto", np.zeros((1, 1), np.float32)) is cpu
+    monkeypatch.setattr(_device, "_gpu_probe", lambda: (True, ""))
+    monkeypatch.setattr(_device, "_gpu_count", lambda: 2)
+    gpu1 = _device.resolve_device("cuda:1")
+    assert gpu1 == _device.Device("cuda", 1) and _device.resolve_device("cuda:1") is gpu1
+    assert _device.resolve_device("cuda") == _device.Device("cuda", 0) == _device.resolve_device("auto")
+    with pytest.raises(ValueError, match=r"device 'cuda:2': GPU index out of range, this machine has 2 GPU\(s\)"):
+        _device.resolve_device("cuda:2")
+
+
+def test_the_cpu_context_is_a_shared_no_op_and_array_kinds_are_the_same_values():
+    cpu = _device.Device("cpu")
+    ctx = _device.device_context(cpu)
+    assert ctx is _device.device_context(cpu)
+    with ctx as entered, ctx:  # reentrant: one serves every caller
+        assert entered is None
+    x = np.zeros((2, 2), np.float32)
+    assert _device.array_kind(x) == _device.ArrayKind("numpy", False) == _device.array_kind(x.view(np.memmap))
+    assert _device.return_as(_device.array_kind(x), x) is x

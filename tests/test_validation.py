@@ -176,3 +176,39 @@ def test_device_arrays_are_recognised_by_type_and_report_their_gpu():
     assert not _is_cupy(x) and _cuda_device_of(x) is None and not is_device_array(x)
     NotCupy = type("ndarray", (), {"__module__": "cupyish.arrays"})
     assert not _is_cupy(NotCupy())
+
+
+def test_checked_vectors_come_back_as_they_are_or_made_contiguous_and_float32():
+    from knngraph._validate import check_vectors
+
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert check_vectors(x, "queries", on_gpu=False) is x
+    t = check_vectors(x.T, "queries", on_gpu=False)
+    assert t.flags.c_contiguous and (t == x.T).all()
+    w = check_vectors(x.astype(np.float64), "queries", on_gpu=False)
+    assert w.dtype == np.float32 and (w == x).all()
+    assert (check_vectors([[1.0, 2.0], [3.0, 4.0]], "queries", on_gpu=False) == [[1, 2], [3, 4]]).all()
+    with pytest.raises(TypeError, match="queries has dtype int32"):
+        check_vectors(x.astype(np.int32), "queries", on_gpu=False)
+    with pytest.raises(ValueError, match="queries is empty"):
+        check_vectors(x[:0], "queries", on_gpu=False)
+    with pytest.raises(ValueError, match="queries must be a 2-D array"):
+        check_vectors(x[0], "queries", on_gpu=False)
+
+
+@pytest.mark.parametrize("rows, bad_row", [(1, 0), (5, 4), (600, 599), (600, 0)])
+def test_check_finite_names_the_first_bad_row_of_small_large_and_chunked_inputs(monkeypatch, rows, bad_row):
+    from knngraph import _validate
+
+    x = np.ones((rows, 40), np.float16)
+    _validate.check_finite(x, "queries")  # finite: no error
+    x[bad_row, 39] = np.inf
+    x[-1, 0] = np.nan
+    first = min(bad_row, rows - 1)
+    with pytest.raises(ValueError, match=f"queries row {first} contains NaN or inf"):
+        _validate.check_finite(x, "queries")
+    monkeypatch.setattr(_validate, "_FINITE_CHUNK_ROWS", 64)  # the rows in chunks, each reduced whole
+    with pytest.raises(ValueError, match=f"queries row {first} contains NaN or inf"):
+        _validate.check_finite(x, "queries")
+    with pytest.raises(ValueError, match=f"queries row {first} contains NaN or inf"):
+        _validate.check_finite(x[:, ::-1], "queries")  # a strided view

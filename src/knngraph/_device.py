@@ -88,6 +88,43 @@ def gpu_available() -> bool:
     return _gpu_probe()[0]
 
 
+#: the CPU, and each GPU by ordinal: the devices :func:`resolve_device` returns, one object each, so a small
+#: search does not build a new one per call and keys holding them compare by identity
+_CPU = Device("cpu")
+_GPUS: dict = {}
+
+
+def _gpu(index: int) -> Device:
+    dev = _GPUS.get(index)
+    if dev is None:
+        dev = _GPUS.setdefault(index, Device("cuda", int(index)))
+    return dev
+
+
+#: ``device=`` strings already parsed: 'cpu', 'auto' or a GPU ordinal (whether that GPU is there is asked at
+#: every call, from the probes' own caches); a bounded number of spellings is kept
+_PARSED: dict = {}
+_PARSED_MAX = 64
+
+
+def _parse_device(device):
+    """'cpu', 'auto' or the GPU ordinal that ``device`` (a ``device=`` argument) names; TypeError or ValueError
+    for anything else."""
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a string such as 'auto', 'cpu', 'cuda' or 'cuda:0', got {device!r}")
+    name = device.strip().lower()
+    if name in ("cpu", "auto"):
+        return name
+    if name == "cuda":
+        return 0
+    if name.startswith("cuda:"):
+        try:
+            return int(name[5:])
+        except ValueError:
+            raise ValueError(f"device {device!r}: expected 'cuda:N' with an integer N") from None
+    raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+
+
 def resolve_device(device="auto", *arrays) -> Device:
     """Turn a ``device=`` argument into a :class:`Device`.
 
@@ -96,34 +133,28 @@ def resolve_device(device="auto", *arrays) -> Device:
     """
     if isinstance(device, Device):
         return device
-    if not isinstance(device, str):
-        raise TypeError(f"device must be a string such as 'auto', 'cpu', 'cuda' or 'cuda:0', got {device!r}")
-    name = device.strip().lower()
+    name = _PARSED.get(device) if type(device) is str else None
+    if name is None:
+        name = _parse_device(device)
+        if type(device) is str and len(_PARSED) < _PARSED_MAX:
+            _PARSED[device] = name
     if name == "cpu":
-        return Device("cpu")
+        return _CPU
     if name == "auto":
         if not gpu_available():
-            return Device("cpu")
+            return _CPU
         for a in arrays:
             idx = _cuda_device_of(a)
             if idx is not None:
-                return Device("cuda", idx)
-        return Device("cuda", 0)
-    if name == "cuda" or name.startswith("cuda:"):
-        index = 0
-        if name.startswith("cuda:"):
-            try:
-                index = int(name[5:])
-            except ValueError:
-                raise ValueError(f"device {device!r}: expected 'cuda:N' with an integer N") from None
-        ok, why = _gpu_probe()
-        if not ok:
-            raise RuntimeError(f"device={device!r} was asked for but no GPU is usable: {why}")
-        count = _gpu_count()
-        if not 0 <= index < count:
-            raise ValueError(f"device {device!r}: GPU index out of range, this machine has {count} GPU(s)")
-        return Device("cuda", index)
-    raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+                return _gpu(idx)
+        return _gpu(0)
+    ok, why = _gpu_probe()
+    if not ok:
+        raise RuntimeError(f"device={device!r} was asked for but no GPU is usable: {why}")
+    count = _gpu_count()
+    if not 0 <= name < count:
+        raise ValueError(f"device {device!r}: GPU index out of range, this machine has {count} GPU(s)")
+    return _gpu(name)
 
 
 def implementation(package: str, device: Device):
@@ -153,6 +184,12 @@ def _current_gpu(index: int):
             runtime.setDevice(previous)
 
 
+#: the context :func:`device_context` hands out when nothing is to be switched (stateless, so one serves all)
+_NO_SWITCH = contextlib.nullcontext()
+#: CuPy's ``runtime.getDevice``, bound on the first GPU context (the CPU path never imports CuPy)
+_get_device = None
+
+
 def device_context(device: Device):
     """A context making ``device`` current in the calling thread, for CuPy and for raw driver launches (a
     no-op context on the CPU).
@@ -160,19 +197,26 @@ def device_context(device: Device):
     A thread that never touched a GPU reports device 0 as current without any context bound to it:
     CuPy's ``Device`` skips switching to the device it believes current, and a raw kernel launch in such a
     thread fails with CUDA_ERROR_INVALID_CONTEXT. So the first time a thread works on a GPU, the device
-    is set explicitly (which binds its primary context to the thread); afterwards only a switch does."""
-    if device.is_cuda:
-        import cupy
-
+    is set explicitly (which binds its primary context to the thread); afterwards only a switch does. A
+    call that finds ``device`` current already (every call of a search after the first, on one GPU) costs
+    one ``cudaGetDevice`` and returns a shared no-op context."""
+    global _get_device
+    if device.kind == "cuda":
+        index = device.index
         bound = getattr(_BOUND, "gpus", None)
         if bound is None:
             bound = _BOUND.gpus = set()
-        if device.index not in bound:
-            bound.add(device.index)
-            return _current_gpu(device.index)
-        if cupy.cuda.runtime.getDevice() != device.index:
-            return _current_gpu(device.index)
-    return contextlib.nullcontext()
+        if index not in bound:
+            bound.add(index)
+            return _current_gpu(index)
+        get = _get_device
+        if get is None:
+            import cupy
+
+            get = _get_device = cupy.cuda.runtime.getDevice
+        if get() != index:
+            return _current_gpu(index)
+    return _NO_SWITCH
 
 
 #: idle non-blocking CUDA streams by (GPU, role, priorities), lent by :func:`borrowed_streams`
@@ -314,8 +358,16 @@ class ArrayKind:
     on_gpu: bool
 
 
+#: type -> whether it is PyTorch's (asked per call, like :func:`_is_cupy`)
+_TORCH_TYPES: dict = {}
+
+
 def _is_torch(x) -> bool:
-    return type(x).__module__.split(".")[0] == "torch"
+    t = type(x)
+    hit = _TORCH_TYPES.get(t)
+    if hit is None:
+        hit = _TORCH_TYPES[t] = t.__module__.split(".")[0] == "torch"
+    return hit
 
 
 #: type -> whether it is CuPy's (a search call asks several times; the answer per type never changes)
@@ -332,6 +384,8 @@ def _is_cupy(x) -> bool:
 
 def _cuda_device_of(x):
     """GPU ordinal of a device array, or None for host arrays."""
+    if type(x) is np.ndarray:
+        return None
     if _is_cupy(x):
         data = getattr(x, "data", None)  # an ndarray's memory pointer knows its GPU (x.device makes an object)
         return data.device_id if hasattr(data, "device_id") else x.device.id
@@ -346,16 +400,24 @@ def _cuda_device_of(x):
     return None
 
 
+#: the kinds :func:`array_kind` returns (frozen: shared by every call instead of made per call)
+_NUMPY_KIND, _CUPY_KIND = ArrayKind("numpy", False), ArrayKind("cupy", True)
+_TORCH_KINDS = (ArrayKind("torch", False), ArrayKind("torch", True))
+_OTHER_CUDA_KIND = ArrayKind("other-cuda", True)
+
+
 def array_kind(x) -> ArrayKind:
+    if type(x) is np.ndarray:
+        return _NUMPY_KIND
     if _is_cupy(x):
-        return ArrayKind("cupy", True)
+        return _CUPY_KIND
     if _is_torch(x):
-        return ArrayKind("torch", bool(x.is_cuda))
+        return _TORCH_KINDS[bool(x.is_cuda)]
     if isinstance(x, np.ndarray):
-        return ArrayKind("numpy", False)
+        return _NUMPY_KIND
     if _cuda_device_of(x) is not None:
-        return ArrayKind("other-cuda", True)
-    return ArrayKind("numpy", False)
+        return _OTHER_CUDA_KIND
+    return _NUMPY_KIND
 
 
 def is_device_array(x) -> bool:
@@ -371,13 +433,13 @@ def as_numpy(x) -> np.ndarray:
     """A host NumPy view (or copy, for device arrays) of ``x``; memory maps stay memory maps."""
     if isinstance(x, np.ndarray):
         return x
+    if _is_cupy(x):
+        return x.get()
     if _is_torch(x):
         t = x.detach()
         if t.is_cuda:
             t = t.cpu()
         return t.numpy()
-    if _is_cupy(x):
-        return x.get()
     if is_device_array(x):
         return as_cupy(x).get()
     if hasattr(x, "__dlpack__"):
@@ -390,10 +452,10 @@ def as_numpy(x) -> np.ndarray:
 
 def as_cupy(x, device: Device | None = None):
     """A CuPy array for ``x``: device arrays are used in place; host arrays are copied to the GPU."""
+    if _is_cupy(x):  # before the import statement: a search hands its CuPy results back through here
+        return x
     import cupy
 
-    if _is_cupy(x):
-        return x
     if _is_torch(x):
         if x.is_cuda:
             return cupy.from_dlpack(x.detach())
