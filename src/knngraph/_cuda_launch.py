@@ -383,6 +383,9 @@ class PreparedLaunch:
         self.values = np.array([v.view(np.uint64) for v in values], np.uint64)
         self.pointers = self.values.ctypes.data + 8 * np.arange(len(values), dtype=np.uint64)
         self._pointers_address = int(self.pointers.ctypes.data)
+        from cupy_backends.cuda.api import driver
+
+        self._launch_kernel = driver.launchKernel  # bound once: an import statement per call is a microsecond
 
     def array_slots(self, arg: int) -> tuple:
         """The positions in :attr:`values` of array argument ``arg``'s element count, data pointer and
@@ -397,9 +400,7 @@ class PreparedLaunch:
 
     def __call__(self, blocks: int, threads: int, stream) -> None:
         """Launch with the current :attr:`values` on CuPy ``stream``."""
-        from cupy_backends.cuda.api import driver
-
-        driver.launchKernel(self._function, int(blocks), 1, 1, int(threads), 1, 1, 0, stream.ptr,
+        self._launch_kernel(self._function, int(blocks), 1, 1, int(threads), 1, 1, 0, stream.ptr,
                             self._pointers_address, 0)
 
 

@@ -223,16 +223,23 @@ def test_numba_launch_path_matches_prepared_launch(sample, nnd_index, monkeypatc
     """KNNGRAPH_RAW_LAUNCH=0 launches the fast kernel through numba instead of a prepared launch: same
     rows and work per query, with and without GGNN's slack stop."""
     from knngraph import beam
+    from knngraph.beam.cuda import launch_environment, reread_environment
 
     view = beam.GraphView(nnd_index.graph.indices, sample.base, nnd_index.entry_points, "sqeuclidean")
     runs = []
-    for raw in ("1", "0"):
-        monkeypatch.setenv("KNNGRAPH_RAW_LAUNCH", raw)
-        for slack in (None, (10, 0.5, 5000.0, 100)):
-            st = {}
-            d, i = beam.search(view, sample.queries[:300], 10, 48, device="cuda", search_width=2, stats=st,
-                               slack=slack)
-            runs.append((d.get(), i.get(), st["distances_per_query"], st["expansions_per_query"]))
+    try:
+        for raw in ("1", "0"):
+            monkeypatch.setenv("KNNGRAPH_RAW_LAUNCH", raw)
+            reread_environment()  # the searcher reads the environment once, until told to read it again
+            for slack in (None, (10, 0.5, 5000.0, 100)):
+                st = {}
+                d, i = beam.search(view, sample.queries[:300], 10, 48, device="cuda", search_width=2, stats=st,
+                                   slack=slack)
+                runs.append((d.get(), i.get(), st["distances_per_query"], st["expansions_per_query"]))
+            assert launch_environment()[0] is (raw == "1")
+    finally:
+        monkeypatch.undo()
+        reread_environment()
     for a, b in zip(runs[:2], runs[2:]):
         np.testing.assert_array_equal(a[1], b[1])
         np.testing.assert_array_equal(a[0], b[0])

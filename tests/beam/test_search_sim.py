@@ -291,3 +291,47 @@ def test_word_modes_need_aligned_addresses():
     assert beam_mode(np.uint8, np.uint8, 8, 4, 8) == bk.MODE_DP4A_U8
     assert beam_mode(np.uint8, np.uint8, 8, 0, 2) == bk.MODE_GENERIC  # the queries are read as words too
     assert beam_mode(np.int8, np.int8, 8, 1, 0) == bk.MODE_GENERIC
+
+
+def test_word_modes_are_kept_per_dtypes_and_dimension_and_the_alignment_tested_per_call():
+    # beam_mode keeps the word mode of (vectors' dtype, queries' dtype, dim % 4); the addresses' alignment is
+    # tested at every call, so a misaligned view asked first does not decide for an aligned one, nor the reverse
+    for _ in range(2):
+        assert beam_mode(np.float32, np.float32, 12, 8, 0) == bk.MODE_F32X2
+        assert beam_mode(np.float32, np.float32, 12, 16, 0) == bk.MODE_F32X4
+        assert beam_mode(np.dtype(np.float32), np.dtype(np.float32), 20, 16, 0) == bk.MODE_F32X4
+        assert beam_mode(np.float32, np.float32, 13, 16, 0) == bk.MODE_GENERIC
+        assert beam_mode(np.uint8, np.float32, 12, 16, 0) == bk.MODE_GENERIC  # 8-bit vectors, float queries
+        assert beam_mode(np.uint8, np.uint8, 12, 16, 4) == bk.MODE_DP4A_U8
+        assert beam_mode(np.uint8, np.uint8, 12, 16, 2) == bk.MODE_GENERIC
+        assert beam_mode(np.uint8, np.uint8, 10, 16, 4) == bk.MODE_GENERIC
+        assert beam_mode(np.int8, np.int8, 16, 32, 0) == bk.MODE_DP4A_I8
+        assert beam_mode(np.float16, np.float16, 16, 8, 0) == bk.MODE_HALF4
+        assert beam_mode(np.dtype(">f4"), np.float32, 16, 16, 0) == bk.MODE_GENERIC  # not native float32
+
+
+def test_the_gpu_path_reads_the_environment_once_until_told_to_read_it_again(monkeypatch):
+    from knngraph.beam import cuda as gpu
+
+    monkeypatch.setenv("KNNGRAPH_RAW_LAUNCH", "0")
+    monkeypatch.setenv("KNNGRAPH_BEAM_MAX_REGISTERS", "96")
+    gpu.reread_environment()
+    try:
+        assert gpu.launch_environment() == (False, "96")
+        assert gpu.beam_max_registers(bk.MODE_F32X4) == gpu.beam_max_registers(bk.MODE_GENERIC) == 96
+        monkeypatch.setenv("KNNGRAPH_RAW_LAUNCH", "1")
+        monkeypatch.delenv("KNNGRAPH_BEAM_MAX_REGISTERS")
+        assert gpu.launch_environment() == (False, "96")  # kept
+        gpu.reread_environment()
+        assert gpu.launch_environment() == (True, None)
+        assert gpu.beam_max_registers(bk.MODE_F32X4) == 80 and gpu.beam_max_registers(bk.MODE_GENERIC) == 64
+        monkeypatch.setenv("KNNGRAPH_BEAM_MAX_REGISTERS", "0")
+        gpu.reread_environment()
+        assert gpu.beam_max_registers(bk.MODE_F32X4) == 0  # 0: uncapped
+        monkeypatch.setenv("KNNGRAPH_BEAM_MAX_REGISTERS", "many")
+        gpu.reread_environment()
+        with pytest.raises(ValueError):
+            gpu.beam_max_registers(bk.MODE_F32X4)
+    finally:
+        monkeypatch.undo()
+        gpu.reread_environment()

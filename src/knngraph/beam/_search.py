@@ -126,10 +126,11 @@ class GraphView:
         CuPy arrays (device arrays used in place), on the CPU the arrays its kernels read
         (:func:`~knngraph.primitives.distances.cpu_vectors`); the inverse norms of the vectors for cosine,
         else a 1-element dummy."""
-        dev = resolve_device(device)
+        dev = device if isinstance(device, Device) else resolve_device(device)
         key = (str(dev), "arrays")
-        if key in self.cache:
-            return self.cache[key]
+        got = self.cache.get(key)
+        if got is not None:
+            return got
         cosine = self.metric == "cosine"
         if dev.is_cuda:
             import cupy as cp
@@ -472,20 +473,22 @@ def _search_cpu(view: GraphView, queries, k, queue_size, stats, out, slack, allo
 
 
 _GPU_MODULES: tuple | None = None
+#: the query dtypes the kernel stages as they are (other dtypes, but the dp4a modes' 8-bit ones, are converted to
+#: float32); dtype objects, so that a test of a query's dtype against them is an identity test
+_STAGED_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 
 
 def _gpu_modules() -> tuple:
-    """(cupy, raw_launch_enabled, the kernels module, knngraph.beam.cuda), imported on the first GPU search
-    (not with this module: the CPU path never loads CuPy) and kept, so a small search does not pay the
-    import statements' lookups on every call."""
+    """(cupy, the kernels module, knngraph.beam.cuda), imported on the first GPU search (not with this module:
+    the CPU path never loads CuPy) and kept, so a small search does not pay the import statements' lookups on
+    every call."""
     global _GPU_MODULES
     if _GPU_MODULES is None:
         import cupy
 
-        from .. import _cuda_launch
         from . import _kernels, cuda
 
-        _GPU_MODULES = (cupy, _cuda_launch.raw_launch_enabled, _kernels, cuda)
+        _GPU_MODULES = (cupy, _kernels, cuda)
     return _GPU_MODULES
 
 
@@ -497,53 +500,55 @@ def _search_gpu(dev: Device, view: GraphView, queries, k, queue_size, search_wid
     the view's cache: the graph, vectors, entry points, norms and the compiled launch stay on the GPU.
     Host queries are checked for NaN / inf on the host (ValueError); device queries are not copied back
     for that (it would stall the call): the kernel gives a row holding NaN or inf ids -1 and distances
-    NaN. ``KNNGRAPH_RAW_LAUNCH=0``: numba's
-    launch instead of the prepared one. Returns (reported distances, ids) on the GPU."""
-    cp, raw_launch_enabled, bk, gpu = _gpu_modules()
-    BeamPlan, beam_max_registers, beam_mode, fitting_width = gpu.BeamPlan, gpu.beam_max_registers, gpu.beam_mode, \
-        gpu.fitting_width
-    list_capacity, search_beam_device, automatic_width = gpu.list_capacity, gpu.search_beam_device, gpu.search_width
-
+    NaN. ``KNNGRAPH_RAW_LAUNCH=0``: numba's launch instead of the prepared one (read once, as
+    ``KNNGRAPH_BEAM_MAX_REGISTERS``: :func:`knngraph.beam.cuda.reread_environment`). Returns (reported
+    distances, ids) on the GPU."""
+    cp, bk, gpu = _gpu_modules()
     t0 = time.perf_counter()
     g_ids, xb, inv_b, entries = view.arrays(dev)
     kind = view.kind
+    # current already when song.search's entry made it so (the context is then a shared no-op one); beam.search
+    # and other callers may come from another GPU
     with device_context(dev):
-        on_device = is_device_array(queries)
-        if not on_device:
+        qtype = type(queries)
+        if qtype is not cp.ndarray and not is_device_array(queries):
             check_finite(queries, "queries")
         # device queries on this GPU are used in place; others (host, another GPU) copied here
-        q = queries if type(queries) is cp.ndarray and queries.data.device_id == dev.index else cp.asarray(queries)
-        mode = beam_mode(xb.dtype, q.dtype, q.shape[1], xb.data.ptr, q.data.ptr)
-        if mode not in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) and q.dtype not in (np.float32, np.float16):
+        q = queries if qtype is cp.ndarray and queries.data.device_id == dev.index else cp.asarray(queries)
+        qdtype, nq, dim = q.dtype, q.shape[0], q.shape[1]
+        mode = gpu.beam_mode(xb.dtype, qdtype, dim, xb.data.ptr, q.data.ptr)
+        if qdtype not in _STAGED_DTYPES and mode != bk.MODE_DP4A_U8 and mode != bk.MODE_DP4A_I8:
             q = q.astype(cp.float32)  # the kernel stages float32 or float16 queries as float32
-        nq = q.shape[0]
+            qdtype = q.dtype
         d, i = out if out is not None else (cp.empty((nq, k), cp.float32), cp.empty((nq, k), cp.int32))
         bits = None if allowed is None else cp.asarray(allowed.bits)  # a few KB per call, like the queries
-        regs = max_registers or beam_max_registers(mode)
-        width = automatic_width(nq, sm_count(dev.index), search_width, queue_size)
+        raw, _ = gpu.launch_environment()
+        regs = max_registers or gpu.beam_max_registers(mode)
+        sms = sm_count(dev.index)
+        width = gpu.search_width(nq, sms, search_width, queue_size)
         if not search_width or allowed is not None:  # automatic, or a filter's longer list: no wider than fits
-            width = fitting_width(width, queue_size, q.shape[1], mode)
-        if raw_launch_enabled():
+            width = gpu.fitting_width(width, queue_size, dim, mode)
+        if raw:
             # one plan per configuration and calling thread: the list's length within its capacity, GGNN's slack
             # values (tau, nn1, ...) and a filter's bitset are written per call; a plan's query counters and
             # counts are its caller's (threads may search on streams of their own, whose kernels overlap on the
-            # GPU)
-            key = (dev, "beam", list_capacity(queue_size), k, mode, q.dtype.char, q.shape[1], regs, width,
+            # GPU). The GPU by its ordinal (an int hashes in C; the device object's hash is Python code)
+            key = (dev.index, "beam", gpu.list_capacity(queue_size), k, mode, qdtype.char, dim, regs, width,
                    slack is not None, bits is not None, threading.get_ident())
             plan = view.cache.get(key)
             if plan is None:
                 drop_plans_of_ended_threads(view.cache)
-                plan = BeamPlan(g_ids, xb, _norms(dev, view, mode, inv_b), entries, kind, k, queue_size, mode,
-                                bk.report_code(view.metric), q.shape[1], sm_count(dev.index), regs, width, q.dtype,
-                                slack is not None, bits is not None)
+                plan = gpu.BeamPlan(g_ids, xb, _norms(dev, view, mode, inv_b), entries, kind, k, queue_size, mode,
+                                    bk.report_code(view.metric), dim, sms, regs, width, qdtype, slack is not None,
+                                    bits is not None)
                 view.cache[key] = plan
             plan(q, d, i, slack, bits, queue_size)
             nd, ne = plan.counts(nq) if stats is not None else (None, None)
         else:
             nd, ne = cp.empty(nq, cp.int32), cp.empty(nq, cp.int32)
-            search_beam_device(g_ids, xb, q, _norms(dev, view, mode, inv_b), kind, entries, k, queue_size, mode,
-                               xp=cp, sm_count=sm_count(dev.index), out=(d, i, nd, ne),
-                               report=bk.report_code(view.metric), width=width, slack=slack, allowed=bits)
+            gpu.search_beam_device(g_ids, xb, q, _norms(dev, view, mode, inv_b), kind, entries, k, queue_size, mode,
+                                   xp=cp, sm_count=sms, out=(d, i, nd, ne), report=bk.report_code(view.metric),
+                                   width=width, slack=slack, allowed=bits)
         if stats is not None:
             stats["distances_per_query"] = float(nd.mean())
             stats["expansions_per_query"] = float(ne.mean())

@@ -17,16 +17,24 @@ from ..primitives.constants import pow2_at_least
 from . import _kernels as bk
 
 __all__ = ["search_beam_device", "beam_config", "slack_args", "fitting_width", "BeamPlan", "search_width",
-           "list_capacity", "beam_mode", "beam_max_registers", "square_norms", "COUNTER_RING"]
+           "list_capacity", "beam_mode", "beam_max_registers", "square_norms", "COUNTER_RING", "launch_environment",
+           "reread_environment"]
 
 #: the sorted list's compile-time capacity: ``queue_size`` rounded up to a power of two, at least this
 #: (one kernel build per capacity)
 _MIN_LIST_CAPACITY = 32
 
 
+#: queue size -> its list capacity (a search asks once per call)
+_CAPACITIES: dict = {}
+
+
 def list_capacity(queue_size: int) -> int:
     """The compile-time capacity of the sorted list for ``queue_size``: a power of two, at least 32."""
-    return pow2_at_least(queue_size, _MIN_LIST_CAPACITY)
+    cap = _CAPACITIES.get(queue_size)
+    if cap is None:
+        cap = _CAPACITIES.setdefault(queue_size, pow2_at_least(queue_size, _MIN_LIST_CAPACITY))
+    return cap
 
 
 
@@ -41,12 +49,20 @@ def beam_mode(base_dtype, query_dtype, dim: int, base_address: int = 0, query_ad
     == 0) or 8-byte words of two (dim % 4 == 2); else generic (element loads). A word mode needs the vectors' (and,
     for dp4a, the queries') device address aligned to its word: an offset view (``buf[1:].reshape(n, d)``) falls
     back to the generic mode rather than fault on a misaligned load."""
-    mode = _word_mode(np.dtype(base_dtype), np.dtype(query_dtype), dim)
+    key = (base_dtype, query_dtype, dim % 4)  # the word mode depends on the dimension modulo 4 only
+    mode = _WORD_MODES.get(key)
+    if mode is None:
+        mode = _WORD_MODES.setdefault(key, _word_mode(np.dtype(base_dtype), np.dtype(query_dtype), dim))
     if mode == bk.MODE_F32X4 and base_address % 16:
         mode = bk.MODE_F32X2  # an 8-byte aligned view: two floats per load
     if base_address % _WORD_BYTES.get(mode, 1) or (_dp4a(mode) and query_address % 4):
         return bk.MODE_GENERIC
     return mode
+
+
+#: (vectors' dtype, queries' dtype, dim % 4) -> :func:`_word_mode` (a search asks once per call; the dtype
+#: comparisons took about two microseconds of it)
+_WORD_MODES: dict = {}
 
 
 def _word_mode(b, q, dim: int) -> int:
@@ -133,10 +149,38 @@ TEAM_LOADS_PER_LANE = {bk.MODE_GENERIC: 8, bk.MODE_HALF4: 6, bk.MODE_F32X2: 6, b
 #: and 5.21 / 3.04 / 2.16M at 96 (``benchmarks/studies/profile_search_width.py --registers``)
 MAX_REGISTERS = {bk.MODE_F32X4: 80}
 
+#: the environment as GPU searches read it: (``KNNGRAPH_RAW_LAUNCH`` is not '0': prepared launches, see
+#: :func:`knngraph._cuda_launch.raw_launch_enabled`; ``KNNGRAPH_BEAM_MAX_REGISTERS``, None when unset or empty),
+#: read on the first search and kept (two reads of ``os.environ`` per call were about two microseconds of a
+#: small search's host time); :func:`reread_environment` reads them again
+_ENVIRONMENT: tuple | None = None
+
+
+def launch_environment() -> tuple:
+    """(prepared launches, the register cap's text from the environment or None): the environment variables
+    the fast searcher's GPU path reads, as read at its first search or after :func:`reread_environment`."""
+    global _ENVIRONMENT
+    env = _ENVIRONMENT
+    if env is None:
+        from .._cuda_launch import raw_launch_enabled
+
+        env = _ENVIRONMENT = (bool(raw_launch_enabled()), os.environ.get("KNNGRAPH_BEAM_MAX_REGISTERS") or None)
+    return env
+
+
+def reread_environment() -> None:
+    """Read ``KNNGRAPH_RAW_LAUNCH`` and ``KNNGRAPH_BEAM_MAX_REGISTERS`` again at the next GPU search: the fast
+    searcher reads them once per process (:func:`launch_environment`), so a program (or a test) that changes
+    them after its first search calls this."""
+    global _ENVIRONMENT
+    _ENVIRONMENT = None
+
 
 def beam_max_registers(mode: int) -> int:
-    """The register cap of the fast kernel of distance ``mode`` (:data:`MAX_REGISTERS`)."""
-    return int(os.environ.get("KNNGRAPH_BEAM_MAX_REGISTERS") or MAX_REGISTERS.get(mode, 64))
+    """The register cap of the fast kernel of distance ``mode`` (:data:`MAX_REGISTERS`), or
+    ``KNNGRAPH_BEAM_MAX_REGISTERS`` for every mode (as :func:`launch_environment` read it; 0: uncapped)."""
+    cap = launch_environment()[1]
+    return MAX_REGISTERS.get(mode, 64) if cap is None else int(cap)
 
 
 def slack_args(slack) -> tuple:
@@ -266,6 +310,12 @@ class BeamPlan:
         self.qwords = dim // 4 if _dp4a(mode) else dim
         self.k = k
         self.sm_count = sm_count
+        # the launch's grid per call is _blocks(nq, wpb, width, sm_count): queries per block and the most blocks,
+        # worked out here once
+        self._per_block = 1 if width > 1 else self.wpb
+        self._max_blocks = _blocks(1 << 62, self.wpb, width, sm_count)
+        self._threads = self.wpb * bk.WARP
+        self._current_stream = cp.cuda.get_current_stream
         base_arg = _words(base, mode, cp)
         q_example = cp.empty((1, self.qwords), cp.uint32 if _dp4a(mode) else query_dtype)
         i1 = cp.zeros(1, cp.int32)
@@ -311,8 +361,6 @@ class BeamPlan:
         any thread. The plan has one query counter and one buffer of per-query counts: calls whose kernels
         may overlap on the GPU (several streams, CuPy's per-thread default streams included) need a plan
         each, and ``counts`` belongs to the last call."""
-        import cupy as cp
-
         if (slack is not None) != self.slack:
             raise ValueError("a plan with GGNN's slack stop needs its values, a plan without it takes none")
         if (allowed is not None) != self.filtered:
@@ -321,8 +369,9 @@ class BeamPlan:
             raise ValueError(f"queue_size={queue_size} does not fit this plan's list capacity {self.capacity}")
         nq = queries.shape[0]
         k = self.k
-        blocks = _blocks(nq, self.wpb, self.width, self.sm_count)
-        stream = cp.cuda.get_current_stream()
+        # _blocks(nq, ...) with the plan's constants: at least one block, at most _max_blocks
+        blocks = min(max(1, (nq + self._per_block - 1) // self._per_block), self._max_blocks)
+        stream = self._current_stream()
         with self._lock:
             if self.slack:
                 kb, tau, nn1, max_exp = slack_args(slack)
@@ -330,10 +379,14 @@ class BeamPlan:
                                                          np.float64(nn1).view(np.uint64),
                                                          np.int64(max_exp).view(np.uint64))
             if nq > self._counts.shape[1]:
+                import cupy as cp
+
                 self._counts = cp.empty((2, nq), cp.int32)
             cptr = self._counts.data.ptr
             c = self._next_counter
             if c == COUNTER_RING:
+                import cupy as cp
+
                 cp.cuda.runtime.memsetAsync(self._counters.data.ptr, 0, 4 * COUNTER_RING, stream.ptr)
                 c = 0
             self._next_counter = c + 1
@@ -345,4 +398,4 @@ class BeamPlan:
             if queue_size is not None and queue_size != self._queue_size_written:
                 self.launch.values[self._qsize_slot] = queue_size  # a non-negative int64 is its own bit pattern
                 self._queue_size_written = queue_size
-            self.launch(blocks, self.wpb * bk.WARP, stream)
+            self.launch(blocks, self._threads, stream)
