@@ -426,6 +426,11 @@ def _check_k_cache(k, n, sp: SearchParams) -> int:
     return k
 
 
+#: the parameters of a search called without any: made once (frozen, so one serves every call; building and
+#: checking a SearchParams is several microseconds of a small search's host time)
+_DEFAULT_SEARCH = SearchParams()
+
+
 @runtime_docs
 @on_input_device('index', 'queries', pass_device=True)
 def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, params: SearchParams | None = None,
@@ -479,7 +484,7 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.ggnn.Index (ggnn.build or ggnn.from_graph), got "
                         f"{type(index).__name__}")
-    sp = SearchParams() if params is None else _check_params(params, SearchParams, "search")
+    sp = _DEFAULT_SEARCH if params is None else _check_params(params, SearchParams, "search")
     allowed = allowed_rows(index.row_ids, index.shape[0], filter)
     if allowed is not None and sp.cache == "rings":
         raise ValueError("ggnn.search with cache='rings' does not support filter= (nor an index with deleted "

@@ -316,6 +316,8 @@ def _uses_beam(index: Index, sp: SearchParams) -> bool:
     which need SONG's walk ('beam' then raises)."""
     if sp.algo == "song":
         return False
+    if index.hasher is None and sp.visited != "bloom":  # nothing blocks it (every call of a default search)
+        return True
     blockers = [why for why, on in (("a hashed index (hash_bits)", index.hasher is not None),
                                     ("visited='bloom'", sp.visited == "bloom")) if on]
     if blockers and sp.algo == "beam":
@@ -356,6 +358,11 @@ def _filtered_search(dev, index, q, k, sp, allowed: AllowedIds, *, verbose, stat
         if path == "graph":
             stats["queue_size"] = queue
     return d, i
+
+
+#: the parameters of a search called without any: made once (frozen, so one serves every call; building and
+#: checking a SearchParams costs about as much host time as the rest of a one-query GPU search's checks)
+_DEFAULT_SEARCH = SearchParams()
 
 
 @runtime_docs
@@ -415,16 +422,17 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
     if not isinstance(index, Index):
         raise TypeError(f"index must be a knngraph.song.Index (song.build or song.from_graph), got "
                         f"{type(index).__name__}")
-    sp = SearchParams() if params is None else params
+    sp = _DEFAULT_SEARCH if params is None else params
     if not isinstance(sp, SearchParams):
         raise TypeError(f"params must be a knngraph.song.SearchParams, got {type(sp).__name__}")
     qkind = array_kind(queries)
     dev = resolve_device(device, index.dataset, queries)
     q = check_vectors(queries, "queries", on_gpu=dev.is_cuda and is_device_array(queries))
     check_same_dim(index.dataset, q, "the index's vectors")
-    k = _check_k_queue(k, index.shape[0], sp)
+    n = index.shape[0]
+    k = _check_k_queue(k, n, sp)
     rows = index.row_ids
-    allowed = allowed_rows(rows, index.shape[0], filter)
+    allowed = allowed_rows(rows, n, filter)
     parse_memory(memory_limit)  # a bad limit is an error on every path, those that need none too
     if allowed is not None and allowed.n_allowed < allowed.n and sp.cpu_walk == "int8" and not dev.is_cuda:
         raise ValueError("SearchParams.cpu_walk='int8' applies to unfiltered searches only (a filter or deleted "
