@@ -2,6 +2,7 @@
 
     python benchmarks/studies/nndescent_scale_gpu.py --out out/                       # 1M, 4M, 16M
     python benchmarks/studies/nndescent_scale_gpu.py --sizes 1000000 --variants "default;max_iterations=40"
+    python benchmarks/studies/nndescent_scale_gpu.py --dataset sift-photos-450k --k 64 --no-curve   # real data
 
 Data: ``benchmarks._common.clustered(n, 128, seed=--seed, overlapping=True, n_centers=--clusters)``, made on
 the GPU and kept there: ``--clusters`` (default 1000) overlapping Gaussian clusters in a shared
@@ -9,13 +10,14 @@ the GPU and kept there: ``--clusters`` (default 1000) overlapping Gaussian clust
 fixed, so the set grows denser with n: a k-NN list spans a smaller region, its neighbours are nearer to
 each other relative to the noise, and every builder's task gets harder (cuVS's recall falls too).
 
-For each n (k = ``--k``, default 32), one JSON line per measurement in ``nndescent_scale_gpu.jsonl``:
+``--dataset`` (a runner dataset such as ``sift-photos-450k``) takes its base instead (``--sizes`` is
+then ignored). For each n (k = ``--k``, default 32), one JSON line per measurement in ``nndescent_scale_gpu.jsonl``:
 
 * ``curve``: the default build once with a per-iteration callback: graph recall@10 / @k of the sampled
   nodes and the entries inserted after every iteration (the callback's time is not in the build's);
 * ``build``: one line per ``--variants`` entry (``default`` or ``field=value,...`` overrides of
   :class:`knngraph.nndescent.IndexParams`): build time (after a compile run of the same parameters on
-  20,000 rows), iterations, inserts per iteration, graph recall@10 and @k;
+  the first 20,000 rows), iterations, inserts per iteration, graph recall@10 and @k;
 * ``cuvs``: cuVS ``nn_descent.build`` with its defaults (``graph_degree`` k + 1, the node's own id
   dropped), when cuVS is importable (``--no-cuvs`` skips it): time and the same recall.
 
@@ -71,6 +73,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="1000000,4000000,16000000")
     ap.add_argument("--clusters", type=int, default=1000)
+    ap.add_argument("--dataset", default="", help="a runner dataset instead of the synthetic sets")
     ap.add_argument("--k", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sample", type=int, default=1000, help="nodes whose exact neighbours score recall")
@@ -92,20 +95,19 @@ def main(argv=None):
     if cuvs_missing:
         print(f"cuVS: {cuvs_missing}", flush=True)
     peak = GpuPeak()
-    # compile every variant's kernels on a small set first
-    small = clustered(20_000, 128, seed=args.seed + 1, overlapping=True, n_centers=args.clusters, on_device=True)
-    for spec in variants:
-        nndescent.build(nndescent.IndexParams(graph_degree=k, **parse_variant(spec)), small, device="cuda",
-                        verbose=False)
-    if not cuvs_missing:
-        methods.get("cuvs-nn-descent").graph(methods.Context("cuda"), small, "sqeuclidean", k)
-    del small
-    for n in [int(s) for s in args.sizes.split(",")]:
-        x, gen_s = _timed(lambda: clustered(n, 128, seed=args.seed, overlapping=True, n_centers=args.clusters,
-                                            on_device=True))
+    for n in ([0] if args.dataset else [int(s) for s in args.sizes.split(",")]):
+        if args.dataset:
+            from benchmarks.runner import data
+
+            (x, gen_s), what = _timed(lambda: cp.asarray(data.load(args.dataset).base)), args.dataset
+            n = int(x.shape[0])
+        else:
+            x, gen_s = _timed(lambda: clustered(n, 128, seed=args.seed, overlapping=True, n_centers=args.clusters,
+                                                on_device=True))
+            what = "benchmarks._common.clustered(overlapping=True), on the GPU"
         truth = GraphTruth(x, "sqeuclidean", k, sample=args.sample, device="cuda")
-        head = {"n": n, "d": 128, "clusters": args.clusters, "k": k, "data_seconds": gen_s,
-                "gpu": out.env.get("gpu"), "data": "benchmarks._common.clustered(overlapping=True), on the GPU"}
+        head = {"n": n, "d": int(x.shape[1]), "dtype": str(x.dtype), "clusters": 0 if args.dataset else args.clusters,
+                "k": k, "data_seconds": gen_s, "gpu": out.env.get("gpu"), "data": what}
         if not args.no_curve:
             curve = []
             t_last = [time.perf_counter()]
@@ -119,6 +121,7 @@ def main(argv=None):
                               "seconds": tc - t_last[0] - paused[0]})
                 paused[0] += time.perf_counter() - tc
 
+            nndescent.build(nndescent.IndexParams(graph_degree=k), x[:20_000], device="cuda", verbose=False)
             t_last[0] = time.perf_counter()
             index = nndescent.build(nndescent.IndexParams(graph_degree=k), x, device="cuda", verbose=False,
                                     _callback=cb)
@@ -128,6 +131,7 @@ def main(argv=None):
         for spec in variants:
             over = parse_variant(spec)
             params = nndescent.IndexParams(graph_degree=k, **over)
+            nndescent.build(params, x[:20_000], device="cuda", verbose=False)  # compiles this variant's kernels
             peak.reset()
             index, secs = _timed(lambda: nndescent.build(params, x, device="cuda", verbose=False))
             info = index.graph.info or {}
@@ -140,6 +144,7 @@ def main(argv=None):
         if not cuvs_missing:
             cuvs = methods.get("cuvs-nn-descent")
             cparams = parse_variant(args.cuvs_params) if args.cuvs_params else {}
+            cuvs.graph(methods.Context("cuda"), x[:20_000], "sqeuclidean", k, **cparams)
             peak.reset()
             (ids, meta), secs = _timed(lambda: cuvs.graph(methods.Context("cuda"), x, "sqeuclidean", k, **cparams))
             ids = cuvs.finish_graph(cp.asarray(ids), k)

@@ -8,8 +8,9 @@ more candidates; :mod:`knngraph.bruteforce._exact`). For each case (device-resid
 this times, median of --repeats after a warm-up:
 
 * ``knn``: the whole public call;
-* ``first_pass``: one pass of the private ``bruteforce.cuda.exact_knn`` with the base's numeric plan
-  (margin candidates, float64 recomputation, proof), and the share of queries it leaves unsure;
+* ``first_pass``: one pass of the private ``bruteforce.cuda.exact_knn`` with the numeric plan of the base
+  and queries (margin candidates, float64 recomputation, proof; or exact keys for small integers), and
+  the share of queries it leaves unsure;
 * ``k_candidates``: the same pass with only k candidates (the recomputation and proof kept);
 * ``no_exactness``: the pass with the plan's error bound set to 0 (k candidates, keys taken as exact: what
   the search cost before it was made exact);
@@ -58,7 +59,7 @@ def main(argv=None):
     emb = clustered(20_000, 384, seed=3, overlapping=True, n_centers=50, on_device=True).astype(cp.float16)
     cases.append(("clustered 18k x 384 float16", emb[:18_000], emb[18_000:], "cosine", (10,)))
     for name, base, queries, metric, ks in cases:
-        plan = plan_numerics(base, metric, cp)
+        plan = plan_numerics(base, metric, cp).for_queries(queries)  # the plan knn() searches with
         t_plan = time_calls(lambda: plan_numerics(base, metric, cp), args.repeats).median_s
         for k in ks:
             head = {"case": name, "n": int(base.shape[0]), "nq": int(queries.shape[0]), "d": int(base.shape[1]),

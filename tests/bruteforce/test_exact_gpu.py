@@ -227,6 +227,25 @@ def test_gpu_l2_exact_on_data_that_breaks_gemm_keys(case, metric, device_input, 
     np.testing.assert_allclose(d, td, rtol=1e-5, atol=1e-6 * max(1.0, float(np.abs(td).max())))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("device_input", [False, True])
+def test_gpu_float_vectors_of_small_integers_answer_as_uint8(dtype, device_input, sample):
+    """Float vectors holding small integers take exact keys on the GPU too (fp32 and fp16 GEMMs): k
+    candidates, the same ids and distances as the uint8 vectors."""
+    import cupy as cp
+
+    base, queries = sample.base[:5000], sample.base[5000:5300]
+    b, q = base.astype(dtype), queries.astype(dtype)
+    if device_input:
+        b, q = cp.asarray(b), cp.asarray(q)
+    d, i = knngraph.knn(b, q, 10, device="cuda")
+    du, iu = knngraph.knn(base, queries, 10, device="cuda")
+    np.testing.assert_array_equal(cp.asnumpy(cp.asarray(i)), iu)
+    np.testing.assert_array_equal(cp.asnumpy(cp.asarray(d)), du)
+    g = knngraph.knn_graph(b, 10, device="cuda")
+    assert g.info["candidates"] == 10 and g.info["exactness_retries"] == 0
+
+
 def test_gpu_retry_path_and_errors(rng):
     base = np.concatenate([1e4 + 1e-2 * rng.random((300, 3)), -1e4 + 1e-2 * rng.random((300, 3))]).astype(np.float32)
     g = knngraph.knn_graph(base, 5, device="cuda")

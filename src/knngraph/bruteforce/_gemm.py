@@ -10,7 +10,9 @@ The selection kernels rank by ``key = colterm[j] + alpha * dot(q, x_j)`` and the
           q.x = q'.x' + 128 sum(x') + 128 sum(q') + 128^2 d.
 ``fp16``  float16 vectors (not cosine), d % 8 == 0: fp16 x fp16 -> fp32 with fp32 accumulation. The
           products of fp16 values are exact in fp32, so this equals the fp32 GEMM of the upcast data up
-          to summation order.
+          to summation order. Also float32 vectors that hold integers of at most 2048 (exact in
+          float16) with keys below 2^24 (the exact search's numeric plan says when): their dot products
+          are the same integers as SGEMM's, at tensor-core speed.
 ``fp32``  everything else (float32 data, cosine on normalised float32 vectors): cupy.matmul (SGEMM).
 
 A one-time self-check per process compares each tensor-core path with fp32 on a small product and
@@ -75,7 +77,8 @@ class GemmPlan:
                 return cp.ascontiguousarray((block ^ np.uint8(0x80)).view(cp.int8))
             return cp.ascontiguousarray(block)
         if self.mode == "fp16":
-            return cp.ascontiguousarray(block)
+            # float32 blocks reach this path only when they hold integers of at most 2048 (exact in float16)
+            return cp.ascontiguousarray(block.astype(cp.float16, copy=False))
         x = block.astype(cp.float32, copy=False)
         if self.metric == "cosine":
             nrm = cp.sqrt(cp.einsum("ij,ij->i", x, x))

@@ -80,6 +80,10 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
         sm_count = cp.cuda.Device(device_index).attributes["MultiProcessorCount"]
         budget = int(memory_limit)
         gemm_dtype = np.float32 if not numerics.identity else None
+        if numerics.gamma == 0.0 and numerics.integer_top is not None:
+            # float vectors of small integers (at most 2048: exact in float16) with exact keys: the fp16
+            # tensor-core GEMM with fp32 accumulation gives the same integer dot products as SGEMM
+            gemm_dtype = np.float16
         plan = plan_gemm(gemm_dtype or base.dtype, gemm_dtype or queries.dtype, metric, d,
                          allow_tensor_cores=tensor_cores)
         alpha = np.float32(plan.alpha)
