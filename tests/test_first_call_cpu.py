@@ -106,8 +106,8 @@ def test_read_only_inputs_run_the_kernels_compiled_for_writable_ones(tmp_path, s
     np.testing.assert_array_equal(knngraph.knn(mapped_base, mapped_queries[:2], 5, device="cpu", verbose=False)[1],
                                   knngraph.knn(base, queries[:2], 5, device="cpu", verbose=False)[1])
     kernels = {"beam (threaded)": beam_cpu._BEAM[0], "beam (serial)": beam_cpu._BEAM[1],
-               "ggnn search": ggnn_cpu._search, "ggnn merge": ggnn_cpu.merge_queries,
-               "ggnn links": ggnn_cpu.sym_requests, "ggnn segments": ggnn_cpu.brute_segments,
+               "ggnn search": ggnn_cpu._SEARCH, "ggnn merge": ggnn_cpu._MERGE_QUERIES,
+               "ggnn links": ggnn_cpu._SYM_REQUESTS, "ggnn segments": ggnn_cpu._BRUTE_SEGMENTS,
                "exact few queries": exact_cpu._l2_scan}
     assert all(k.signatures for k in kernels.values()), "a kernel did not run"
     assert {name: _read_only_args(k) for name, k in kernels.items() if _read_only_args(k)} == {}

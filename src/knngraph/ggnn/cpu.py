@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
 from ..primitives.distances import DIST_IP, cpu_distance
-from ..primitives.compile import host_and_device, writable_view
+from ..primitives.compile import SERIAL_BELOW, SplitKernel, host_and_device, writable_view
 from ..primitives.constants import INF
 from ..primitives.lists import best_insert, less, slack_bound, sort_pairs
 
@@ -37,6 +36,9 @@ SYM_MAX_POPS = 20
 SYM_CANDIDATES = 8
 #: the midpoint of section 5.2.1: q_m = z + MIDPOINT * (x - z)
 MIDPOINT = 0.4
+#: rows (queries) of one task, the items the kernels below split over threads (each kernel does the tasks
+#: [i0, i1) and is compiled once, serial: primitives.compile.SplitKernel; numba's parallel builds took
+#: 4-5 times as long to compile); every call is split, as the prange loops they were always ran threaded
 _TASK = 16
 #: proposals fetched together (one per lane of the GPU's warp)
 CHUNK = 32
@@ -204,13 +206,11 @@ def walk(graph, kind, base, Q, qj, inv_b, inv_q, tau, nn1, use_trans, trans, zb,
 # search (section 4.1, 5.4): start from the entry points (the top layer), search the bottom layer
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True)
-def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, kb, P, V, tau, nn1, max_it,
+def _search(i0, i1, graph, base, queries, inv_b, inv_q, kind, entries, k, kb, P, V, tau, nn1, max_it,
             out_d, out_i, out_nd, out_ne):
     nq = queries.shape[0]
-    ntasks = (nq + _TASK - 1) // _TASK
     dummy = np.zeros(1, np.int32)
-    for task in prange(ntasks):
+    for task in range(i0, i1):
         bd = np.empty(kb, np.float32)
         bi = np.empty(kb, np.int32)
         pd = np.empty(P, np.float32)
@@ -243,6 +243,14 @@ def _search(graph, base, queries, inv_b, inv_q, kind, entries, k, kb, P, V, tau,
             out_ne[j] = pops
 
 
+_SEARCH = SplitKernel(_search, fastmath=True)
+
+
+def _tasks(rows) -> int:
+    """Tasks of ``_TASK`` rows (queries) each, the items of a split kernel."""
+    return (int(rows) + _TASK - 1) // _TASK
+
+
 def cache_layout(k: int, queue_size: int, cache_size: int):
     """(best, prioq, visited) sizes of a search cache: best = max(k, 10) (section 4.1.2), the ring gets
     the rest of ``cache_size``."""
@@ -263,8 +271,8 @@ def search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, tau, nn1, m
     out_i = np.empty((nq, k), np.int32)
     out_nd = np.empty(nq, np.int32)
     out_ne = np.empty(nq, np.int32)
-    _search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, kb, P, V, np.float32(tau),
-            np.float32(nn1), max_iterations, out_d, out_i, out_nd, out_ne)
+    _SEARCH.run(SERIAL_BELOW, _tasks(nq), graph_ids, base, queries, inv_b, inv_q, kind, entries, k, kb, P, V,
+                np.float32(tau), np.float32(nn1), max_iterations, out_d, out_i, out_nd, out_ne)
     return out_d, out_i, out_nd, out_ne
 
 
@@ -272,13 +280,8 @@ def search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, tau, nn1, m
 # build: merge (section 5.1, Algorithms 3 and 4)
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True)
-def brute_segments(base, inv, kind, trans, lo, starts, k, out_i, out_d):
-    """merge(l, l): the k nearest of every row inside its segment (brute force); the segments of the
-    layer whose first global row is ``lo`` are local rows ``starts[b] .. starts[b + 1]``. Writes global
-    rows."""
-    nseg = starts.shape[0] - 1
-    for b in prange(nseg):
+def _brute_segments(i0, i1, base, inv, kind, trans, lo, starts, k, out_i, out_d):
+    for b in range(i0, i1):
         a0 = starts[b]
         a1 = starts[b + 1]
         bd = np.empty(k, np.float32)
@@ -300,19 +303,22 @@ def brute_segments(base, inv, kind, trans, lo, starts, k, out_i, out_d):
                     out_i[z, t] = -1
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True)
-def merge_queries(base, inv, kind, graph, trans, sel, offsets, top_seg, lt, lm, s, k, P, V, tau, nn1, max_pops,
-                  out_i, out_d):
-    """merge(lt, lm), lt > lm: for every row z of layer lm, the hierarchical query of Algorithm 4: fetch
-    the s rows of its top segment ``top_seg[z]`` at layer lt, then for each layer lt - 1 .. lm translate
-    the cache to that layer (best kept, prioq = best, visited cleared, as the authors' cache ``transform``
-    does) and walk it. The query is z's vector; rows of z's vector are never proposed. Writes the k best
-    (global rows)."""
+_BRUTE_SEGMENTS = SplitKernel(_brute_segments, fastmath=True)
+
+
+def brute_segments(base, inv, kind, trans, lo, starts, k, out_i, out_d):
+    """merge(l, l): the k nearest of every row inside its segment (brute force); the segments of the
+    layer whose first global row is ``lo`` are local rows ``starts[b] .. starts[b + 1]``. Writes global
+    rows."""
+    _BRUTE_SEGMENTS.run(SERIAL_BELOW, starts.shape[0] - 1, base, inv, kind, trans, lo, starts, k, out_i, out_d)
+
+
+def _merge_queries(i0, i1, base, inv, kind, graph, trans, sel, offsets, top_seg, lt, lm, s, k, P, V, tau, nn1,
+                   max_pops, out_i, out_d):
     lo_m = offsets[lm]
     nz = offsets[lm + 1] - lo_m
     lo_t = offsets[lt]
-    ntasks = (nz + _TASK - 1) // _TASK
-    for task in prange(ntasks):
+    for task in range(i0, i1):
         bd = np.empty(k, np.float32)
         bi = np.empty(k, np.int32)
         pd = np.empty(P, np.float32)
@@ -356,6 +362,20 @@ def merge_queries(base, inv, kind, graph, trans, sel, offsets, top_seg, lt, lm, 
                     out_i[z, t] = -1
 
 
+_MERGE_QUERIES = SplitKernel(_merge_queries, fastmath=True)
+
+
+def merge_queries(base, inv, kind, graph, trans, sel, offsets, top_seg, lt, lm, s, k, P, V, tau, nn1, max_pops,
+                  out_i, out_d):
+    """merge(lt, lm), lt > lm: for every row z of layer lm, the hierarchical query of Algorithm 4: fetch
+    the s rows of its top segment ``top_seg[z]`` at layer lt, then for each layer lt - 1 .. lm translate
+    the cache to that layer (best kept, prioq = best, visited cleared, as the authors' cache ``transform``
+    does) and walk it. The query is z's vector; rows of z's vector are never proposed. Writes the k best
+    (global rows)."""
+    _MERGE_QUERIES.run(SERIAL_BELOW, _tasks(offsets[lm + 1] - offsets[lm]), base, inv, kind, graph, trans, sel, offsets,
+                       top_seg, lt, lm, s, k, P, V, tau, nn1, max_pops, out_i, out_d)
+
+
 # --------------------------------------------------------------------------------------------------
 # build: symmetric linking (section 5.2, Algorithm 5)
 
@@ -372,20 +392,12 @@ def links_to(graph, knn, sym, cnt, a, z):
     return False
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True)
-def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V, tau, nn1, req_i, req_d, req_n):
-    """Path searches of the rows z0 .. z1 (local rows of the layer starting at global row ``lo``): for
-    each of z's nearest neighbours x that does not link back to z, search from x towards z over the
-    nearest-neighbour slots and the inverse links placed so far, accepting only points inside the
-    sphere around q_m = z + 0.4 (x - z) through x (section 5.2.1, plus the slack tau^2 * mean nn1) and
-    within d_1 + tau^2 * mean nn1 of z (:func:`threshold` with ``path``), at most SYM_MAX_POPS pops. When
-    z is not reached, the search's best list (nearest to z first) is kept as the candidates for an
-    inverse link: ``req_i/req_d[z - z0, i, :req_n]``."""
+def _sym_requests(i0, i1, base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V, tau, nn1, req_i, req_d,
+                  req_n):
     C = req_i.shape[2]
     nz = z1 - z0
-    ntasks = (nz + _TASK - 1) // _TASK
     kb = knn
-    for task in prange(ntasks):
+    for task in range(i0, i1):
         bd = np.empty(kb, np.float32)
         bi = np.empty(kb, np.int32)
         pd = np.empty(P, np.float32)
@@ -461,6 +473,21 @@ def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V,
                 req_n[zz, i] = c
 
 
+_SYM_REQUESTS = SplitKernel(_sym_requests, fastmath=True)
+
+
+def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V, tau, nn1, req_i, req_d, req_n):
+    """Path searches of the rows z0 .. z1 (local rows of the layer starting at global row ``lo``): for
+    each of z's nearest neighbours x that does not link back to z, search from x towards z over the
+    nearest-neighbour slots and the inverse links placed so far, accepting only points inside the
+    sphere around q_m = z + 0.4 (x - z) through x (section 5.2.1, plus the slack tau^2 * mean nn1) and
+    within d_1 + tau^2 * mean nn1 of z (:func:`threshold` with ``path``), at most SYM_MAX_POPS pops. When
+    z is not reached, the search's best list (nearest to z first) is kept as the candidates for an
+    inverse link: ``req_i/req_d[z - z0, i, :req_n]``."""
+    _SYM_REQUESTS.run(SERIAL_BELOW, _tasks(z1 - z0), base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V,
+                      tau, nn1, req_i, req_d, req_n)
+
+
 @numba.njit(cache=True)
 def sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n):
     """Place the inverse links of rows z0 .. z1 in row order (deterministic; the GPU build uses it too): for
@@ -483,17 +510,23 @@ def sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n
     return placed
 
 
-@numba.njit(parallel=True, cache=True)
-def sym_write(graph, gdist, lo, n_rows, knn, sym, sym_d, cnt):
-    """Write the inverse links into the rows: [nearest neighbours | inverse links | further nearest
-    neighbours not already present], degree kept."""
+def _sym_write(i0, i1, graph, gdist, lo, n_rows, knn, sym, sym_d, cnt):
     deg = graph.shape[1]
-    for r in prange(n_rows):
+    for r in range(i0, i1):
         z = lo + r
         c = cnt[z]
         if c == 0:
             continue
         rewrite_row(graph, gdist, z, knn, c, sym, sym_d, graph[z, knn:].copy(), gdist[z, knn:].copy(), deg - knn)
+
+
+_SYM_WRITE = SplitKernel(_sym_write)
+
+
+def sym_write(graph, gdist, lo, n_rows, knn, sym, sym_d, cnt):
+    """Write the inverse links into the rows: [nearest neighbours | inverse links | further nearest
+    neighbours not already present], degree kept."""
+    _SYM_WRITE.run(SERIAL_BELOW, n_rows, graph, gdist, lo, n_rows, knn, sym, sym_d, cnt)
 
 
 @host_and_device

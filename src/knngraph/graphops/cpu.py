@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
-from ..primitives.compile import pick, threaded_and_serial
+from ..primitives.compile import SERIAL_BELOW, SplitKernel
 from ..primitives.distances import cpu_distance
 from ..primitives.lists import dedup_sorted, less, sort_pairs
 
@@ -41,14 +40,10 @@ def _gather(u, src, base, kind, inv, ids, d, n0):
     return n
 
 
-# fastmath: for cpu_distance's sums, which take this kernel's flags (optimize_graph on minilm-words,
-# 60k x 384: 6.3 s without, 2.5 s with)
-@numba.njit(parallel=True, cache=True, fastmath=True)
-def _prune(base, inv, kind, factor, primary, primary2, secondary, degree, fill, out_ids, out_d):
-    n = primary.shape[0]
+def _prune(i0, i1, base, inv, kind, factor, primary, primary2, secondary, degree, fill, out_ids, out_d):
     cap = primary.shape[1] + primary2.shape[1] + secondary.shape[1]
     a = np.float32(factor)
-    for u in prange(n):
+    for u in range(i0, i1):
         ids = np.empty(cap, np.int32)
         d = np.empty(cap, np.float32)
         np_ = _gather(u, primary[u], base, kind, inv, ids, d, 0)
@@ -103,24 +98,32 @@ def _prune(base, inv, kind, factor, primary, primary2, secondary, degree, fill, 
             row_d[t] = np.inf
 
 
+# fastmath: for cpu_distance's sums, which take this kernel's flags (optimize_graph on minilm-words,
+# 60k x 384: 6.3 s without, 2.5 s with); rows [i0, i1) of a SplitKernel (compiled once, serial: numba's
+# parallel build took 4 times as long to compile, per vector type)
+_PRUNE = SplitKernel(_prune, fastmath=True)
+
+
 def prune(base, inv, kind, factor, primary, primary2, secondary, degree, fill):
     """Run the pruning routine for every node (``factor``: the occlusion factor); returns ids int32 and
     internal distances float32 [n, R]."""
     n = primary.shape[0]
     out_ids = np.empty((n, degree), np.int32)
     out_d = np.empty((n, degree), np.float32)
-    _prune(base, inv, kind, factor, primary, primary2, secondary, int(degree), bool(fill), out_ids, out_d)
+    # threaded at any size, as it always was: a row's pruning reads many vectors
+    _PRUNE.run(SERIAL_BELOW, n, base, inv, kind, factor, primary, primary2, secondary, int(degree), bool(fill),
+               out_ids, out_d)
     return out_ids, out_d
 
 
-def _merge_lists(ad, ai, bd, bi, out_d, out_i):
+def _merge_lists(i0, i1, ad, ai, bd, bi, out_d, out_i):
     """Per row: the first k (= out width) distinct ids of the (distance, id)-sorted rows a and b, merged;
     -1 entries are skipped and missing ones padded with (inf, -1)."""
     n = ad.shape[0]
     ka = ad.shape[1]
     kb = bd.shape[1]
     k = out_d.shape[1]
-    for r in prange(n):
+    for r in range(i0, i1):
         i = 0
         j = 0
         c = 0
@@ -150,7 +153,7 @@ def _merge_lists(ad, ai, bd, bi, out_d, out_i):
             out_i[r, t] = -1
 
 
-_MERGE = threaded_and_serial(_merge_lists)
+_MERGE = SplitKernel(_merge_lists)
 
 
 def merge_sorted_lists(ad, ai, bd, bi, k):
@@ -159,7 +162,7 @@ def merge_sorted_lists(ad, ai, bd, bi, k):
     n = ad.shape[0]
     out_d = np.empty((n, k), np.float32)
     out_i = np.empty((n, k), np.int32)
-    pick(_MERGE, n)(np.ascontiguousarray(ad), np.ascontiguousarray(ai), np.ascontiguousarray(bd),
+    _MERGE.run(n, n, np.ascontiguousarray(ad), np.ascontiguousarray(ai), np.ascontiguousarray(bd),
                     np.ascontiguousarray(bi), out_d, out_i)
     return out_d, out_i
 
@@ -179,11 +182,11 @@ def _bucket_in_edges(ids, dists, starts, src, dist):
                 at[t] += 1
 
 
-def _nearest_in_edges(starts, src, dist, rev, rev_d):
+def _nearest_in_edges(i0, i1, starts, src, dist, rev, rev_d):
     """Per target, the ``rev.shape[1]`` sources of its bucket smallest by (distance, source id), in that
     order, -1 / inf padded (a bounded insertion: buckets arrive in source order, so ties keep it)."""
-    n, degree = rev.shape
-    for t in prange(n):
+    degree = rev.shape[1]
+    for t in range(i0, i1):
         m = 0
         for e in range(starts[t], starts[t + 1]):
             d = dist[e]
@@ -205,7 +208,7 @@ def _nearest_in_edges(starts, src, dist, rev, rev_d):
             rev_d[t, p] = np.inf
 
 
-_REVERSE = threaded_and_serial(_nearest_in_edges)
+_REVERSE = SplitKernel(_nearest_in_edges)
 
 
 def reverse_edges(ids, dists, degree: int):
@@ -221,5 +224,5 @@ def reverse_edges(ids, dists, degree: int):
     _bucket_in_edges(ids, np.ascontiguousarray(dists, dtype=np.float32), starts, src, dist)
     rev = np.empty((n, degree), np.int32)
     rev_d = np.empty((n, degree), np.float32)
-    pick(_REVERSE, n)(starts, src, dist, rev, rev_d)
+    _REVERSE.run(n, n, starts, src, dist, rev, rev_d)
     return rev, rev_d

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
+from ..primitives.compile import SERIAL_BELOW, SplitKernel
 from ..primitives.distances import cpu_distance
 from ..primitives.random import progression
 from ._common import pair_of, pair_order, reverse_count
@@ -38,9 +38,8 @@ def _dist(kind, x, inv, a, b):
     return cpu_distance(kind, x, a, x, b, inv, inv)
 
 
-@numba.njit(parallel=True, cache=True)
-def _random_rows(n, s, seed, lo, out):
-    for r in prange(out.shape[0]):
+def _random_rows(i0, i1, n, s, seed, lo, out):
+    for r in range(i0, i1):
         v = lo + r
         start, step = progression(seed, v, n - 1)
         for t in range(s):
@@ -50,12 +49,11 @@ def _random_rows(n, s, seed, lo, out):
 
 def random_rows(n, s, seed, lo, out):
     """out[r, :s] = ``s`` distinct random ids other than lo + r (rows lo..n-1)."""
-    _random_rows(n, s, np.int64(seed), lo, out)
+    _RANDOM_ROWS.run(SERIAL_BELOW, out.shape[0], n, s, np.int64(seed), lo, out)
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True)
-def _row_proposals(x, inv, kind, rows, lo, pt, pc, pd):
-    for r in prange(rows.shape[0]):
+def _row_proposals(i0, i1, x, inv, kind, rows, lo, pt, pc, pd):
+    for r in range(i0, i1):
         v = lo + r
         for t in range(rows.shape[1]):
             c = rows[r, t]
@@ -70,15 +68,14 @@ def _row_proposals(x, inv, kind, rows, lo, pt, pc, pd):
 def row_proposals(x, inv, kind, rows, lo, pt, pc, pd):
     """Proposals (row lo + r, rows[r, t], new) with their distances, written to pt/pc/pd[r, t]; -1 ids
     and the row's own id propose nothing."""
-    _row_proposals(x, inv, kind, rows, lo, pt, pc, pd)
+    _ROW_PROPOSALS.run(SERIAL_BELOW, rows.shape[0], x, inv, kind, rows, lo, pt, pc, pd)
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True)
-def _propose(x, inv, kind, seed, rnd, factor, pool_c, pool_d, cnt, pt, pc, pd, redirects):
-    n, cap = pool_c.shape
+def _propose(i0, i1, x, inv, kind, seed, rnd, factor, pool_c, pool_d, cnt, pt, pc, pd, redirects):
+    cap = pool_c.shape[1]
     f = np.float32(factor)
     relaxed = pt.shape[1] > cap
-    for v in prange(n):
+    for v in range(i0, i1):
         m = cnt[v]
         alive = np.ones(cap, np.bool_)
         red = 0
@@ -135,15 +132,14 @@ def propose(x, inv, kind, seed, rnd, pool_c, pool_d, cnt, pt, pc, pd, factor=1.0
     also f * d(n_i, n_j) < max(d(v, n_i), d(v, n_j)) (in float32); an entry v keeps is proposed to the
     closer one from column R + slot. pt/pc/pd have R columns when f = 1, 2R otherwise."""
     redirects = np.empty(pool_c.shape[0], np.int64)
-    _propose(x, inv, kind, np.int64(seed), np.int64(rnd), np.float32(factor), pool_c, pool_d, cnt, pt, pc, pd,
-             redirects)
+    _PROPOSE.run(SERIAL_BELOW, pool_c.shape[0], x, inv, kind, np.int64(seed), np.int64(rnd), np.float32(factor), pool_c,
+                 pool_d, cnt, pt, pc, pd, redirects)
     return int(redirects.sum())
 
 
-@numba.njit(parallel=True, cache=True)
-def _reverse(rho, pool_c, pool_d, cnt, pt, pc, pd):
-    n, cap = pool_c.shape
-    for v in prange(n):
+def _reverse(i0, i1, rho, pool_c, pool_d, cnt, pt, pc, pd):
+    cap = pool_c.shape[1]
+    for v in range(i0, i1):
         m = cnt[v]
         r = reverse_count(rho, m)
         for s in range(m):
@@ -164,7 +160,7 @@ def reverse(rho, pool_c, pool_d, cnt, pt, pc, pd):
     """Proposals of the reverse-edge step (section 3.6): every pool entry for its own vertex, and v for
     each of v's round(rho * count) nearest entries (pools are sorted). pt/pc/pd have R + ceil(rho R)
     columns. Returns the number of reverse edges offered."""
-    _reverse(np.float64(rho), pool_c, pool_d, cnt, pt, pc, pd)
+    _REVERSE.run(SERIAL_BELOW, pool_c.shape[0], np.float64(rho), pool_c, pool_d, cnt, pt, pc, pd)
     return int((pt[:, pool_c.shape[1]:] >= 0).sum())
 
 
@@ -196,10 +192,9 @@ def group(pt, pc, pd, n):
     return offsets, pc.ravel()[order], pd.ravel()[order]
 
 
-@numba.njit(parallel=True, cache=True)
-def _merge(offsets, fc, fd, pool_c, pool_d, cnt):
-    n, cap = pool_c.shape
-    for t in prange(n):
+def _merge(i0, i1, offsets, fc, fd, pool_c, pool_d, cnt):
+    cap = pool_c.shape[1]
+    for t in range(i0, i1):
         m = 0
         for e in range(offsets[t], offsets[t + 1]):
             c = fc[e]
@@ -236,4 +231,14 @@ def merge(grouping, pool_c, pool_d, cnt):
     """Step 3: each vertex's write pool = the R nearest distinct ids proposed to it (``grouping`` from
     :func:`group`), sorted by (distance, code), the surviving copy of a duplicated id kept; cnt = entries
     held (<= R). The result does not depend on the order of a target's proposals."""
-    _merge(*grouping, pool_c, pool_d, cnt)
+    _MERGE.run(SERIAL_BELOW, pool_c.shape[0], *grouping, pool_c, pool_d, cnt)
+
+
+# Each kernel does the vertices [i0, i1) and is compiled once, serial (primitives.compile.SplitKernel: numba's
+# parallel builds took 4-5 times as long to compile); every call is split over numba's thread count, as the
+# prange loops they were always ran threaded.
+_RANDOM_ROWS = SplitKernel(_random_rows)
+_ROW_PROPOSALS = SplitKernel(_row_proposals, fastmath=True)
+_PROPOSE = SplitKernel(_propose, fastmath=True)
+_REVERSE = SplitKernel(_reverse)
+_MERGE = SplitKernel(_merge)

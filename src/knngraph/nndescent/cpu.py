@@ -47,10 +47,9 @@ import dataclasses
 
 import numba
 import numpy as np
-from numba import prange
 
 from .._device import as_numpy
-from ..primitives.compile import SERIAL_BELOW, pick, threaded_and_serial
+from ..primitives.compile import SERIAL_BELOW, SplitKernel
 from ..primitives.distances import DIST_COS, cpu_distance, cpu_vectors, inverse_norms
 from ..primitives.lists import less
 from ..primitives.random import mix, progression
@@ -61,12 +60,12 @@ __all__ = ["Engine", "init_graph", "sample_forward", "sample_reverse", "local_jo
            "unpermute_lists", "join_capacity", "kernel"]
 
 
-def init_graph(x, inv, kind, gd, gi, gf, keep, split, seed):
+def init_graph(i0, i1, x, inv, kind, gd, gi, gf, keep, split, seed):
     """Random initial lists (GNND Alg. 1 l.1-5): entries [keep, k) of each row get distinct random ids
     from the node's candidate range (:func:`candidate_range`) and are NEW; entries [0, keep) are kept as
     given (GGM: the first half of the subset's own list) and are OLD. Rows end up sorted."""
     n, k = gd.shape
-    for s in prange(n):
+    for s in range(i0, i1):
         lo, m, skip = candidate_range(s, n, split)
         fill = min(k - keep, m)
         start, step = progression(seed, s, m)
@@ -86,7 +85,7 @@ def init_graph(x, inv, kind, gd, gi, gf, keep, split, seed):
         sort_row(gd, gi, gf, s)
 
 
-def sample_forward(gi, gf, split, new_f, nf, old_f, nof):
+def sample_forward(i0, i1, gi, gf, split, new_f, nf, old_f, nof):
     """First NEW and first OLD entries of each list, as many as ``new_f`` and ``old_f`` have columns;
     sampled NEW entries become OLD (Alg. 1 l.32). In a merge, OLD entries in the other subset are not
     sampled: all their partners would be in the other subset too, so they could only produce skipped
@@ -94,7 +93,7 @@ def sample_forward(gi, gf, split, new_f, nf, old_f, nof):
     n, k = gi.shape
     p = new_f.shape[1]
     po = old_f.shape[1]
-    for s in prange(n):
+    for s in range(i0, i1):
         cn = 0
         co = 0
         for j in range(k):
@@ -113,7 +112,7 @@ def sample_forward(gi, gf, split, new_f, nf, old_f, nof):
         nof[s] = co
 
 
-def sample_reverse(fwd, nfwd, rev, nrev, seed, salt, n_workers):
+def sample_reverse(i0, i1, fwd, nfwd, rev, nrev, seed, salt, n_workers):
     """Reverse samples: ``s`` joins ``rev[v]`` for each forward sample ``v`` of ``s``, keeping a uniform
     sample of at most p (the columns of ``rev``) by reservoir sampling with a seeded hash. ``nrev[v]``
     ends as the number offered (use ``min(nrev[v], p)``). Worker w owns the lists of the w-th of
@@ -121,7 +120,7 @@ def sample_reverse(fwd, nfwd, rev, nrev, seed, salt, n_workers):
     in the same order whatever the number of workers: the sample is reproducible."""
     n = fwd.shape[0]
     p = rev.shape[1]
-    for w in prange(n_workers):
+    for w in range(i0, i1):
         lo = w * n // n_workers
         hi = (w + 1) * n // n_workers
         for v in range(lo, hi):
@@ -210,10 +209,9 @@ FEW_NEW = 1
 @numba.njit(fastmath=True, cache=True)
 def _join_node(t, x, inv, kind, gd, gi, new_f, nf, new_r, nr, old_f, nof, old_r, nor, split, selective, lo, cap,
                upd_u, upd_v, upd_d, upd_n, resume):
-    """The local join of node ``lo + t`` (see :func:`local_join`). A function of its own, not the body of
-    the ``prange`` loop: numba's parallel passes then see a one-call loop body. On the demo's first run
-    (this 2-core machine, numba's compile events) that took local_join's compilation from about 43 s to
-    27-31 s, and the threaded and serial builds share this compiled function."""
+    """The local join of node ``lo + t`` (see :func:`local_join`). A function of its own, so that the
+    kernel's loop stays one call (it was the body of a ``prange`` loop, which numba's parallel passes
+    compiled faster as one call: on the demo's first run, this 2-core machine, from about 43 s to 27-31 s)."""
     k = gd.shape[1]
     dim = x.shape[1]
     s = lo + t
@@ -356,7 +354,7 @@ def _join_node(t, x, inv, kind, gd, gi, new_f, nf, new_r, nr, old_f, nof, old_r,
     upd_n[t] = c
 
 
-def local_join(x, inv, kind, gd, gi, new_f, nf, new_r, nr, old_f, nof, old_r, nor, split, selective,
+def local_join(i0, i1, x, inv, kind, gd, gi, new_f, nf, new_r, nr, old_f, nof, old_r, nor, split, selective,
                lo, hi, cap, upd_u, upd_v, upd_d, upd_n, resume):
     """Local join of nodes [lo, hi): node ``s = lo + t`` writes its updates (u, v, d) into slots
     [t * cap, t * cap + upd_n[t]). ``selective``: (u, v) offers v to u only, else to both ends.
@@ -367,17 +365,17 @@ def local_join(x, inv, kind, gd, gi, new_f, nf, new_r, nr, old_f, nof, old_r, no
     the pair (stored as -1 - id), and a pair offered to neither end is dropped. With at most
     ``FEW_NEW`` NEW samples (common in the last iterations) each vector is read once anyway, and the
     pairs are computed from the data in place rather than from gathered copies."""
-    for t in prange(hi - lo):
+    for t in range(i0, i1):
         _join_node(t, x, inv, kind, gd, gi, new_f, nf, new_r, nr, old_f, nof, old_r, nor, split, selective, lo, cap,
                    upd_u, upd_v, upd_d, upd_n, resume)
 
-def apply_updates(gd, gi, gf, n_nodes, cap, upd_u, upd_v, upd_d, upd_n, symmetric, n_workers):
+def apply_updates(i0, i1, gd, gi, gf, n_nodes, cap, upd_u, upd_v, upd_d, upd_n, symmetric, n_workers):
     """Apply a block's updates; worker w owns the lists of the w-th of n_workers id ranges (see module
     doc). (u, v, d) offers v to u when u >= 0 and, if ``symmetric``, u to v when v >= 0 (an end stored
     as -1 - id is not offered). Returns how many entries were inserted."""
     n = gd.shape[0]
-    counts = np.zeros(n_workers, np.int64)
-    for w in prange(n_workers):
+    count = np.int64(0)
+    for w in range(i0, i1):
         lo = w * n // n_workers
         hi = (w + 1) * n // n_workers
         for t in range(n_nodes):
@@ -386,17 +384,17 @@ def apply_updates(gd, gi, gf, n_nodes, cap, upd_u, upd_v, upd_d, upd_n, symmetri
                 u = upd_u[base + e]
                 v = upd_v[base + e]
                 if lo <= u < hi:
-                    counts[w] += insert(gd, gi, gf, u, v if v >= 0 else -1 - v, upd_d[base + e])
+                    count += insert(gd, gi, gf, u, v if v >= 0 else -1 - v, upd_d[base + e])
                 if symmetric and lo <= v < hi:
-                    counts[w] += insert(gd, gi, gf, v, u if u >= 0 else -1 - u, upd_d[base + e])
-    return counts.sum()
+                    count += insert(gd, gi, gf, v, u if u >= 0 else -1 - u, upd_d[base + e])
+    return count
 
 
-def unpermute_lists(gd, gi, order, out_d, out_i):
+def unpermute_lists(i0, i1, gd, gi, order, out_d, out_i):
     """Lists of a graph built on ``x[order]`` in the ids of ``x``: row ``order[u]`` gets row u with its ids
     mapped through ``order``, re-sorted by (distance, id) since ties may change order."""
     n, k = gd.shape
-    for u in prange(n):
+    for u in range(i0, i1):
         o = order[u]
         for j in range(k):
             v = gi[u, j]
@@ -415,20 +413,30 @@ def unpermute_lists(gd, gi, order, out_d, out_i):
 
 
 # --------------------------------------------------------------------------------------------------
-# Every parallel kernel is compiled twice, threaded and serial (primitives.compile.threaded_and_serial):
-# a threaded call costs a thread wake-up, which dominates the many small calls of shard-pair merges.
+# Every kernel above does the items [i0, i1) of what would be a prange loop (nodes, or workers that each
+# own an id range) and is compiled once, serial and nogil (primitives.compile.SplitKernel): a small input
+# runs it on every item in the calling thread (no thread wake-up, which dominates the many small calls
+# of shard-pair merges), a large one on numba's thread count of equal parts at once. numba's parallel
+# builds of the same kernels took 4-5 times as long to compile as the serial ones.
 
-_BUILDS = {fn.__name__: threaded_and_serial(fn, fastmath=fast)
-           for fn, fast in ((init_graph, True), (sample_forward, False), (sample_reverse, False), (local_join, True),
-                            (apply_updates, False), (unpermute_lists, False))}
+#: name -> (kernel, items of a call from its arguments)
+_BUILDS = {fn.__name__: (SplitKernel(fn, fastmath=fast, combine=combine), items) for fn, fast, combine, items in (
+    (init_graph, True, None, lambda a: a[3].shape[0]),
+    (sample_forward, False, None, lambda a: a[0].shape[0]),
+    (sample_reverse, False, None, lambda a: a[6]),
+    (local_join, True, None, lambda a: a[16] - a[15]),
+    (apply_updates, False, sum, lambda a: a[10]),
+    (unpermute_lists, False, None, lambda a: a[0].shape[0]))}
 init_graph, sample_forward, sample_reverse, local_join, apply_updates, unpermute_lists = (
     _BUILDS[name][0] for name in ("init_graph", "sample_forward", "sample_reverse", "local_join", "apply_updates",
                                   "unpermute_lists"))
 
 
 def kernel(name: str, rows: int):
-    """The compiled kernel ``name``: threaded for at least SERIAL_BELOW rows of work, else serial."""
-    return pick(_BUILDS[name], rows)
+    """The kernel ``name`` as a function of its arguments (without the item range): split over threads
+    for at least SERIAL_BELOW rows of work, else run whole in the calling thread."""
+    build, items = _BUILDS[name]
+    return lambda *args: build.run(rows, items(args), *args)
 
 
 def _block_size(n: int, cap: int, buffer_bytes: int) -> int:
