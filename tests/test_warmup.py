@@ -150,3 +150,18 @@ def test_after_a_cpu_warmup_a_new_process_compiles_nothing(tmp_path):
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == {"compile_seconds": 0.0}
     assert "compiling" not in done.stderr
+
+
+def test_a_familys_first_task_runs_alone_and_shared_kernels_one_dtype_at_a_time():
+    """The scheduling rule of the worker processes: until a task of its family has finished, a task holds
+    its family (the family's kernels that do not depend on the dtype are compiled once); families that run
+    the same kernels (GGNN and SONG the fast searcher, SONG and NN-Descent NN-Descent) hold them for their
+    dtype, so that two workers never compile one kernel at once."""
+    ggnn_u8 = {"family": "ggnn", "dtype": "uint8"}
+    assert _warmup._busy(ggnn_u8, set()) == {"ggnn", ("fast searcher", "uint8")}
+    assert _warmup._busy(ggnn_u8, {"ggnn"}) == {("fast searcher", "uint8")}
+    assert _warmup._busy({"family": "exact", "dtype": "int8"}, {"exact"}) == set()
+    song_u8, song_i8 = {"family": "song", "dtype": "uint8"}, {"family": "song", "dtype": "int8"}
+    assert _warmup._busy(song_u8, {"song"}) & _warmup._busy(ggnn_u8, {"ggnn"})
+    assert _warmup._busy(song_i8, {"song"}) & _warmup._busy({"family": "nndescent", "dtype": "int8"}, {"nndescent"})
+    assert not _warmup._busy(song_i8, {"song"}) & _warmup._busy(ggnn_u8, {"ggnn"})

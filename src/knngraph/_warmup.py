@@ -19,17 +19,18 @@ compiled (or found compiled) once:
 GPU kernels are specialised at compile time on the vectors' dtype and a few values (list and queue
 capacities from ``k`` and ``queue_size``, the search width, the distance kind; the searchers' on the
 vectors' dimension too: ``dims``). CPU kernels are compiled per argument type only, so the CPU runs one
-k and queue size, on vectors of :data:`CPU_DIM` dimensions; some have a serial and a threaded build
-(:func:`~knngraph.primitives.compile.threaded_and_serial`), chosen by rows for NN-Descent (that family
-also runs above :data:`~knngraph.primitives.compile.SERIAL_BELOW` rows) and by queries for the searchers
-(they run one query and a batch). Metrics run one per distance kind ('euclidean' runs the kernels of
-'sqeuclidean'). Each family also runs on a memory-mapped read-only ``.npy`` file: CPU kernels take a
-read-only array as a writable view of it (:func:`~knngraph.primitives.compile.writable_view`), so this
-compiles nothing new where they do.
+k and queue size, on vectors of :data:`CPU_DIM` dimensions, and small inputs only: a threaded call runs
+the same compiled kernel as a serial one, in parts (:func:`~knngraph.primitives.compile.threaded_and_serial`,
+:class:`~knngraph.primitives.compile.SplitKernel`), so nothing needs more than
+:data:`~knngraph.primitives.compile.SERIAL_BELOW` rows (the searchers still run one query and a batch).
+Metrics run one per distance kind ('euclidean' runs the kernels of 'sqeuclidean'). Each family also runs
+on a memory-mapped read-only ``.npy`` file: CPU kernels take a read-only array as a writable view of it
+(:func:`~knngraph.primitives.compile.writable_view`), so this compiles nothing new where they do.
 
 Tasks (a family for a dtype) run in worker processes (``python -m knngraph._warmup worker``), one per
-core (at most :data:`MAX_PROCESSES`), each family in one worker at a time, so that its kernels that do not
-depend on the dtype are compiled once: numba compiles one function at a time on one core. numba's disk
+core (at most :data:`MAX_PROCESSES`); a family's first task runs alone, so that its kernels that do not
+depend on the dtype are compiled once (numba compiles one function at a time on one core), then its other
+tasks may run side by side (:func:`_run_in_processes`). numba's disk
 cache is not made for processes that add signatures of one function at the same moment (each rewrites
 the function's index, so one signature can be lost or point at the other's code), so the workers take a
 file lock around those writes (:func:`lock_numba_cache_writes`); where that lock is not available one
@@ -73,8 +74,12 @@ QUEUE_SIZES = (32, 64, 128)
 FILTER_FRACTIONS = (0.5, 0.2, 0.1, 0.04)
 #: the most worker processes (each holds a CUDA context on a GPU)
 MAX_PROCESSES = 8
-#: rows of the small inputs (serial CPU builds)
+#: rows of the CPU's small inputs
 SMALL_ROWS = 1200
+#: rows of GGNN's CPU inputs: its build makes the same kernel calls (every layer, every step) on 300, 600
+#: and 1,200 rows, and its hierarchical queries made it the longest task (a warm run of a task of 1,200
+#: rows took 12 s, 7 of them the build with inner products; of 300 rows about 3 s)
+GGNN_CPU_ROWS = 300
 #: rows of the GPU's inputs (the bundled sample's size)
 GPU_ROWS = 20_000
 #: dimension of the CPU's inputs (CPU kernels are not specialised on it; smaller runs faster)
@@ -200,32 +205,53 @@ def _run_here(tasks, bar) -> list:
     return out
 
 
+#: kernels that several families run for the same vector dtype: GGNN's search with the 'sorted' cache is
+#: the fast searcher that SONG's search runs, and SONG's index starts from an NN-Descent graph (two workers
+#: running such tasks at once both compiled those kernels, 4-7 s each)
+_SHARING = {"ggnn": ("fast searcher",), "song": ("fast searcher", "nn-descent"), "nndescent": ("nn-descent",)}
+
+
+def _busy(task, finished: set) -> set:
+    """What a running task holds: its family until a task of that family has finished (its kernels that do
+    not depend on the dtype are compiled then), and its dtype's kernels shared with other families."""
+    held = {task["family"]} if task["family"] not in finished else set()
+    return held | {(shared, task["dtype"]) for shared in _SHARING.get(task["family"], ())}
+
+
 def _run_in_processes(tasks, n_proc: int, bar) -> list:
-    """Hand ``tasks`` to ``n_proc`` workers, each the next task (in order) of a family no other worker is
-    running: the kernels of a family that do not depend on the dtype are then compiled once, not by two
-    workers at once. Returns the results in the order the tasks finished."""
+    """Hand ``tasks`` to ``n_proc`` workers, each the next task (in order) that no running task blocks
+    (:func:`_busy`): the first task of a family runs alone, so that its kernels that do not depend on the
+    dtype are compiled once, not by two workers at once; after it, tasks of that family for other dtypes
+    run side by side (GGNN's were the longest chain: run one at a time, they kept one worker busy while
+    the other had nothing left). Returns the results in the order the tasks finished."""
     pending = list(tasks)
     results = []
-    running: set = set()
+    running: dict = {}  # id of each running task -> what it holds
+    finished: set = set()  # families with a finished task
     turn = threading.Condition()
     env = dict(os.environ, NUMBA_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // n_proc)))
+
+    def blocked(task) -> bool:
+        mine = _busy(task, finished) | {task["family"]}
+        return any(mine & held for held in running.values())
 
     def next_task():
         with turn:
             while True:
-                task = next((t for t in pending if t["family"] not in running), None)
+                task = next((t for t in pending if not blocked(t)), None)
                 if task is not None or not pending:
                     break
                 turn.wait()
             if task is not None:
                 pending.remove(task)
-                running.add(task["family"])
+                running[id(task)] = _busy(task, finished)
             return task
 
     def done(task, result):
         with turn:
             results.append(result)
-            running.discard(task["family"])
+            del running[id(task)]
+            finished.add(task["family"])
             bar.update(1)
             turn.notify_all()
 
@@ -341,9 +367,7 @@ class _Inputs:
 
     On the GPU: :data:`GPU_ROWS` rows of every dimension of the task, every metric. On the CPU, whose
     kernels are specialised on argument types only: :data:`SMALL_ROWS` rows (or another number) with every
-    metric, the same rows memory-mapped read-only with one metric, and for a family whose kernels have
-    serial and threaded builds by rows (``threaded=True``: NN-Descent) more than ``SERIAL_BELOW`` rows with
-    every metric."""
+    metric, and the same rows memory-mapped read-only with one metric."""
 
     def __init__(self, task: dict):
         from ._device import sm_count
@@ -375,11 +399,9 @@ class _Inputs:
         np.save(path, x)
         return np.load(path, mmap_mode="r")
 
-    def runs(self, rows: int = SMALL_ROWS, threaded: bool = False):
+    def runs(self, rows: int = SMALL_ROWS):
         """(base, queries, metrics) of each run of the task (see the class docs); ``rows``: of the CPU's
         small inputs."""
-        from .primitives.compile import SERIAL_BELOW
-
         if self.on_gpu:
             for dim in self.dims:
                 yield self.vectors(GPU_ROWS, dim), self.vectors(1000, dim, rows_from=GPU_ROWS), self.metrics
@@ -387,13 +409,10 @@ class _Inputs:
         base, queries = self.vectors(rows, CPU_DIM), self.vectors(200, CPU_DIM, rows_from=rows)
         yield base, queries, self.metrics
         yield self._read_only(base), self._read_only(queries), self.metrics[:1]
-        if threaded:
-            n = SERIAL_BELOW + 500
-            yield self.vectors(n, CPU_DIM), self.vectors(200, CPU_DIM, rows_from=n), self.metrics
 
     def query_batches(self, queries, queue_size: int) -> list:
         """Batches of ``queries`` whose sizes give every automatic search width of the GPU's fast searcher;
-        on the CPU one query and a batch (the serial and the threaded build of the searchers)."""
+        on the CPU one query and a batch (the searchers' serial and threaded paths)."""
         if not self.on_gpu:
             return [queries[:1], queries[:50]]
         from .beam.cuda import search_width
@@ -429,7 +448,7 @@ def _nndescent(inp: _Inputs) -> None:
     from .nndescent._rptree import LOCAL_ROWS
 
     # more rows than the random projection forest splits in one piece (its level kernels split larger nodes)
-    for base, _, metrics in inp.runs(rows=LOCAL_ROWS + 1000, threaded=True):
+    for base, _, metrics in inp.runs(rows=LOCAL_ROWS + 1000):
         for metric in metrics:
             for k in inp.some(GRAPH_DEGREES):
                 knn_graph(base, k, method="nndescent", metric=metric, device=inp.device, verbose=False,
@@ -447,7 +466,7 @@ def _grnnd(inp: _Inputs) -> None:
 def _ggnn(inp: _Inputs) -> None:
     from . import ggnn
 
-    for base, queries, metrics in inp.runs():
+    for base, queries, metrics in inp.runs(rows=GGNN_CPU_ROWS):
         for metric in metrics:
             index = ggnn.build(ggnn.IndexParams(metric=metric), base, device=inp.device, verbose=False)
             for cache in ("sorted", "rings"):
