@@ -335,9 +335,9 @@ class SplitKernel:
     """A CPU kernel over a range of items, compiled once (serial, ``nogil``) and run threaded by splitting
     the range: the kernel is written as ``fn(lo, hi, *args)`` doing items [lo, hi) (the body of what
     would be a ``prange`` loop), and :meth:`run` calls it on the whole range below ``SERIAL_BELOW`` rows
-    of work, else on ``numba.get_num_threads()`` equal parts at once (static chunks, as numba's ``prange``
-    schedules them), one part in the calling thread and the others in a pool of Python threads (the
-    kernel releases the GIL).
+    of work, else on :data:`PARTS_PER_THREAD` equal parts per thread of ``numba.get_num_threads()``,
+    which that many threads (the calling thread and a pool of Python threads; the kernel releases the
+    GIL) take in turn: items of uneven cost (GGNN's queries, graph searches) are shared out as they run.
 
     Why not ``parallel=True``: numba's parfor lowering builds the loop body into a gufunc whose LLVM code
     is optimised and emitted again in each library that links it (the gufunc, its wrapper, the outer
@@ -362,14 +362,26 @@ class SplitKernel:
         """The kernel on items [0, ``items``), split over threads when ``rows`` (of work) is at least
         ``SERIAL_BELOW``; returns ``combine`` of the parts' values (or the one part's value)."""
         items = int(items)
-        parts = min(max(1, numba.get_num_threads()), items) if rows >= SERIAL_BELOW else 1
-        if parts <= 1:
+        threads = min(max(1, numba.get_num_threads()), items) if rows >= SERIAL_BELOW else 1
+        if threads <= 1:
             out = [self.dispatcher(0, items, *args)]
-        else:
-            bounds = [items * i // parts for i in range(parts + 1)]
-            pool = _thread_pool()
-            futures = [pool.submit(self.dispatcher, bounds[i], bounds[i + 1], *args) for i in range(1, parts)]
-            out = [self.dispatcher(bounds[0], bounds[1], *args)] + [f.result() for f in futures]
+            return self.combine(out) if self.combine is not None else out[0]
+        parts = min(items, threads * PARTS_PER_THREAD)
+        bounds = [items * i // parts for i in range(parts + 1)]
+        out = [None] * parts
+        turn = iter(range(parts))  # next() on it is atomic under the GIL
+        kernel = self.dispatcher
+
+        def runner():
+            for p in turn:
+                out[p] = kernel(bounds[p], bounds[p + 1], *args)
+
+        futures = [_thread_pool().submit(runner) for _ in range(threads - 1)]
+        try:
+            runner()
+        finally:
+            for f in futures:
+                f.result()
         return self.combine(out) if self.combine is not None else out[0]
 
 
