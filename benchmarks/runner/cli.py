@@ -27,7 +27,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["main", "parse_value", "parse_sets", "split_params"]
+__all__ = ["main", "parse_value", "parse_sets", "parse_overrides", "split_params"]
 
 _REPO = Path(__file__).resolve().parents[2]
 
@@ -45,6 +45,18 @@ def parse_value(text: str):
         except ValueError:
             continue
     return text.strip()
+
+
+def parse_overrides(spec: str) -> dict:
+    """``"default"`` -> {}; ``"a=1,b=x"`` -> {"a": 1, "b": "x"} (values by :func:`parse_value`): a set of
+    parameter overrides, as the studies' ``--variants`` name them."""
+    if spec.strip() == "default":
+        return {}
+    out = {}
+    for item in spec.split(","):
+        key, _, value = item.partition("=")
+        out[key.strip()] = parse_value(value)
+    return out
 
 
 def parse_sets(items) -> dict:

@@ -38,26 +38,11 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/studies/NAME
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks._common import clustered  # noqa: E402
 from benchmarks.runner import quality  # noqa: E402
+from benchmarks.runner.cli import parse_overrides  # noqa: E402
 from benchmarks.runner.measure import JsonLines  # noqa: E402
 
 DEFAULT_VARIANTS = ("default;max_iterations=60;termination_threshold=0.0001;"
                     "termination_threshold=0.00001,max_iterations=60;sample_size=16;init=random,update=selective")
-
-
-def parse_variant(spec: str) -> dict:
-    """``"default"`` -> {}; ``"a=1,b=x"`` -> {"a": 1, "b": "x"} (ints, then floats, else strings)."""
-    if spec.strip() == "default":
-        return {}
-    out = {}
-    for item in spec.split(","):
-        key, _, value = item.partition("=")
-        for cast in (int, float, str):
-            try:
-                out[key.strip()] = cast(value.strip())
-                break
-            except ValueError:
-                continue
-    return out
 
 
 def initial_recall(base, k, truth) -> dict:
@@ -169,7 +154,7 @@ def main(argv=None):
     from knngraph.primitives.compile import SERIAL_BELOW
 
     k = args.k
-    variants = [(spec.strip(), parse_variant(spec)) for spec in args.variants.split(";") if spec.strip()]
+    variants = [(spec.strip(), parse_overrides(spec)) for spec in args.variants.split(";") if spec.strip()]
     log = JsonLines(Path(args.out) / "nndescent_scale_cpu.jsonl")
     # warm-up (JIT) of every kernel the variants use, threaded ones from SERIAL_BELOW rows on
     warm = clustered(SERIAL_BELOW + 2000, 128, seed=args.seed + 1, overlapping=True, xp=np)

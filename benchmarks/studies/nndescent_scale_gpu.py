@@ -37,32 +37,15 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/studies/NAME
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks._common import clustered  # noqa: E402
 from benchmarks.runner import methods  # noqa: E402
-from benchmarks.runner.measure import GpuPeak, JsonLines, sync  # noqa: E402
+from benchmarks.runner.cli import parse_overrides  # noqa: E402
+from benchmarks.runner.measure import GpuPeak, JsonLines, time_calls  # noqa: E402
 from benchmarks.runner.quality import GraphTruth  # noqa: E402
 
 
-def parse_variant(spec: str) -> dict:
-    """``"default"`` -> {}; ``"a=1,b=x"`` -> {"a": 1, "b": "x"} (ints, then floats, else strings)."""
-    if spec.strip() == "default":
-        return {}
-    out = {}
-    for item in spec.split(","):
-        key, _, value = item.partition("=")
-        for cast in (int, float, str):
-            try:
-                out[key.strip()] = cast(value.strip())
-                break
-            except ValueError:
-                continue
-    return out
-
-
 def _timed(fn):
-    sync()
-    t0 = time.perf_counter()
-    result = fn()
-    sync()
-    return result, time.perf_counter() - t0
+    """(result, seconds) of one call of ``fn``, timed by the runner's protocol without a warm-up."""
+    t = time_calls(fn, 1, warmup=False)
+    return t.result, t.median_s
 
 
 def _cuvs_available() -> str | None:
@@ -129,7 +112,7 @@ def main(argv=None):
             out.write(**head, part="curve", curve=curve, updates_per_iteration=info.get("updates_per_iteration"))
             del index
         for spec in variants:
-            over = parse_variant(spec)
+            over = parse_overrides(spec)
             params = nndescent.IndexParams(graph_degree=k, **over)
             nndescent.build(params, x[:20_000], device="cuda", verbose=False)  # compiles this variant's kernels
             peak.reset()
@@ -137,13 +120,14 @@ def main(argv=None):
             info = index.graph.info or {}
             row = {**head, "part": "build", "variant": spec, "params": over, "seconds": secs,
                    "iterations": info.get("iterations"), "updates_per_iteration": info.get("updates_per_iteration"),
-                   "recall@10": truth.recall(index.graph.indices, 10), f"recall@{k}": truth.recall(index.graph.indices, k),
+                   "recall@10": truth.recall(index.graph.indices, 10),
+                   f"recall@{k}": truth.recall(index.graph.indices, k),
                    "peak_gpu_bytes_above_data": peak.peak_bytes()}
             out.write(**row)
             del index
         if not cuvs_missing:
             cuvs = methods.get("cuvs-nn-descent")
-            cparams = parse_variant(args.cuvs_params) if args.cuvs_params else {}
+            cparams = parse_overrides(args.cuvs_params) if args.cuvs_params else {}
             cuvs.graph(methods.Context("cuda"), x[:20_000], "sqeuclidean", k, **cparams)
             peak.reset()
             (ids, meta), secs = _timed(lambda: cuvs.graph(methods.Context("cuda"), x, "sqeuclidean", k, **cparams))

@@ -284,9 +284,9 @@ def replica_chunks(nq: int, n_devices: int, *, max_rows: int = MAX_CHUNK_ROWS,
 def _replicated_to_host(module, parts, devs, staged, k: int, params, filter, per_device_stats, kw, nq: int):
     """A replicated search of host queries (``staged``), results on the host: the chunks of
     :func:`replica_chunks` queued round robin, each one copied to its device, searched and copied back into
-    page-locked buffers on the device's stream; then, chunk by chunk in queue order, the host waits for a chunk's event and copies its rows into the results (the later chunks still
-    computing). With ``stats`` each device searches its share in one piece, so that its figures are its
-    whole share's."""
+    page-locked buffers on the device's stream; then, chunk by chunk in queue order, the host waits for a
+    chunk's event and copies its rows into the results (the later chunks still computing). With ``stats``
+    each device searches its share in one piece, so that its figures are its whole share's."""
     import cupy as cp
 
     whole = any(s is not None for s in per_device_stats)

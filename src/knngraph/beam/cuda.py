@@ -310,10 +310,6 @@ class BeamPlan:
         self.qwords = dim // 4 if _dp4a(mode) else dim
         self.k = k
         self.sm_count = sm_count
-        # the launch's grid per call is _blocks(nq, wpb, width, sm_count): queries per block and the most blocks,
-        # worked out here once
-        self._per_block = 1 if width > 1 else self.wpb
-        self._max_blocks = _blocks(1 << 62, self.wpb, width, sm_count)
         self._threads = self.wpb * bk.WARP
         self._current_stream = cp.cuda.get_current_stream
         base_arg = _words(base, mode, cp)
@@ -369,8 +365,7 @@ class BeamPlan:
             raise ValueError(f"queue_size={queue_size} does not fit this plan's list capacity {self.capacity}")
         nq = queries.shape[0]
         k = self.k
-        # _blocks(nq, ...) with the plan's constants: at least one block, at most _max_blocks
-        blocks = min(max(1, (nq + self._per_block - 1) // self._per_block), self._max_blocks)
+        blocks = _blocks(nq, self.wpb, self.width, self.sm_count)
         stream = self._current_stream()
         with self._lock:
             if self.slack:

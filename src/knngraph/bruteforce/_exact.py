@@ -189,8 +189,9 @@ def plan_numerics(base, metric: str, xp) -> NumericPlan:
         sq_total += nrm2.sum(dtype=np.float64)
         max_norm2 = xp.maximum(max_norm2, nrm2.max())
         if metric != "cosine":
-            integral &= xp.all(blk == xp.rint(blk))
-            top = xp.maximum(top, xp.abs(blk).max())
+            blk_integral, blk_top = _integers(blk, xp)
+            integral &= blk_integral
+            top = xp.maximum(top, blk_top)
     total, sq_total, max_norm2 = _host(total), float(sq_total), float(max_norm2)
     integral, top = bool(integral) and metric != "cosine", float(top)
     shift = None
@@ -223,13 +224,17 @@ def _integer_top(a) -> float | None:
     xp = __import__("cupy") if hasattr(a, "__cuda_array_interface__") else np
     top = 0.0
     for s in range(0, a.shape[0], _CHUNK_ROWS):
-        blk = xp.asarray(a[s:s + _CHUNK_ROWS]).astype(xp.float32, copy=False)
-        if not bool(xp.all(blk == xp.rint(blk))):
-            return None
-        top = max(top, float(xp.abs(blk).max()))
-        if top > _MAX_EXACT_INT:
+        integral, blk_top = _integers(xp.asarray(a[s:s + _CHUNK_ROWS]).astype(xp.float32, copy=False), xp)
+        top = max(top, float(blk_top))
+        if not bool(integral) or top > _MAX_EXACT_INT:
             return None
     return top
+
+
+def _integers(blk, xp):
+    """(whether every value of the float32 block is an integer, its largest |value|), as 0-d arrays (no host
+    sync)."""
+    return xp.all(blk == xp.rint(blk)), xp.abs(blk).max()
 
 
 def _column_sums(blk, xp):

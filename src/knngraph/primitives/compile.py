@@ -310,19 +310,8 @@ class _Parts:
             self.dispatcher(0, 1, *args)
             return
         parts = threads * PARTS_PER_THREAD
-        turn = iter(range(parts))  # next() on it is atomic under the GIL
         kernel = self.dispatcher
-
-        def runner():
-            for p in turn:
-                kernel(p, parts, *args)
-
-        futures = [_thread_pool().submit(runner) for _ in range(threads - 1)]
-        try:
-            runner()
-        finally:
-            for f in futures:
-                f.result()
+        _run_in_turn(lambda p: kernel(p, parts, *args), parts, threads)
 
 
 def pick(builds, rows: int):
@@ -369,20 +358,30 @@ class SplitKernel:
         parts = min(items, threads * PARTS_PER_THREAD)
         bounds = [items * i // parts for i in range(parts + 1)]
         out = [None] * parts
-        turn = iter(range(parts))  # next() on it is atomic under the GIL
         kernel = self.dispatcher
 
-        def runner():
-            for p in turn:
-                out[p] = kernel(bounds[p], bounds[p + 1], *args)
+        def part(p):
+            out[p] = kernel(bounds[p], bounds[p + 1], *args)
 
-        futures = [_thread_pool().submit(runner) for _ in range(threads - 1)]
-        try:
-            runner()
-        finally:
-            for f in futures:
-                f.result()
+        _run_in_turn(part, parts, threads)
         return self.combine(out) if self.combine is not None else out[0]
+
+
+def _run_in_turn(part, parts: int, threads: int) -> None:
+    """``part(p)`` for every p in range(``parts``), on ``threads`` threads at once (the calling thread and
+    the pool's), each taking the next part as it finishes one (the kernels release the GIL)."""
+    turn = iter(range(parts))  # next() on it is atomic under the GIL
+
+    def runner():
+        for p in turn:
+            part(p)
+
+    futures = [_thread_pool().submit(runner) for _ in range(threads - 1)]
+    try:
+        runner()
+    finally:
+        for f in futures:
+            f.result()
 
 
 _POOL: list = []

@@ -316,13 +316,13 @@ def _uses_beam(index: Index, sp: SearchParams) -> bool:
     which need SONG's walk ('beam' then raises)."""
     if sp.algo == "song":
         return False
-    if index.hasher is None and sp.visited != "bloom":  # nothing blocks it (every call of a default search)
+    hashed, bloom = index.hasher is not None, sp.visited == "bloom"
+    if not (hashed or bloom):
         return True
-    blockers = [why for why, on in (("a hashed index (hash_bits)", index.hasher is not None),
-                                    ("visited='bloom'", sp.visited == "bloom")) if on]
-    if blockers and sp.algo == "beam":
+    if sp.algo == "beam":
+        blockers = [why for why, on in (("a hashed index (hash_bits)", hashed), ("visited='bloom'", bloom)) if on]
         raise ValueError(f"algo='beam' does not support {' or '.join(blockers)}; use algo='song' or 'auto'")
-    return not blockers
+    return False
 
 
 def _filtered_search(dev, index, q, k, sp, allowed: AllowedIds, *, verbose, stats, memory_limit, out):
