@@ -46,7 +46,7 @@ def kernels():
 
     if importlib.util.find_spec("knngraph.primitives") is None:
         return _legacy_kernels()
-    from knngraph.graphops import cuda as go
+    from knngraph.graphops import _kernels as go
     from knngraph.nndescent import _kernels as nk
     from knngraph.primitives import _kselect_kernels as sk
     from knngraph.primitives import _rescore_kernel as rf

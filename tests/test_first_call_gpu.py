@@ -1,7 +1,8 @@
 """A new process's GPU calls load every kernel from the disk cache of compiled kernels: after a first process
 ran exact search, NN-Descent, SONG, GRNND and GGNN on 20k rows of the bundled sample, a second process
-running the same builds nothing (``knngraph._cuda_launch.kernels_compiled() == 0``) and compiles no CPU
-kernel either; and after ``knngraph.warmup`` (uint8, squared L2) the same calls compile nothing."""
+running the same builds nothing (``knngraph._cuda_launch.kernels_compiled() == 0``), compiles no CPU
+kernel either and never imports numba-cuda (its kernels are found by name); and after ``knngraph.warmup``
+(uint8, squared L2) the same calls compile nothing."""
 
 import json
 import os
@@ -14,7 +15,7 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 _CALLS = textwrap.dedent("""
-    import json, time
+    import json, sys, time
     import numpy as np
     import knngraph
     from knngraph import _cuda_launch, ggnn, grnnd, song
@@ -37,7 +38,8 @@ _CALLS = textwrap.dedent("""
               for name, dist, ids in (("exact", d, i), ("song", ds, i_song), ("ggnn", dg, i_ggnn),
                                       ("ggnn_rings", dr, i_rings))}
     print(json.dumps({"kernels_compiled": _cuda_launch.kernels_compiled(), "compile_seconds": compile_seconds(),
-                      "seconds": time.perf_counter() - t0, "recall": recall, "graph_degree": g.degree}))
+                      "seconds": time.perf_counter() - t0, "recall": recall, "graph_degree": g.degree,
+                      "numba_cuda_imported": "numba.cuda" in sys.modules}))
 """)
 
 
@@ -59,6 +61,8 @@ def test_a_second_process_compiles_no_kernel(tmp_path):
     assert first["kernels_compiled"] > 0 and "compiling GPU kernels" in first_err
     second, second_err = _run(tmp_path)
     assert second["kernels_compiled"] == 0 and second["compile_seconds"] == 0
+    # every kernel was found by name: the second process never imported a kernel module, nor numba-cuda
+    assert first["numba_cuda_imported"] and not second["numba_cuda_imported"]
     assert "compiling" not in second_err
     _check_answers(first)
     _check_answers(second)
@@ -72,5 +76,6 @@ def test_after_warmup_a_new_process_compiles_no_kernel(tmp_path, monkeypatch):
     assert res["kernels_compiled"] > 0 and res["device"] == "cuda:0"
     run, err = _run(tmp_path)
     assert run["kernels_compiled"] == 0 and run["compile_seconds"] == 0, json.dumps(run)
+    assert not run["numba_cuda_imported"]
     assert "compiling" not in err
     _check_answers(run)

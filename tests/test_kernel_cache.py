@@ -158,3 +158,119 @@ def test_processes_writing_one_entry_at_once_leave_a_whole_entry(tmp_path):
     found = cl._read_entry(str(tmp_path / "kernels" / (key[:48] + ".kernel")))
     assert found is not None and found[1] == image
     assert not list((tmp_path / "kernels").glob("*.tmp"))
+
+
+# --------------------------------------------------------------------------------------------------
+# kernels named without importing their module (LazyKernel), found in the cache by name
+
+
+def test_a_named_kernel_is_one_object_and_resolves_to_the_factorys_kernel():
+    kernels = cl.kernel_module(__name__)
+    a = kernels._factory(32)
+    assert a is kernels._factory(32) and a is not kernels._factory(64)
+    assert repr(a) == f"{__name__}._factory(32)"
+    assert a.resolve()(1) == 33 and kernels._factory(64).resolve()(1) == 65
+    assert cl.kernel_module("math").pow.resolve()(2, 3) == 8.0
+    with pytest.raises(TypeError, match="not a kernel factory"):
+        a(1)
+    with pytest.raises(TypeError, match="plain values"):
+        kernels._factory(np.zeros(3))
+
+
+class _FakeDevice:
+    def __init__(self, device_id=0):
+        self.id, self.compute_capability = device_id, "90"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.fixture
+def named_cache(cache, monkeypatch):
+    """The name path of ``_lazy_function`` with a stand-in GPU: CuPy's Device, the module load and the
+    compiler are replaced; returns the lists of loaded images, of builds and of kernels that took the
+    full-key path (resolved)."""
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=types.SimpleNamespace(Device=_FakeDevice)))
+    monkeypatch.setattr(cl, "_LAZY", {})
+    loaded, compiled, resolved = [], [], []
+    monkeypatch.setattr(cl, "_load", lambda header, image, dev: loaded.append(image) or ("fn:" + image.decode(), None))
+
+    def compiled_locked(kernel, signature, device_id, max_registers=None):
+        """The full-key path: the entry of the key, built when missing (a build appends to ``compiled``)."""
+        def build():
+            image = f"image{len(compiled)}".encode()
+            compiled.append(image)
+            return "entry_fn", "cubin", image
+
+        resolved.append(kernel)
+        key = cl.compile_key(kernel, signature, (9, 0), max_registers)
+        return cl._load(*cl.cached_image(key, build), None) + (key,)
+
+    monkeypatch.setattr(cl, "_compiled_locked", compiled_locked)
+    return loaded, compiled, resolved
+
+
+def _new_process(monkeypatch):
+    """What a new process knows: no kernel resolved, nothing loaded; resolving is an error (it would import
+    the kernel module, which the name entry exists to avoid)."""
+    monkeypatch.setattr(cl, "_LAZY", {})
+
+    def no_import(self):
+        raise AssertionError(f"{self!r} was resolved")
+
+    monkeypatch.setattr(cl.LazyKernel, "resolve", no_import)
+
+
+def test_a_new_process_loads_a_named_kernel_without_resolving_it(named_cache, cache, monkeypatch):
+    loaded, compiled, resolved = named_cache
+    kernel = cl.kernel_module(__name__)._factory(32)
+    assert cl._lazy_function(kernel, (3, 4), 0) == ("fn:image0", None)
+    assert cl._lazy_function(kernel, (3, 4), 0) == ("fn:image0", None)  # this process's copy
+    assert compiled == [b"image0"] and loaded == [b"image0"]
+    assert len(list(cache.glob("*.name"))) == 1 and len(list(cache.glob("*.kernel"))) == 1
+    with monkeypatch.context() as m:
+        _new_process(m)
+        assert cl._lazy_function(kernel, (3, 4), 0) == ("fn:image0", None)
+    assert compiled == [b"image0"] and loaded == [b"image0", b"image0"]
+
+
+@pytest.mark.parametrize("change", ["argument types", "register cap", "environment", "source"])
+def test_a_named_kernel_of_another_configuration_is_compiled(named_cache, monkeypatch, change):
+    loaded, compiled, resolved = named_cache
+    kernel = cl.kernel_module(__name__)._factory(32)
+    cl._lazy_function(kernel, (3, 4), 0)
+    monkeypatch.setattr(cl, "_LAZY", {})
+    args, cap = (3, 4), None
+    if change == "argument types":
+        args = (3, np.float32(4))
+    elif change == "register cap":
+        cap = 64
+    elif change == "environment":
+        monkeypatch.setenv("KNNGRAPH_GGNN_MAX_REGISTERS", "96")
+    else:
+        monkeypatch.setattr(cl, "_source_digest", lambda: "another source")
+    cl._lazy_function(kernel, args, 0, cap)
+    assert len(resolved) == 2  # another name: the kernel was resolved and its full key looked up
+    # (the stand-in's full key leaves out the environment, which a kernel module reads into its kernels)
+    assert compiled == ([b"image0"] if change == "environment" else [b"image0", b"image1"])
+
+
+@pytest.mark.parametrize("damage", ["entry", "name"])
+def test_a_damaged_named_entry_is_compiled_again(named_cache, cache, monkeypatch, damage):
+    loaded, compiled, resolved = named_cache
+    kernel = cl.kernel_module(__name__)._factory(7)
+    cl._lazy_function(kernel, (1,), 0)
+    (path,) = cache.glob("*.kernel" if damage == "entry" else "*.name")
+    path.write_bytes(path.read_bytes()[:-3])
+    monkeypatch.setattr(cl, "_LAZY", {})
+    assert cl._lazy_function(kernel, (1,), 0) == ("fn:image1" if damage == "entry" else "fn:image0", None)
+    assert compiled == ([b"image0", b"image1"] if damage == "entry" else [b"image0"])
+    with monkeypatch.context() as m:  # the entry written again is found by name
+        _new_process(m)
+        assert cl._lazy_function(kernel, (1,), 0)[0] == ("fn:image1" if damage == "entry" else "fn:image0")

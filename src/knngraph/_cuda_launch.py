@@ -20,6 +20,14 @@ argument signature, the register cap and the device's compute capability. Entrie
 temporary file and renamed into place, so processes compiling the same kernel at once (Dask workers) each
 write a whole entry and readers never see a partial one; an entry whose length or checksum does not match
 is compiled again, never loaded; a cache folder that cannot be written is skipped with one log line.
+
+**Without numba.** Computing that key needs the kernel object, so its module, so numba and numba-cuda
+(about half a second to import). Host code therefore names its kernels (:func:`kernel_module`,
+:class:`LazyKernel`: module, attribute, factory arguments) and each compiled kernel also gets a small
+name entry: the key of (kernel name, argument types, register cap, compute capability, the package's
+source and versions, the environment variables that change code generation) -> the full key of the
+entry it compiled to. A process whose kernels are all in the cache loads them by name and never imports
+numba; a miss imports the module and takes the path above.
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ import numpy as np
 from ._device import quiet_launches
 
 __all__ = ["launch", "compiled_functions", "PreparedLaunch", "flatten", "raw_launch_enabled", "kernel_cache_dir",
-           "cached_image", "kernels_compiled", "compile_key", "max_cooperative_blocks"]
+           "cached_image", "kernels_compiled", "compile_key", "max_cooperative_blocks", "kernel_module", "LazyKernel"]
 
 _log = logging.getLogger("knngraph")
 
@@ -116,15 +124,14 @@ def _flatten(arg, out: list) -> None:
 def _source_digest() -> str:
     """Digest of knngraph's own source files and the compiler's version: part of every cache key, so a
     changed kernel (or any helper it calls) is never served from an older build."""
-    import numba
+    from importlib import metadata
 
-    h = hashlib.sha256(f"{numba.__version__}/{_FORMAT}".encode())
-    try:
-        import numba_cuda
-
-        h.update(numba_cuda.__version__.encode())
-    except Exception:  # noqa: BLE001 - the simulator's tests run without numba-cuda's package metadata
-        pass
+    h = hashlib.sha256(str(_FORMAT).encode())
+    for package in ("numba", "numba-cuda"):  # read from the installed metadata: importing numba costs ~0.2 s
+        try:
+            h.update(f"/{package}={metadata.version(package)}".encode())
+        except Exception:  # noqa: BLE001 - the simulator's tests run without numba-cuda's package metadata
+            pass
     root = os.path.dirname(os.path.abspath(__file__))
     for dirpath, dirs, files in os.walk(root):
         dirs.sort()
@@ -321,6 +328,13 @@ def _compiled_locked(kernel, signature, device_id, max_registers=None):
     if built:
         _BUILDS["count"] += 1
         _BUILDS["seconds"] += built[0]
+    return _load(header, image, dev) + (key,)
+
+
+def _load(header: dict, image: bytes, dev) -> tuple:
+    """(CuPy function, module) of a cache entry's image loaded into CuPy device ``dev``'s context."""
+    import cupy as cp
+
     # CuPy loads a module from a file (cubin or PTX by the suffix); its functions are RawKernels
     fd, path = tempfile.mkstemp(suffix="." + header["kind"], prefix="knngraph-")
     try:
@@ -340,7 +354,193 @@ def _compiled(kernel, signature, device_id, max_registers=None):
     disk cache after the first build (see the module docs). ``max_registers`` adds a ``.maxnreg``
     directive to the entry (more resident warps per SM for latency-bound kernels, at the risk of spills)."""
     with _LOCK:
-        return _compiled_locked(kernel, signature, device_id, max_registers)
+        return _compiled_locked(kernel, signature, device_id, max_registers)[:2]
+
+
+# --------------------------------------------------------------------------------------------------
+# kernels named, not imported: a new process loads them without importing numba
+
+
+class LazyKernel:
+    """A kernel of a kernel module named by the module, its attribute and, for a kernel factory, the
+    factory's arguments, without importing the module: ``kernel_module('knngraph.x._kernels').name`` is the
+    kernel ``name`` of that module and ``...factory(32, 'a')`` the kernel that ``factory(32, 'a')`` returns.
+    :func:`launch` finds a kernel named this way in the disk cache by its name, argument types and device
+    (:func:`_lazy_function`): a process whose kernels are all cached never imports the kernel modules, and
+    so neither numba nor numba-cuda (about half a second of a first call). :meth:`resolve` imports the
+    module and returns the numba kernel (a cache miss, the simulator, ``KNNGRAPH_RAW_LAUNCH=0``)."""
+
+    __slots__ = ("module", "name", "args", "_real")
+
+    def __init__(self, module: str, name: str, args: tuple | None = None):
+        self.module, self.name, self.args, self._real = module, name, args, None
+
+    def __call__(self, *args, **kwargs):
+        if self.args is not None:
+            raise TypeError(f"{self!r} is a kernel, not a kernel factory")
+        for a in list(args) + list(kwargs.values()):
+            if not isinstance(a, (bool, int, float, str, type(None), np.generic, LazyKernel)):
+                raise TypeError(f"{self.module}.{self.name}: a kernel named lazily takes plain values, "
+                                f"got {type(a).__name__}")
+        return _named(self.module, self.name, (tuple(args), tuple(sorted(kwargs.items()))))
+
+    def resolve(self):
+        """The numba kernel (imports its module, calls the factory)."""
+        if self._real is None:
+            import importlib
+
+            obj = getattr(importlib.import_module(self.module), self.name)
+            if self.args is not None:
+                args, kwargs = self.args
+                real = [a.resolve() if isinstance(a, LazyKernel) else a for a in args]
+                obj = obj(*real, **{k: (v.resolve() if isinstance(v, LazyKernel) else v) for k, v in kwargs})
+            self._real = obj
+        return self._real
+
+    def __repr__(self) -> str:
+        if self.args is None:
+            return f"{self.module}.{self.name}"
+        args, kwargs = self.args
+        text = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs]
+        return f"{self.module}.{self.name}({', '.join(text)})"
+
+    def __eq__(self, other):
+        return isinstance(other, LazyKernel) and repr(self) == repr(other)
+
+    def __hash__(self):
+        return hash(repr(self))
+
+    def __getitem__(self, launch_config):
+        """``kernel[blocks, threads]``: numba's launch syntax, on the resolved kernel (the simulator)."""
+        return self.resolve()[launch_config]
+
+
+#: every kernel named so far, one object per name: a name resolves once and compares by identity
+_NAMED: dict = {}
+
+
+def _named(module: str, name: str, args: tuple | None = None) -> LazyKernel:
+    kernel = LazyKernel(module, name, args)
+    return _NAMED.setdefault(repr(kernel), kernel)
+
+
+class KernelModule:
+    """A kernel module's kernels as :class:`LazyKernel` objects (see :func:`kernel_module`)."""
+
+    def __init__(self, module: str):
+        self._module = module
+
+    def __getattr__(self, name: str) -> LazyKernel:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _named(self._module, name)
+
+    def __repr__(self) -> str:
+        return f"kernel_module({self._module!r})"
+
+
+def kernel_module(module: str) -> KernelModule:
+    """The kernels of ``module`` (its dotted name), named without importing it: host code launches
+    ``kernel_module(...).kernel`` or ``kernel_module(...).factory(args)`` (plain values), and reads the
+    module's constants and host-side helpers from a module that does not import numba."""
+    return KernelModule(module)
+
+
+def _arg_text(arg) -> str:
+    """The type of one launch argument as text, as :func:`_arg_type` types it (without numba)."""
+    if hasattr(arg, "__cuda_array_interface__") and hasattr(arg, "dtype"):
+        return f"{arg.dtype.str}/{arg.ndim}/{'C' if arg.flags.c_contiguous else 'A'}"
+    if isinstance(arg, (bool, np.bool_)):
+        raise TypeError("pass booleans to kernels as integers")
+    if isinstance(arg, (int, np.integer)):
+        return "i8"
+    if isinstance(arg, np.float32):
+        return "f4"
+    if isinstance(arg, (float, np.floating)):
+        return "f8"
+    raise TypeError(f"cannot pass {type(arg).__name__} to a raw kernel launch")
+
+
+#: environment variables that change what a kernel module compiles (read when it is imported)
+_CODEGEN_ENV = ("KNNGRAPH_GGNN_MAX_REGISTERS", "KNNGRAPH_BEAM_MAX_REGISTERS", "NUMBA_OPT", "NUMBA_FASTMATH")
+_LAZY: dict = {}
+
+
+def _name_key(kernel: LazyKernel, arg_texts: tuple, cc: tuple, max_registers) -> str:
+    env = tuple((name, os.environ.get(name)) for name in _CODEGEN_ENV)
+    text = repr((_source_digest(), repr(kernel), arg_texts, tuple(cc), max_registers, env))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _lazy_function(kernel: LazyKernel, args, device_id: int, max_registers=None):
+    """(CuPy function, module) of ``kernel`` for ``args`` on GPU ``device_id``: this process's copy, else
+    the cache entry that a name entry (``<name key>.name`` in :func:`kernel_cache_dir`, the full key of the
+    entry that this kernel name, these argument types, register cap, compute capability and the
+    package's source were compiled to) points at, else resolved, compiled or loaded by its full key
+    (:func:`_compiled`) and its name entry written. A name entry that points at a missing or corrupt entry
+    is passed over."""
+    arg_texts = tuple(_arg_text(a) for a in args)
+    memo = (kernel, arg_texts, device_id, max_registers)
+    with _LOCK:
+        found = _LAZY.get(memo)
+        if found is not None:
+            return found
+        import cupy as cp
+
+        dev = cp.cuda.Device(device_id)
+        cc = tuple(int(c) for c in dev.compute_capability)
+        folder = kernel_cache_dir()
+        name_path = None
+        if folder is not None:
+            name_path = os.path.join(folder, _name_key(kernel, arg_texts, cc, max_registers)[:48] + ".name")
+            key = _read_name(name_path)
+            entry = None if key is None else _read_entry(os.path.join(folder, key[:48] + ".kernel"))
+            if entry is not None:
+                found = _load(*entry, dev)
+        if found is None:
+            real = kernel.resolve()
+            signature = tuple(_arg_type(a) for a in args)
+            fn, module, key = _compiled_locked(real, signature, device_id, _register_cap(real, max_registers))
+            found = (fn, module)
+            if name_path is not None:
+                _write_name(folder, name_path, key)
+        _LAZY[memo] = found
+        return found
+
+
+def _read_name(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            blob = fh.read(4096)
+    except OSError:
+        return None
+    key = blob.decode("ascii", "replace").strip()
+    return key if re.fullmatch(r"[0-9a-f]{64}", key) else None
+
+
+def _write_name(folder: str, path: str, key: str) -> None:
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(key + "\n")
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError:
+        pass  # the folder cannot be written: _write_entry said so once
+
+
+def _function_for(kernel, args, device_id: int, max_registers=None):
+    """(CuPy function, module) of ``kernel`` (numba or :class:`LazyKernel`) for ``args``."""
+    if isinstance(kernel, LazyKernel):
+        return _lazy_function(kernel, args, device_id, max_registers)
+    signature = tuple(_arg_type(a) for a in args)
+    return _compiled(kernel, signature, device_id, _register_cap(kernel, max_registers))
 
 
 def _function_pointer(fn) -> int:
@@ -371,9 +571,8 @@ class PreparedLaunch:
             import cupy as cp
 
             device_id = cp.cuda.Device().id
-        signature = tuple(_arg_type(a) for a in example_args)
         self.device_id = int(device_id)
-        self.fn, self._module = _compiled(kernel, signature, device_id, _register_cap(kernel, max_registers))
+        self.fn, self._module = _function_for(kernel, example_args, self.device_id, max_registers)
         self._function = _function_pointer(self.fn)
         flat = [flatten(a) for a in example_args]
         self._starts = np.cumsum([0] + [len(f) for f in flat]).tolist()
@@ -422,7 +621,7 @@ def max_cooperative_blocks(kernel, args, threads: int) -> int:
     import cupy as cp
 
     dev = cp.cuda.Device()
-    fn, _ = _compiled(kernel, tuple(_arg_type(a) for a in args), dev.id, _register_cap(kernel, None))
+    fn, _ = _function_for(kernel, args, dev.id)
     per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(_function_pointer(fn), int(threads), 0)
     return max(1, int(per_sm) * int(dev.attributes["MultiProcessorCount"]))
 
@@ -436,6 +635,8 @@ def launch(kernel, blocks: int, threads: int, args, stream=None, max_registers=N
     ``KNNGRAPH_RAW_LAUNCH=0`` launch through numba."""
     if blocks <= 0:
         return
+    if isinstance(kernel, LazyKernel) and (_is_host(args) or not _raw_enabled()):
+        kernel = kernel.resolve()
     if _is_host(args):
         kernel[blocks, threads](*args)
         return
@@ -450,8 +651,7 @@ def launch(kernel, blocks: int, threads: int, args, stream=None, max_registers=N
         with quiet_launches():
             kernel[blocks, threads, nb_stream](*nb_args)
         return
-    signature = tuple(_arg_type(a) for a in args)
-    fn, _ = _compiled(kernel, signature, cp.cuda.Device().id, _register_cap(kernel, max_registers))
+    fn, _ = _function_for(kernel, args, cp.cuda.Device().id, max_registers)
     flat: list = []
     for a in args:
         _flatten(a, flat)

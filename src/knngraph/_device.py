@@ -65,13 +65,19 @@ def _gpu_probe() -> tuple[bool, str]:
         return False, f"CuPy sees no CUDA device ({type(exc).__name__}: {exc})"
     if n < 1:
         return False, "CuPy sees no CUDA device"
-    try:
-        from numba import cuda
+    # numba-cuda compiles the kernels; a process whose kernels are all in the disk cache never imports it
+    # (``_cuda_launch``), so it is found here, not imported (that costs about half a second); CuPy has
+    # already shown that the driver works
+    import importlib.util
 
-        if not cuda.is_available():
-            return False, "numba-cuda reports no usable CUDA driver"
-    except Exception as exc:
-        return False, f"numba-cuda is not usable ({type(exc).__name__}: {exc})"
+    if importlib.util.find_spec("numba_cuda") is None:
+        try:
+            from numba import cuda
+
+            if not cuda.is_available():
+                return False, "numba-cuda reports no usable CUDA driver"
+        except Exception as exc:
+            return False, f"numba-cuda is not usable ({type(exc).__name__}: {exc})"
     return True, ""
 
 

@@ -1,11 +1,11 @@
-"""The top-k merge kernel of graphops (``graphops.cuda.merge_lists_kernel``: the distinct best k of two sorted
+"""The top-k merge kernel of graphops (``graphops._kernels.merge_lists_kernel``: the distinct best k of two sorted
 rows) in the numba CUDA simulator on tiny inputs, against the CPU's ``graphops.cpu.merge_sorted_lists``."""
 
 import numpy as np
 import pytest
 
+from knngraph.graphops import _kernels as graphops_kernels
 from knngraph.graphops import cpu as graphops_cpu
-from knngraph.graphops import cuda as graphops_cuda
 from knngraph.primitives.constants import pow2_at_least
 
 pytestmark = pytest.mark.sim
@@ -25,8 +25,8 @@ def test_merge_lists_kernel_matches_cpu(rng):
     ref_d, ref_i = graphops_cpu.merge_sorted_lists(ad, ai, bd, bi, k)
     out_d = np.zeros((n, k), np.float32)
     out_i = np.zeros((n, k), np.int32)
-    graphops_cuda.merge_lists_kernel(pow2_at_least(ka + kb, 32))[1, graphops_cuda.WPB * 32](ad, ai, bd, bi, out_d,
-                                                                                             out_i)
+    kernel = graphops_kernels.merge_lists_kernel(pow2_at_least(ka + kb, 32))
+    kernel[1, graphops_kernels.WPB * 32](ad, ai, bd, bi, out_d, out_i)
     np.testing.assert_array_equal(out_i, ref_i)
     np.testing.assert_array_equal(out_d, ref_d)
     for r in range(n):

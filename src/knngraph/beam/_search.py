@@ -479,16 +479,16 @@ _STAGED_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 
 
 def _gpu_modules() -> tuple:
-    """(cupy, the kernels module, knngraph.beam.cuda), imported on the first GPU search (not with this module:
+    """(cupy, the kernels' layout module, knngraph.beam.cuda), imported on the first GPU search (not with this module:
     the CPU path never loads CuPy) and kept, so a small search does not pay the import statements' lookups on
     every call."""
     global _GPU_MODULES
     if _GPU_MODULES is None:
         import cupy
 
-        from . import _kernels, cuda
+        from . import _layout, cuda
 
-        _GPU_MODULES = (cupy, _kernels, cuda)
+        _GPU_MODULES = (cupy, _layout, cuda)
     return _GPU_MODULES
 
 
@@ -575,7 +575,7 @@ def drop_plans_of_ended_threads(cache: dict) -> int:
 def _norms(dev: Device, view: GraphView, mode: int, inv_b):
     """The norms the GPU kernel reads, made once per device: int32 squared norms of 8-bit vectors for the
     dp4a L2 distance, else ``inv_b`` (the inverse norms for cosine, a 1-element dummy otherwise)."""
-    from . import _kernels as bk
+    from . import _layout as bk
 
     if mode not in (bk.MODE_DP4A_U8, bk.MODE_DP4A_I8) or view.kind != distance_kind("sqeuclidean"):
         return inv_b

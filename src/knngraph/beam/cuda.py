@@ -13,8 +13,11 @@ import threading
 
 import numpy as np
 
-from ..primitives.constants import pow2_at_least
-from . import _kernels as bk
+from .._cuda_launch import kernel_module
+from ..primitives.constants import WARP, pow2_at_least
+from . import _layout as bk
+
+_kernels = kernel_module(__package__ + "._kernels")
 
 __all__ = ["search_beam_device", "beam_config", "slack_args", "fitting_width", "BeamPlan", "search_width",
            "list_capacity", "beam_mode", "beam_max_registers", "square_norms", "COUNTER_RING", "launch_environment",
@@ -197,7 +200,7 @@ def slack_args(slack) -> tuple:
 def _shared_shape(queue_size: int, dim: int, mode: int, width: int):
     """(list capacity, visited-table slots, staged query words) of a kernel of search ``width``."""
     qcap = list_capacity(queue_size)
-    hsize = pow2_at_least(4 * (qcap + (width * bk.WARP if width > 1 else 0)), 512)
+    hsize = pow2_at_least(4 * (qcap + (width * WARP if width > 1 else 0)), 512)
     qwords = dim // 4 if _dp4a(mode) else dim  # the staged query: uint32 words or float32 values
     return qcap, hsize, qwords
 
@@ -230,13 +233,13 @@ def beam_config(queue_size: int, dim: int, mode: int, kind: int, max_warps: int 
             raise ValueError(f"queue_size={queue_size} with dim={dim} and search_width={width} needs {per} bytes of "
                              f"shared memory, more than the {bk.SHARED_BUDGET} a block may use; lower queue_size or "
                              "search_width")
-        return bk.beam_kernel(qcap, hsize, qwords, mode, kind, tsize, width, per_lane, width, slack, filtered), width
+        return _kernels.beam_kernel(qcap, hsize, qwords, mode, kind, tsize, width, per_lane, width, slack, filtered), width
     per = bk.shared_bytes_per_warp(qcap, hsize, qwords)
     if per > bk.SHARED_BUDGET:
         raise ValueError(f"queue_size={queue_size} with dim={dim} needs {per} bytes of shared memory per warp, "
                          f"more than the {bk.SHARED_BUDGET} a block may use; lower queue_size")
     wpb = bk.warps_per_block(qcap, hsize, qwords, max_warps)
-    return bk.beam_kernel(qcap, hsize, qwords, mode, kind, tsize, wpb, per_lane, 1, slack, filtered), wpb
+    return _kernels.beam_kernel(qcap, hsize, qwords, mode, kind, tsize, wpb, per_lane, 1, slack, filtered), wpb
 
 
 def search_beam_device(graph_ids, base, queries, norms, kind, entries, k, queue_size, mode, *, xp,
@@ -270,7 +273,7 @@ def search_beam_device(graph_ids, base, queries, norms, kind, entries, k, queue_
             out_nd, out_ne, *slack_args(slack), counter if allowed is None else allowed)
     from .._cuda_launch import launch as cached_launch
 
-    (launch or cached_launch)(kern, blocks, wpb * bk.WARP, args)
+    (launch or cached_launch)(kern, blocks, wpb * WARP, args)
     return out_k, out_i, out_nd, out_ne
 
 
@@ -310,7 +313,7 @@ class BeamPlan:
         self.qwords = dim // 4 if _dp4a(mode) else dim
         self.k = k
         self.sm_count = sm_count
-        self._threads = self.wpb * bk.WARP
+        self._threads = self.wpb * WARP
         self._current_stream = cp.cuda.get_current_stream
         base_arg = _words(base, mode, cp)
         q_example = cp.empty((1, self.qwords), cp.uint32 if _dp4a(mode) else query_dtype)

@@ -43,11 +43,10 @@ from ..primitives.warp import finish_device as _finish
 from ..primitives.warp import less_device as _less
 from ..primitives.warp import warp_distance, warp_partials4, warp_sort32, warp_sum
 from . import cpu as _cpu
+from ._layout import THREADS
 
 __all__ = ["search_kernel", "merge_kernel", "brute_kernel", "sym_kernel", "THREADS"]
 
-#: threads of a search block (one warp: every barrier below is a ``syncwarp``)
-THREADS = WARP
 
 #: register caps (0: none, numba's default) of the build's one-warp kernels (merge, symmetric linking; the
 #: refinement runs them too) and of the search kernel. Uncapped (PTX for sm_90, ptxas 13; ``python

@@ -45,13 +45,12 @@ from numba import cuda, float32, int32
 
 from ..primitives.compile import cuda_version, device_function, host_and_device
 from ..primitives.constants import ID_NONE
+from ._layout import LINK_THREADS as THREADS
 from .cpu import rewrite_row
 
 __all__ = ["active_kernel", "place_kernel", "sym_write_kernel", "static_candidates", "place_fate",
            "blocks_for"]
 
-#: threads per block of the one-thread-per-item kernels
-THREADS = 128
 
 
 @host_and_device

@@ -17,12 +17,15 @@ import threading
 
 import numpy as np
 
-from .._cuda_launch import launch, max_cooperative_blocks
+from .._cuda_launch import kernel_module, launch, max_cooperative_blocks
 from .._device import sm_count
-from . import _kernels as kn
 from ..primitives.constants import ID_NONE
 from ..primitives.distances import DIST_COS
+from ._layout import LINK_THREADS, THREADS
 from .cpu import cache_layout
+
+kn = kernel_module(__package__ + "._kernels")
+lk = kernel_module(__package__ + "._link_kernels")
 
 __all__ = ["search", "brute_segments", "merge_queries", "sym_requests", "sym_place", "sym_write", "sync",
            "release_build_data"]
@@ -48,7 +51,7 @@ def search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, tau, nn1, m
         qb = xp.ascontiguousarray(xp.asarray(queries[s:e], dtype=xp.float32))
         inv_qb = inv_q[s:e] if kind == DIST_COS else inv_q
         blocks = int(max(1, min(e - s, sm * 64 if xp is not np else 4)))
-        launch(kern, blocks, kn.THREADS, (graph_ids, base, qb, inv_b, inv_qb, int(kind), entries, int(k),
+        launch(kern, blocks, THREADS, (graph_ids, base, qb, inv_b, inv_qb, int(kind), entries, int(k),
                                           np.float32(tau), np.float32(nn1), int(max_iterations), out_d[s:e],
                                           out_i[s:e], out_nd[s:e], out_ne[s:e]))
     return out_d, out_i, out_nd, out_ne
@@ -124,7 +127,7 @@ def merge_queries(base, inv, kind, graph, trans, sel, offsets, top_seg, lt, lm, 
     kern = kn.merge_kernel(int(k), int(P), int(V))
     sm = 1 if xp is np else sm_count()
     blocks = int(max(1, min(nz, 4 if xp is np else sm * 64)))
-    launch(kern, blocks, kn.THREADS, (base, inv, int(kind), graph, trans, sel, lo_m, nz, lo_t, top_seg, int(lt),
+    launch(kern, blocks, THREADS, (base, inv, int(kind), graph, trans, sel, lo_m, nz, lo_t, top_seg, int(lt),
                                       int(lm), int(s), np.float32(tau), np.float32(nn1), int(max_pops), out_i, out_d))
 
 
@@ -142,7 +145,7 @@ def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V,
     sm = 1 if xp is np else sm_count()
     blocks = int(max(1, min(nz, 4 if xp is np else sm * 64)))
     ksym = sym.shape[1]
-    launch(kern, blocks, kn.THREADS, (base, inv, int(kind), graph, trans, int(lo), int(z0), int(nz), int(knn),
+    launch(kern, blocks, THREADS, (base, inv, int(kind), graph, trans, int(lo), int(z0), int(nz), int(knn),
                                       int(ksym), sym, cnt, np.float32(tau), np.float32(nn1), req_i, req_d, req_n))
 
 
@@ -151,8 +154,6 @@ def sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n
     :mod:`._link_kernels`: the fates of the requests as the fixed point of parallel rounds, then the
     links written by rank). The candidates ``req_i`` must be rows lo .. graph.shape[0] - 1 (the layer's;
     the path searches give only those). Returns the number of rounds."""
-    from . import _link_kernels as lk
-
     if xp is None:
         import cupy as xp
     nz = z1 - z0
@@ -165,7 +166,7 @@ def sym_place(graph, lo, z0, z1, knn, ksym, sym, sym_d, cnt, req_i, req_d, req_n
         raise ValueError(f"sym_place: {nq} requests of {req_i.shape[2]} candidates; at most 2^31 - 2 and 24")
     if nq == 0:
         return 0
-    T = lk.THREADS if xp is not np else 32
+    T = LINK_THREADS if xp is not np else 32
     act = _scratch("act", (nq,), np.int32, xp)
     fates = _scratch("fates", (3, nz, knn), np.int32, xp)
     # the lists of the targets p (rows lo .. end), empty between calls
@@ -193,8 +194,6 @@ def _cooperative_launch(kernel, args, threads, want, xp):
 
 def sym_write(graph, gdist, lo, n_rows, knn, sym, sym_d, cnt, *, xp=None):
     """:func:`.cpu.sym_write` on the device, one thread per row."""
-    from . import _link_kernels as lk
-
     if xp is None:
         import cupy as xp
     width = graph.shape[1] - knn
@@ -203,6 +202,6 @@ def sym_write(graph, gdist, lo, n_rows, knn, sym, sym_d, cnt, *, xp=None):
         raise ValueError("sym_write: inconsistent shapes of the graph and link arrays")
     if n_rows == 0 or width == 0:
         return
-    T = lk.THREADS if xp is not np else 32
+    T = LINK_THREADS if xp is not np else 32
     launch(lk.sym_write_kernel(int(width)), _blocks(n_rows, T, xp), T,
            (graph, gdist, int(lo), int(n_rows), int(knn), sym, sym_d, cnt))

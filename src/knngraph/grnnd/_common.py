@@ -17,6 +17,15 @@ __all__ = ["MAX_N", "pair_order", "pair_of", "reverse_count", "random_neighbour"
 #: most vectors a GRNND build takes (codes are 2 * id + flag in int32)
 MAX_N = 2**30 - 1
 
+# the GPU kernels' layout (``_kernels.py``), here so that host code reads it without importing them
+#: warps per block of the warp-per-vertex kernels
+WPB = 4
+#: how the kernels' ``pair_distance`` reads rows: element by element, or (8-bit rows, d % 8 == 0) as
+#: 64-bit words of eight bytes, each half multiplied with ``dp4a``, unsigned or signed
+LAYOUT_ELEMENTS = 0
+LAYOUT_WORDS_U8 = 1
+LAYOUT_WORDS_I8 = 2
+
 
 @host_and_device
 def pair_order(seed, rnd, v, m):

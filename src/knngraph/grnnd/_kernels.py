@@ -35,24 +35,16 @@ from ..primitives.distances import DIST_L2SQ
 from ..primitives.intrinsics import dp4a_i8, dp4a_u8
 from ..primitives.random import progression
 from ..primitives.warp import finish_device, warp_bitonic_sort
-from ._common import pair_of, pair_order, reverse_count
+from ._common import LAYOUT_ELEMENTS, LAYOUT_WORDS_I8, LAYOUT_WORDS_U8, WPB, pair_of, pair_order, reverse_count
 
 __all__ = ["propose_kernel", "merge_kernel", "row_proposals_kernel", "random_rows_kernel", "reverse_kernel",
            "count_kernel", "scatter_kernel", "WPB", "LAYOUT_ELEMENTS", "LAYOUT_WORDS_U8", "LAYOUT_WORDS_I8"]
 
-#: warps per block of the warp-per-vertex kernels
-WPB = 4
 _pair_order = cuda_version(pair_order)
 _pair_of = cuda_version(pair_of)
 _reverse_count = cuda_version(reverse_count)
 _progression = cuda_version(progression)
 
-
-#: how :func:`pair_distance` reads rows: element by element, or (8-bit rows, d % 8 == 0) as 64-bit words
-#: of eight bytes, each half multiplied with ``dp4a``, unsigned or signed
-LAYOUT_ELEMENTS = 0
-LAYOUT_WORDS_U8 = 1
-LAYOUT_WORDS_I8 = 2
 _LOW32 = uint64(0xFFFFFFFF)
 
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._cuda_launch import launch
+from .._cuda_launch import kernel_module, launch
 from ..primitives.constants import WARP, pow2_at_least
-from . import _kernels as K
+from . import _common as C
+
+K = kernel_module(__package__ + "._kernels")
 
 __all__ = ["random_rows", "row_layout", "row_proposals", "propose", "reverse", "group", "merge", "capacity"]
 
@@ -35,7 +37,7 @@ def random_rows(n, s, seed, lo, out):
 
 
 def row_layout(x):
-    """(x as 64-bit words, layout) for :func:`K.pair_distance`: words of eight bytes for C-contiguous 8-bit
+    """(x as 64-bit words, layout) for the kernels' ``pair_distance``: words of eight bytes for C-contiguous 8-bit
     rows with d % 8 == 0 and d * 255^2 < 2^24 (exact integer sums that equal the CPU's float32 sums);
     else the elements (and a one-word placeholder)."""
     xp = _xp(x)
@@ -43,8 +45,8 @@ def row_layout(x):
     address = x.ctypes.data if xp is np else x.data.ptr
     if (x.dtype in (np.uint8, np.int8) and d % 8 == 0 and d * 255 * 255 < 2 ** 24 and x.flags.c_contiguous
             and address % 8 == 0):
-        return x.view(xp.uint64), (K.LAYOUT_WORDS_U8 if x.dtype == np.uint8 else K.LAYOUT_WORDS_I8)
-    return xp.zeros((1, 1), xp.uint64), K.LAYOUT_ELEMENTS
+        return x.view(xp.uint64), (C.LAYOUT_WORDS_U8 if x.dtype == np.uint8 else C.LAYOUT_WORDS_I8)
+    return xp.zeros((1, 1), xp.uint64), C.LAYOUT_ELEMENTS
 
 
 def row_proposals(x, inv, kind, rows, lo, pt, pc, pd):
@@ -60,7 +62,7 @@ def propose(x, inv, kind, seed, rnd, pool_c, pool_d, cnt, pt, pc, pd, factor=1.0
     redirects = xp.empty(n, xp.int32)
     kern = K.propose_kernel(capacity(pool_c.shape[1]))
     xw, layout = row_layout(x)
-    launch(kern, -(-n // K.WPB), K.WPB * WARP, (x, xw, int(layout), inv, int(kind), int(seed), int(rnd),
+    launch(kern, -(-n // C.WPB), C.WPB * WARP, (x, xw, int(layout), inv, int(kind), int(seed), int(rnd),
                                                    np.float32(factor), pool_c, pool_d, cnt, pt, pc, pd, redirects))
     return redirects.sum(dtype=xp.int64)  # on the device: no host sync per round
 
@@ -93,4 +95,4 @@ def merge(grouping, pool_c, pool_d, cnt):
     offsets, sc, sd = grouping
     n, r = pool_c.shape
     kern = K.merge_kernel(capacity(r))
-    launch(kern, -(-n // K.WPB), K.WPB * WARP, (sc, sd, offsets, int(r), pool_c, pool_d, cnt))
+    launch(kern, -(-n // C.WPB), C.WPB * WARP, (sc, sd, offsets, int(r), pool_c, pool_d, cnt))

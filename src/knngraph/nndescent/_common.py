@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..primitives.compile import host_and_device
 
 __all__ = ["NEW", "OLD", "candidate_range", "auto_sample_size", "forest_params", "forest_bytes_per_node"]
@@ -18,6 +20,20 @@ __all__ = ["NEW", "OLD", "candidate_range", "auto_sample_size", "forest_params",
 #: entry flags of a k-NN list (GNND section 4): NEW entries have not taken part in a local join yet
 NEW = 1
 OLD = 0
+
+# the GPU kernels' layout (``_kernels.py``), here so that host code reads it without importing them
+#: candidate slots per node (one per lane of the merging warp)
+SLOTS = 32
+#: dimensions (float path) or 4-byte words (dp4a path) staged in shared memory at a time by the join
+#: kernel. At p = 32 its static shared memory is 52 KB with 32 (33 KB distance matrix, 16.5 KB staging;
+#: runs on sm_90) and 44 KB with 16, which ``cuda.Engine`` uses on older GPUs, whose
+#: static shared memory may be limited to 48 KB
+DC = 32
+#: warps per block of the warp-per-node kernels
+WPB = 4
+#: an empty slot of ``cand`` (which holds (distance, id) keys packed by the join's ``pack``): all 64 bits
+#: set. A key, not an id (the id filler is ``ID_NONE``)
+EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 @host_and_device

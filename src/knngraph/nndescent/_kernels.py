@@ -61,20 +61,8 @@ from ..primitives.intrinsics import dp4a_i8, dp4a_u8
 from ..primitives.lists import less
 from ..primitives.random import progression
 from ..primitives.warp import finish_device, warp_bitonic_sort, warp_min, warp_partials4, warp_sum
-from ._common import NEW, OLD, candidate_range
+from ._common import DC, EMPTY, NEW, OLD, SLOTS, WPB, candidate_range
 
-#: candidate slots per node (one per lane of the merging warp)
-SLOTS = 32
-#: dimensions (float path) or 4-byte words (dp4a path) staged in shared memory at a time by the join
-#: kernel. At p = 32 its static shared memory is 52 KB with 32 (33 KB distance matrix, 16.5 KB staging;
-#: runs on sm_90) and 44 KB with 16, which ``cuda.Engine`` uses on older GPUs, whose
-#: static shared memory may be limited to 48 KB
-DC = 32
-#: warps per block of the warp-per-node kernels
-WPB = 4
-#: an empty slot of ``cand`` (which holds (distance, id) keys packed by :func:`pack`): all 64 bits set.
-#: A key, not an id (the id filler is ``ID_NONE``)
-EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 # --------------------------------------------------------------------------------------------------

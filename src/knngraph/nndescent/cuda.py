@@ -15,10 +15,12 @@ import time
 
 import numpy as np
 
-from .._cuda_launch import launch
+from .._cuda_launch import kernel_module, launch
 from ..primitives.constants import pow2_at_least
 from ..primitives.distances import DIST_COS, DIST_L2SQ, inverse_norms
-from . import _kernels as K
+from . import _common as C
+
+K = kernel_module(__package__ + "._kernels")
 
 __all__ = ["Engine", "packed_words", "JOIN_MAX_REGISTERS"]
 
@@ -83,7 +85,7 @@ class Engine:
     same methods)."""
 
     is_cuda = True
-    join_chunk = K.DC
+    join_chunk = C.DC
 
     def __init__(self, device_index: int = 0, *, simulate: bool = False):
         """``simulate=True`` runs the same orchestration on NumPy arrays (numba CUDA simulator, tests)."""
@@ -154,11 +156,11 @@ class Engine:
     def _warp_grid(self, n):
         if self.simulate:
             return 1  # the simulator runs a block's threads as Python threads: keep them few
-        return max(1, min(math.ceil(n / K.WPB), self.sm_count * 64))
+        return max(1, min(math.ceil(n / C.WPB), self.sm_count * 64))
 
     def init(self, x, inv, kind, gd, gi, gf, keep, split, seed):
         n, k = gd.shape
-        launch(K.init_kernel(pow2_at_least(k, 32)), self._warp_grid(n), K.WPB * 32,
+        launch(K.init_kernel(pow2_at_least(k, 32)), self._warp_grid(n), C.WPB * 32,
                (x, inv, int(kind), gd, gi, gf, int(keep), int(split), np.int64(seed)))
 
     def smallest_per_row(self, tile, k):
@@ -201,7 +203,7 @@ class Engine:
              "new_r": cp.empty((n, p), cp.int32), "old_r": cp.empty((n, p), cp.int32),
              "nf": cp.zeros(n, cp.int32), "nof": cp.zeros(n, cp.int32), "nr": cp.zeros(n, cp.int32),
              "nor": cp.zeros(n, cp.int32), "counter": cp.zeros(1, cp.int64),
-             "cand": cp.full((n if use_slots else 1, K.SLOTS), K.EMPTY, cp.uint64),
+             "cand": cp.full((n if use_slots else 1, C.SLOTS), C.EMPTY, cp.uint64),
              "locks": cp.zeros(1 if use_slots else n, cp.int32)}
         packed = packed_words(x, kind)
         xw, sqn = (x, inv) if not packed else packed[1:]
@@ -225,7 +227,7 @@ class Engine:
         a["nor"].fill(0)
         a["counter"].fill(0)
         tk = self._tick(st, "sample", time.perf_counter())
-        launch(K.sample_kernel, st.grid_w, K.WPB * 32,
+        launch(K.sample_kernel, st.grid_w, C.WPB * 32,
                (gi_, gf_, st.p, st.split, new_f_, nf_, old_f_, nof_, new_r_, nr_, old_r_, nor_))
         tk = self._tick(st, "sample", tk)
         launch(st.join, st.grid_j, st.join_threads, (x_, inv_, st.kind, gd_, gi_, gf_, new_f_, nf_, new_r_, nr_,
@@ -233,7 +235,7 @@ class Engine:
                                                      counter_, xw_, sqn_))
         tk = self._tick(st, "join", tk)
         if st.use_slots:
-            launch(st.merge, st.grid_w, K.WPB * 32, (gd_, gi_, gf_, cand_, counter_))
+            launch(st.merge, st.grid_w, C.WPB * 32, (gd_, gi_, gf_, cand_, counter_))
             self._tick(st, "merge", tk)
         counter = a["counter"]
         return int(counter[0]) if self.simulate else int(counter.get()[0])

@@ -45,7 +45,9 @@ import functools
 
 from numba import cuda, float32, int32, uint64
 
-from .constants import FULL_MASK, ID_NONE, INF, WARP, pow2_at_least
+from ._kselect_layout import (FILTER_MAX_REGISTERS, FILTER_UNROLL, SRC_BUF_A, SRC_BUF_B, SRC_DOTS,  # noqa: F401
+                              SRC_PAIRS, list_capacity, warps_per_block_for)
+from .constants import FULL_MASK, ID_NONE, INF, WARP
 from .compile import cuda_version, device_function
 from .random import hash32
 from .warp import bitonic_stages, less_device, warp_bitonic_sort
@@ -53,11 +55,6 @@ from .warp import bitonic_stages, less_device, warp_bitonic_sort
 _less = less_device
 _hash32 = cuda_version(hash32)  # pivot positions: pseudo-random but reproducible
 
-# sources a selection task can read elements from
-SRC_DOTS = 0    # a GEMM tile of dot products (+ column terms): ids are col_offset + column
-SRC_PAIRS = 1   # explicit (key, id) candidate rows
-SRC_BUF_A = 2   # quickselect ping-pong buffers
-SRC_BUF_B = 3
 
 
 @device_function
@@ -307,12 +304,6 @@ def _offer(key, idx, sk, si, base, cap, k, count, thr_k, thr_i, lane):
     return count, thr_k, thr_i
 
 
-def warps_per_block_for(cap: int) -> int:
-    """Warps per block so that a block's shared lists stay within 32 KiB."""
-    per_warp = 2 * cap * 8
-    return max(1, min(4, (32 << 10) // per_warp))
-
-
 @device_function
 def _fast_key(src, row, j, dots, colterm, alpha, ck):
     """Element j's key alone (no id, no self or bounds check): the cheap value the filter tests."""
@@ -332,14 +323,6 @@ def _exact_element(src, urow, j, dots, colterm, alpha, col_offset, self_id, ck, 
         return colterm[uj] + alpha * float32(dots[urow, uj]), int32(gid)
     return ck[urow, uj], ci[urow, uj]
 
-
-# Launch settings of the warp_filter kernel, from benchmarks/studies/profile_select.py on an H200
-# (benchmarks/results/profile_select_h200.jsonl): loads in flight per lane (8 beat 4 and 16), and
-# an optional register cap (.maxnreg). Capping (80 down to 56) measured slower than leaving ptxas
-# its ~88 registers: the cap spills in the merge code, and the streaming loop does not gain enough
-# resident warps to pay for it.
-FILTER_UNROLL = 8
-FILTER_MAX_REGISTERS = None
 
 
 @functools.lru_cache(maxsize=None)
@@ -432,8 +415,3 @@ def warp_filter_kernel(cap: int, source: int = SRC_DOTS, unroll: int = FILTER_UN
 
     kernel.warps_per_block = wpb
     return kernel
-
-
-def list_capacity(k: int) -> int:
-    """Slots of the warp_filter list for ``k``: the next power of two, at least 64."""
-    return pow2_at_least(k, 64)

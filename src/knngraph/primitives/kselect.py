@@ -65,9 +65,12 @@ class TileSelector:
     def __init__(self, select: str, k: int, sm_count: int):
         import cupy as cp
 
-        from . import _kselect_kernels as sk
+        from .._cuda_launch import kernel_module
+        from . import _kselect_layout as layout
 
-        self.sk = sk
+        kernels = kernel_module(__package__ + "._kselect_kernels")
+        self.layout = layout
+        self.kernels_of = kernels
         self.cp = cp
         self.select = select
         self.k = k
@@ -77,9 +80,9 @@ class TileSelector:
         self._dummy_n = cp.zeros(1, dtype=cp.float32)
         self.stream = None  # CuPy stream for launches (None: current); knn_cuda sets its selection stream
         if select == "warp_filter":
-            cap = self.sk.list_capacity(k)
-            self.kernels = {src: sk.warp_filter_kernel(cap, src) for src in (sk.SRC_DOTS, sk.SRC_PAIRS)}
-            self.wpb = self.sk.warps_per_block_for(cap)
+            cap = layout.list_capacity(k)
+            self.kernels = {src: kernels.warp_filter_kernel(cap, src) for src in (layout.SRC_DOTS, layout.SRC_PAIRS)}
+            self.wpb = layout.warps_per_block_for(cap)
         else:
             self.wpb = 4
 
@@ -92,11 +95,11 @@ class TileSelector:
             launch(self.kernels[first_src], blocks, self.wpb * 32,
                    (tasks, n_splits, split_len, n_cols, self.k, dots, colterm, alpha, col_offset, self_offset, ck, ci,
                     init_k, init_i, use_init, out_k, out_i), stream=self.stream,
-                   max_registers=self.sk.FILTER_MAX_REGISTERS)
+                   max_registers=self.layout.FILTER_MAX_REGISTERS)
         else:
-            shape = (dots.shape if first_src == self.sk.SRC_DOTS else ck.shape)
+            shape = (dots.shape if first_src == self.layout.SRC_DOTS else ck.shape)
             bufs = tuple(cp.empty(shape, t) for t in (cp.float32, cp.int32, cp.float32, cp.int32))
-            launch(self.sk.quickselect_kernel, blocks, self.wpb * 32,
+            launch(self.kernels_of.quickselect_kernel, blocks, self.wpb * 32,
                    (first_src, tasks, n_splits, split_len, n_cols, self.k, dots, colterm, alpha, col_offset,
                     self_offset, ck, ci) + bufs + (out_k, out_i), stream=self.stream)
 
@@ -108,13 +111,13 @@ class TileSelector:
         split_len = (cols + n_splits - 1) // n_splits
         if self.select == "warp_filter" and n_splits == 1:
             # the running best seeds the list and receives the result: no separate merge
-            self._launch(self.sk.SRC_DOTS, rows, 1, split_len, cols, dots, colterm, alpha, col_offset,
+            self._launch(self.layout.SRC_DOTS, rows, 1, split_len, cols, dots, colterm, alpha, col_offset,
                          self_offset, self._dummy_f, self._dummy_i, best_k, best_i, 0 if first_tile else 1, best_k,
                          best_i)
             return
         part_k = cp.empty((rows * n_splits, self.k), cp.float32)
         part_i = cp.empty((rows * n_splits, self.k), cp.int32)
-        self._launch(self.sk.SRC_DOTS, rows, n_splits, split_len, cols, dots, colterm, alpha, col_offset,
+        self._launch(self.layout.SRC_DOTS, rows, n_splits, split_len, cols, dots, colterm, alpha, col_offset,
                      self_offset, self._dummy_f, self._dummy_i, self._dummy_f, self._dummy_i, 0, part_k, part_i)
         cand_k = part_k.reshape(rows, n_splits * self.k)
         cand_i = part_i.reshape(rows, n_splits * self.k)
@@ -126,7 +129,7 @@ class TileSelector:
             best_i[...] = cand_i
             return
         m = cand_k.shape[1]
-        self._launch(self.sk.SRC_PAIRS, rows, 1, m, m, self._dummy_f, self._dummy_n, np.float32(0), 0, -1,
+        self._launch(self.layout.SRC_PAIRS, rows, 1, m, m, self._dummy_f, self._dummy_n, np.float32(0), 0, -1,
                      cand_k, cand_i, self._dummy_f, self._dummy_i, 0, best_k, best_i)
 
     def finish(self, best_k, best_i):

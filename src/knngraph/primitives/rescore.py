@@ -94,8 +94,9 @@ def _lexsort_rows_cupy(values, ids, xp):
 
 
 def _rescore_kernel(queries, base, ids, kind, cp):
-    from .._cuda_launch import launch
-    from ._rescore_kernel import rescore_rows_kernel
+    from .._cuda_launch import kernel_module, launch
+
+    rescore_rows_kernel = kernel_module(__package__ + "._rescore_kernel").rescore_rows_kernel
 
     nq, c = ids.shape
     out_d = cp.empty((nq, c), dtype=cp.float64)

@@ -39,6 +39,8 @@ from ..primitives.compile import cuda_version, device_function
 from ..primitives.constants import FULL_MASK, INF, WARP
 from ..primitives.distances import DIST_COS, DIST_L2SQ
 from ..primitives.warp import finish_query_device, warp_partials4, warp_sum
+from ._layout import (MODE_GENERIC, MODE_HAMMING, MODE_PACKED_I8, MODE_PACKED_U8, SHARED_BUDGET,  # noqa: F401
+                      shared_bytes_per_warp, warps_per_block)
 
 # the shared CPU/GPU structures (knngraph.primitives), compiled for the device
 smmh_push = cuda_version(lists.smmh_push)
@@ -56,13 +58,6 @@ hash_delete = cuda_version(visited.hash_delete)
 bloom_contains = cuda_version(visited.bloom_contains)
 bloom_insert = cuda_version(visited.bloom_insert)
 
-MODE_GENERIC = 0     # any dtype, element loads
-MODE_PACKED_U8 = 1   # uint8, dim % 4 == 0: uint32 word loads
-MODE_PACKED_I8 = 2   # int8, dim % 4 == 0
-MODE_HAMMING = 3     # uint32 codes, Hamming distance
-
-#: shared memory one block may use (static allocations stay under the 48 KiB default limit)
-SHARED_BUDGET = 48 * 1024
 
 
 # --------------------------------------------------------------------------------------------------
@@ -234,15 +229,6 @@ def _offer_allowed(c, cand, cdist, w, allowed, rk, ri, roff, mr, k):
         if is_allowed(allowed, v):
             mr = maxheap_offer_unique(rk, ri, roff, mr, k, cdist[w, t], v)
     return mr
-
-
-def _shared_bytes_per_warp(qcap, use_bloom, vsize, dpad, filtered=False):
-    return qcap * (24 if filtered else 16) + vsize * 4 + dpad * 4 + WARP * 8 + 16
-
-
-def warps_per_block(qcap, use_bloom, vsize, dpad, max_warps=4, filtered=False):
-    per = _shared_bytes_per_warp(qcap, use_bloom, vsize, dpad, filtered)
-    return max(1, min(max_warps, SHARED_BUDGET // per))
 
 
 @functools.lru_cache(maxsize=None)

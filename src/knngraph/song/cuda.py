@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._cuda_launch import launch
+from .._cuda_launch import kernel_module, launch
 from .._device import sm_count as device_sm_count
 from .._progress import progress
-from ..primitives.constants import pow2_at_least
+from ..primitives.constants import WARP, pow2_at_least
 from ..primitives.distances import DIST_COS, DIST_HAMMING, inverse_norms
 from ..primitives.visited import bloom_shape, hash_capacity
-from . import _kernels as kn
+from . import _layout as layout
+
+_kernels = kernel_module(__package__ + "._kernels")
 
 __all__ = ["search", "search_device", "queue_capacity", "kernel_for", "distance_mode"]
 
@@ -31,17 +33,17 @@ def queue_capacity(queue_size: int) -> int:
 
 def distance_mode(dtype, dim: int, hashed: bool) -> int:
     if hashed:
-        return kn.MODE_HAMMING
+        return layout.MODE_HAMMING
     if dim % 4 == 0 and np.dtype(dtype) == np.uint8:
-        return kn.MODE_PACKED_U8
+        return layout.MODE_PACKED_U8
     if dim % 4 == 0 and np.dtype(dtype) == np.int8:
-        return kn.MODE_PACKED_I8
-    return kn.MODE_GENERIC
+        return layout.MODE_PACKED_I8
+    return layout.MODE_GENERIC
 
 
 def kernel_for(queue_size: int, visited: str, dim: int, mode: int, max_warps: int = 4,
                max_registers: int | None = None, filtered: bool = False):
-    """(kernel, hash shift, Bloom hash count) for a search configuration."""
+    """(kernel, warps per block, hash shift, Bloom hash count) for a search configuration."""
     qcap = queue_capacity(queue_size)
     use_bloom = visited == "bloom"
     if use_bloom:
@@ -50,18 +52,18 @@ def kernel_for(queue_size: int, visited: str, dim: int, mode: int, max_warps: in
     else:
         vsize, hshift = hash_capacity(qcap)
         bnhash = 0
-    if mode == kn.MODE_HAMMING:
+    if mode == layout.MODE_HAMMING:
         dpad = 1
-    elif mode in (kn.MODE_PACKED_U8, kn.MODE_PACKED_I8):
+    elif mode in (layout.MODE_PACKED_U8, layout.MODE_PACKED_I8):
         dpad = 128 * ((dim // 4 + 31) // 32)
     else:
         dpad = dim
-    wpb = kn.warps_per_block(qcap, use_bloom, vsize, dpad, max_warps, filtered)
-    per_block = wpb * kn._shared_bytes_per_warp(qcap, use_bloom, vsize, dpad, filtered)
-    if per_block > kn.SHARED_BUDGET:
+    wpb = layout.warps_per_block(qcap, use_bloom, vsize, dpad, max_warps, filtered)
+    per_block = wpb * layout.shared_bytes_per_warp(qcap, use_bloom, vsize, dpad, filtered)
+    if per_block > layout.SHARED_BUDGET:
         raise ValueError(f"queue_size={queue_size} with dim={dim} needs {per_block} bytes of shared memory per "
-                         f"warp, more than the {kn.SHARED_BUDGET} a block may use; lower queue_size")
-    return kn.search_kernel(qcap, use_bloom, vsize, dpad, mode, wpb, max_registers, filtered), hshift, bnhash
+                         f"warp, more than the {layout.SHARED_BUDGET} a block may use; lower queue_size")
+    return _kernels.search_kernel(qcap, use_bloom, vsize, dpad, mode, wpb, max_registers, filtered), wpb, hshift, bnhash
 
 
 def search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_size, visited, mode, *,
@@ -78,10 +80,9 @@ def search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queu
     nq = queries.shape[0]
     dim = queries.shape[1]
     filtered = allowed is not None
-    kern, hshift, bnhash = kernel_for(queue_size, visited, dim, mode, max_warps, max_registers, filtered)
+    kern, wpb, hshift, bnhash = kernel_for(queue_size, visited, dim, mode, max_warps, max_registers, filtered)
     bits = xp.asarray(allowed) if filtered else xp.zeros(1, xp.uint32)
-    wpb = kern.warps_per_block
-    if mode in (kn.MODE_PACKED_U8, kn.MODE_PACKED_I8):
+    if mode in (layout.MODE_PACKED_U8, layout.MODE_PACKED_I8):
         base_arg = base.view(xp.uint32)
     else:
         base_arg = base
@@ -95,13 +96,13 @@ def search_device(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queu
         for s in batches:
             e = min(nq, s + batch)
             qb = xp.ascontiguousarray(xp.asarray(queries[s:e]))
-            if mode != kn.MODE_HAMMING and qb.dtype != xp.float32:
+            if mode != layout.MODE_HAMMING and qb.dtype != xp.float32:
                 qb = qb.astype(xp.float32)
             qinv = query_inv_fn(qb) if query_inv_fn is not None else inv_q
             counter = xp.zeros(1, xp.int32)
             # enough blocks to fill the GPU; warps then pull queries from the counter
             blocks = int(max(1, min((e - s + wpb - 1) // wpb, sm_count * 32)))
-            launch(kern, blocks, wpb * kn.WARP, (graph_ids, base_arg, qb, inv_b, qinv, int(kind), entries, int(k),
+            launch(kern, blocks, wpb * WARP, (graph_ids, base_arg, qb, inv_b, qinv, int(kind), entries, int(k),
                                                  int(queue_size), int(hshift), int(bnhash), bits, counter, out_k[s:e],
                                                  out_i[s:e], out_nd[s:e], out_ne[s:e]))
             bar.update(1)
