@@ -218,23 +218,29 @@ def _read_entry(path: str):
     return header, image
 
 
+def _write_atomically(folder: str, path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` in ``folder`` through a temporary file renamed into place: readers see
+    the old file or the whole new one. Raises OSError."""
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def _write_entry(folder: str, path: str, header: dict, image: bytes) -> None:
     """Write an entry atomically (a temporary file renamed into place); a folder that cannot be written is
     said once per process and skipped."""
     header = dict(header, size=len(image), sha256=hashlib.sha256(image).hexdigest())
     try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(_MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + image)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        _write_atomically(folder, path, _MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + image)
     except OSError as exc:
         if folder not in _UNWRITABLE_SAID:
             _UNWRITABLE_SAID.add(folder)
@@ -520,17 +526,7 @@ def _read_name(path: str) -> str | None:
 
 def _write_name(folder: str, path: str, key: str) -> None:
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(key + "\n")
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        _write_atomically(folder, path, (key + "\n").encode())
     except OSError:
         pass  # the folder cannot be written: _write_entry said so once
 
