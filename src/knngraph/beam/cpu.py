@@ -166,7 +166,7 @@ def _rerank(base, queries, inv_b, kind, ids, k, workers, out_k, out_i, out_nd):
         ik = np.empty(k, np.int32)
         for j in range(w, nq, workers):
             inv_q = load_query(queries, j, qrow, kind)
-            c = 0
+            c = np.int64(0)  # not the literal 0: best_insert is compiled per argument types
             for t in range(m):
                 v = ids[j, t]
                 if v < 0:
@@ -221,6 +221,11 @@ def search_beam(graph_ids, base, queries, inv_b, kind, entries, k, queue_size, *
     Returns internal distances float32, ids int32 (both [nq, k], -1 / inf where fewer than k were
     reached or allowed), distance computations and expansions per query."""
     q = cpu_vectors(queries if queries.flags.c_contiguous else np.ascontiguousarray(queries))
+    if q.dtype != np.uint32:
+        # the kernel widens each query row to float32 as it starts it (load_query); widened here, every
+        # search of one base dtype runs one compiled kernel (uint8 and int8 queries were kernels of their
+        # own, about 3 s of compilation each, beside the float32 queries of GGNN's and the int8 walk's)
+        q = q.astype(np.float32, copy=False)
     # a read-only base (a memory-mapped file) as a writable view: one compiled kernel for both kinds (its
     # float16 rows are read as they are, not widened as the queries are)
     base = writable_view(base)

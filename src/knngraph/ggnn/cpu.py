@@ -41,6 +41,13 @@ MIDPOINT = 0.4
 #: 4-5 times as long to compile); every call is split, as the prange loops they were always ran threaded
 _TASK = 16
 #: proposals fetched together (one per lane of the GPU's warp)
+#:
+#: fetch_chunk and walk are compiled functions of their own, called by the kernels: numba compiles such a
+#: function once per argument types its callers pass, and a literal argument (``0``, ``True``, ``-1``,
+#: or a counter that starts as ``c = 0``) is a type of its own. The kernels pass int64 counters and ids
+#: and run-time flags, so that the build and the search of float32 vectors share one compiled
+#: fetch_chunk and walk, and every vector dtype has one of each (a cold warm-up compiled eight
+#: fetch_chunk and four walk before, about 1 s each).
 CHUNK = 32
 
 
@@ -190,7 +197,7 @@ def walk(graph, kind, base, Q, qj, inv_b, inv_q, tau, nn1, use_trans, trans, zb,
             break
         pops += 1
         for s0 in range(0, deg, CHUNK):
-            c = 0
+            c = np.int64(0)  # not the literal 0: see CHUNK
             for t in range(s0, min(deg, s0 + CHUNK)):
                 v = graph[a, t]
                 if v < 0 or (use_trans and trans[v] == zb):
@@ -210,6 +217,9 @@ def _search(i0, i1, graph, base, queries, inv_b, inv_q, kind, entries, k, kb, P,
             out_d, out_i, out_nd, out_ne):
     nq = queries.shape[0]
     dummy = np.zeros(1, np.int32)
+    # no translation, as run-time values rather than the literals False and -1 (see CHUNK)
+    use_trans = dummy[0] != 0
+    no_row = np.int64(dummy[0]) - 1
     for task in range(i0, i1):
         bd = np.empty(kb, np.float32)
         bi = np.empty(kb, np.int32)
@@ -227,10 +237,10 @@ def _search(i0, i1, graph, base, queries, inv_b, inv_q, kind, entries, k, kb, P,
                 c = min(ne, s0 + CHUNK) - s0
                 for t in range(c):
                     cand[t] = entries[s0 + t]
-                nd += fetch_chunk(cand, c, kind, base, queries, j, inv_b, inv_q, tau, nn1, False, dummy, bd, bi, kb,
-                                  pd, pi, P, vi, st, cd)
-            pops, nd2 = walk(graph, kind, base, queries, j, inv_b, inv_q, tau, nn1, False, dummy, -1, bd, bi, kb,
-                             pd, pi, P, vi, V, st, max_it, cand, cd)
+                nd += fetch_chunk(cand, c, kind, base, queries, j, inv_b, inv_q, tau, nn1, use_trans, dummy, bd, bi,
+                                  kb, pd, pi, P, vi, st, cd)
+            pops, nd2 = walk(graph, kind, base, queries, j, inv_b, inv_q, tau, nn1, use_trans, dummy, no_row, bd, bi,
+                             kb, pd, pi, P, vi, V, st, max_it, cand, cd)
             nb = st[0]
             for t in range(k):
                 if t < nb:
@@ -287,13 +297,13 @@ def _brute_segments(i0, i1, base, inv, kind, trans, lo, starts, k, out_i, out_d)
         bd = np.empty(k, np.float32)
         bi = np.empty(k, np.int32)
         for z in range(a0, a1):
-            nb = 0
+            nb = np.int64(0)  # best_insert's arguments of the other callers (see CHUNK)
             zb = trans[lo + z]
             for y in range(a0, a1):
                 if y == z:
                     continue
                 d = cpu_distance(kind, base, trans[lo + y], base, zb, inv, inv)
-                nb = best_insert(d, lo + y, bd, bi, nb, k)
+                nb = best_insert(d, np.int32(lo + y), bd, bi, nb, k)
             for t in range(k):
                 if t < nb:
                     out_d[z, t] = bd[t]
@@ -318,6 +328,7 @@ def _merge_queries(i0, i1, base, inv, kind, graph, trans, sel, offsets, top_seg,
     lo_m = offsets[lm]
     nz = offsets[lm + 1] - lo_m
     lo_t = offsets[lt]
+    use_trans = trans.shape[0] > 0  # True, as a run-time value rather than the literal (see CHUNK)
     for task in range(i0, i1):
         bd = np.empty(k, np.float32)
         bi = np.empty(k, np.int32)
@@ -328,17 +339,17 @@ def _merge_queries(i0, i1, base, inv, kind, graph, trans, sel, offsets, top_seg,
         cand = np.empty(CHUNK, np.int32)
         cd = np.empty(CHUNK, np.float32)
         for z in range(task * _TASK, min(nz, (task + 1) * _TASK)):
-            zb = trans[lo_m + z]
+            zb = np.int64(trans[lo_m + z])
             reset(st)
             t0 = lo_t + top_seg[z] * s
             for s0 in range(t0, t0 + s, CHUNK):
-                c = 0
+                c = np.int64(0)
                 for v in range(s0, min(t0 + s, s0 + CHUNK)):
                     if trans[v] != zb:
                         cand[c] = v
                         c += 1
-                fetch_chunk(cand, c, kind, base, base, zb, inv, inv, tau, nn1, True, trans, bd, bi, k, pd, pi, P, vi,
-                            st, cd)
+                fetch_chunk(cand, c, kind, base, base, zb, inv, inv, tau, nn1, use_trans, trans, bd, bi, k, pd, pi,
+                            P, vi, st, cd)
             for layer in range(lt - 1, lm - 1, -1):
                 # transform: rows of layer + 1 -> the rows they were selected from; prioq <- best
                 nb = st[0]
@@ -350,7 +361,7 @@ def _merge_queries(i0, i1, base, inv, kind, graph, trans, sel, offsets, top_seg,
                     push_prioq(bd[nb - 1 - t], bi[nb - 1 - t], pd, pi, P, st)
                 st[2] = 0
                 st[3] = 0
-                walk(graph, kind, base, base, zb, inv, inv, tau, nn1, True, trans, zb, bd, bi, k, pd, pi, P, vi,
+                walk(graph, kind, base, base, zb, inv, inv, tau, nn1, use_trans, trans, zb, bd, bi, k, pd, pi, P, vi,
                      V, st, max_pops, cand, cd)
             nb = st[0]
             for t in range(k):

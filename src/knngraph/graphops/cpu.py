@@ -26,6 +26,11 @@ from ..primitives.lists import dedup_sorted, less, sort_pairs
 __all__ = ["prune", "merge_sorted_lists", "reverse_edges"]
 
 
+#: the count _gather starts from when nothing is gathered yet: an int64, not the literal 0, which numba would
+#: compile a second _gather for (a function called from a kernel is compiled per argument types)
+_ZERO = np.int64(0)
+
+
 @numba.njit(cache=True, fastmath=True)
 def _gather(u, src, base, kind, inv, ids, d, n0):
     """Append the valid ids of row ``src`` (not u, not -1) with their distance to u; returns the count."""
@@ -46,7 +51,7 @@ def _prune(i0, i1, base, inv, kind, factor, primary, primary2, secondary, degree
     for u in range(i0, i1):
         ids = np.empty(cap, np.int32)
         d = np.empty(cap, np.float32)
-        np_ = _gather(u, primary[u], base, kind, inv, ids, d, 0)
+        np_ = _gather(u, primary[u], base, kind, inv, ids, d, _ZERO)
         np_ = _gather(u, primary2[u], base, kind, inv, ids, d, np_)
         sort_pairs(d, ids, 0, np_)
         np_ = dedup_sorted(d, ids, 0, np_)
@@ -78,7 +83,7 @@ def _prune(i0, i1, base, inv, kind, factor, primary, primary2, secondary, degree
                     row_d[nk] = d[t]
                     nk += 1
             if nk < degree:
-                ns = _gather(u, secondary[u], base, kind, inv, ids, d, 0)
+                ns = _gather(u, secondary[u], base, kind, inv, ids, d, _ZERO)
                 sort_pairs(d, ids, 0, ns)
                 for t in range(ns):
                     if nk == degree:

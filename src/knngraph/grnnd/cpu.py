@@ -62,7 +62,7 @@ def _row_proposals(i0, i1, x, inv, kind, rows, lo, pt, pc, pd):
                 continue
             pt[r, t] = v
             pc[r, t] = 2 * c + 1
-            pd[r, t] = _dist(kind, x, inv, v, c)
+            pd[r, t] = _dist(kind, x, inv, v, np.int64(c))  # int64 ids, as _propose passes (one compiled _dist)
 
 
 def row_proposals(x, inv, kind, rows, lo, pt, pc, pd):
