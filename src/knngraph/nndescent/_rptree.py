@@ -176,7 +176,9 @@ def level_assign(perm, node_tree, node_lo, node_hi, assign):
 
 
 def local_subtrees(x, angular, perm, node_tree, node_lo, node_hi, node_depth, leaf_size, seed, leaf_mark):
-    """Split each small node's subtree depth first in a gathered buffer; mark leaf starts."""
+    """Split each small node's subtree depth first in a gathered buffer; mark leaf starts. Only the
+    gathering reads the vectors (compiled per vector dtype); the split is :func:`_split_gathered`,
+    compiled once for every dtype."""
     dim = x.shape[1]
     for i in prange(node_tree.shape[0]):
         t = node_tree[i]
@@ -190,53 +192,62 @@ def local_subtrees(x, angular, perm, node_tree, node_lo, node_hi, node_depth, le
             idx[r] = v
             for q in range(dim):
                 buf[r, q] = np.float32(x[v, q])
-        order = np.arange(size)
-        w = np.empty(dim, np.float32)
-        # explicit stack of (lo, hi, depth) ranges of ``order``
-        stack = np.empty((MAX_DEPTH + 64, 3), np.int64)
-        stack[0, 0] = 0
-        stack[0, 1] = size
-        stack[0, 2] = node_depth[i]
-        top = 1
-        while top > 0:
-            top -= 1
-            lo = stack[top, 0]
-            hi = stack[top, 1]
-            depth = stack[top, 2]
-            n_pts = hi - lo
-            if n_pts <= leaf_size:
-                leaf_mark[t, base + lo] = 1
-                continue
-            cut = lo + n_pts // 2
-            if depth < MAX_DEPTH:
-                h, a, b = _two_points(seed, t, depth, base + lo, n_pts)
-                off = _plane(buf, order[lo + a], buf, order[lo + b], angular, w)
-                # two-pointer partition: [lo, i0) left, (j0, hi) right
-                i0 = lo
-                j0 = hi - 1
-                while True:
-                    while i0 <= j0 and _goes_left(buf, order[i0], w, off, h + idx[order[i0]]):
-                        i0 += 1
-                    while i0 <= j0 and not _goes_left(buf, order[j0], w, off, h + idx[order[j0]]):
-                        j0 -= 1
-                    if i0 >= j0:
-                        break
-                    r = order[i0]
-                    order[i0] = order[j0]
-                    order[j0] = r
+        _split_gathered(buf, idx, angular, perm, t, base, node_depth[i], leaf_size, seed, leaf_mark)
+
+
+@numba.njit(fastmath=True, cache=True)
+def _split_gathered(buf, idx, angular, perm, t, base, depth0, leaf_size, seed, leaf_mark):
+    """The subtree of tree ``t``'s node at ``base`` (depth ``depth0``), whose rows ``idx`` are gathered
+    in ``buf`` (float32), split depth first; marks its leaf starts and writes its order into ``perm``."""
+    size = buf.shape[0]
+    dim = buf.shape[1]
+    order = np.arange(size)
+    w = np.empty(dim, np.float32)
+    # explicit stack of (lo, hi, depth) ranges of ``order``
+    stack = np.empty((MAX_DEPTH + 64, 3), np.int64)
+    stack[0, 0] = 0
+    stack[0, 1] = size
+    stack[0, 2] = depth0
+    top = 1
+    while top > 0:
+        top -= 1
+        lo = stack[top, 0]
+        hi = stack[top, 1]
+        depth = stack[top, 2]
+        n_pts = hi - lo
+        if n_pts <= leaf_size:
+            leaf_mark[t, base + lo] = 1
+            continue
+        cut = lo + n_pts // 2
+        if depth < MAX_DEPTH:
+            h, a, b = _two_points(seed, t, depth, base + lo, n_pts)
+            off = _plane(buf, order[lo + a], buf, order[lo + b], angular, w)
+            # two-pointer partition: [lo, i0) left, (j0, hi) right
+            i0 = lo
+            j0 = hi - 1
+            while True:
+                while i0 <= j0 and _goes_left(buf, order[i0], w, off, h + idx[order[i0]]):
                     i0 += 1
+                while i0 <= j0 and not _goes_left(buf, order[j0], w, off, h + idx[order[j0]]):
                     j0 -= 1
-                if lo < i0 < hi:
-                    cut = i0
-            stack[top, 0] = cut
-            stack[top, 1] = hi
-            stack[top, 2] = depth + 1
-            stack[top + 1, 0] = lo
-            stack[top + 1, 1] = cut
-            stack[top + 1, 2] = depth + 1
-            top += 2
-        for r in range(size):
-            perm[t, base + r] = idx[order[r]]
+                if i0 >= j0:
+                    break
+                r = order[i0]
+                order[i0] = order[j0]
+                order[j0] = r
+                i0 += 1
+                j0 -= 1
+            if lo < i0 < hi:
+                cut = i0
+        stack[top, 0] = cut
+        stack[top, 1] = hi
+        stack[top, 2] = depth + 1
+        stack[top + 1, 0] = lo
+        stack[top + 1, 1] = cut
+        stack[top + 1, 2] = depth + 1
+        top += 2
+    for r in range(size):
+        perm[t, base + r] = idx[order[r]]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -302,9 +313,10 @@ def _kth_smallest(a, n, kk):
 
 def join_leaves(x, inv, kind, perm_t, starts, gd, gi, gf):
     """Local join of every leaf [starts[l], starts[l + 1]) of one tree: all pairs once, each point's
-    leaf-mates offered to its list (this leaf is the only writer of these lists in this tree)."""
+    leaf-mates offered to its list (this leaf is the only writer of these lists in this tree). Only the
+    gathering reads the vectors (compiled per vector dtype); the join is :func:`_join_gathered_leaf`,
+    compiled once for every dtype."""
     dim = x.shape[1]
-    k = gd.shape[1]
     for l in prange(starts.shape[0] - 1):
         lo = starts[l]
         s = starts[l + 1] - lo
@@ -318,57 +330,66 @@ def join_leaves(x, inv, kind, perm_t, starts, gd, gi, gf):
             for q in range(dim):
                 buf[a, q] = np.float32(x[v, q])
             binv[a] = inv[v] if inv.shape[0] > 0 else np.float32(0)
-        # every pair once (upper triangle, two rows at a time)
-        dm = np.empty((s, s), np.float32)
-        for a in range(0, s, 2):
-            distance_rows(kind, buf, binv, a, min(a + 1, s - 1), a + 1, s, dm)
-        for a in range(s):
-            for b in range(a):
-                dm[a, b] = dm[b, a]
-        # each list: the leaf-mates that beat its last entry, are among the k nearest in the leaf and
-        # are not in the list yet, sorted and merged in
-        row = np.empty(s, np.float32)
-        cand = np.empty(s, np.int64)
-        cd = np.empty(s, np.float32)
-        cv = np.empty(s, np.int32)
-        td = np.empty(k, np.float32)
-        ti = np.empty(k, np.int32)
-        tf = np.empty(k, np.uint8)
-        for a in range(s):
-            u = perm_t[lo + a]
-            wd = gd[u, k - 1]
-            wv = gi[u, k - 1]
-            # leaf-mates not farther than the last entry, collected without branches
-            nc = 0
-            for b in range(s):
-                cand[nc] = b
-                nc += (dm[a, b] <= wd) & (b != a)
-            # many of them (the first trees): only the k nearest can enter
-            lim = wd
-            if nc > 2 * k:
-                for e in range(nc):
-                    row[e] = dm[a, cand[e]]
-                lim = min(wd, _kth_smallest(row, nc, k - 1))
-            c = 0
+        _join_gathered_leaf(buf, binv, kind, perm_t, lo, gd, gi, gf)
+
+
+@numba.njit(fastmath=True, cache=True)
+def _join_gathered_leaf(buf, binv, kind, perm_t, lo, gd, gi, gf):
+    """The local join of the leaf whose points ``perm_t[lo:lo + s]`` are gathered in ``buf`` (float32,
+    s rows) with their inverse norms ``binv`` (see :func:`join_leaves`)."""
+    s = buf.shape[0]
+    k = gd.shape[1]
+    # every pair once (upper triangle, two rows at a time)
+    dm = np.empty((s, s), np.float32)
+    for a in range(0, s, 2):
+        distance_rows(kind, buf, binv, a, min(a + 1, s - 1), a + 1, s, dm)
+    for a in range(s):
+        for b in range(a):
+            dm[a, b] = dm[b, a]
+    # each list: the leaf-mates that beat its last entry, are among the k nearest in the leaf and
+    # are not in the list yet, sorted and merged in
+    row = np.empty(s, np.float32)
+    cand = np.empty(s, np.int64)
+    cd = np.empty(s, np.float32)
+    cv = np.empty(s, np.int32)
+    td = np.empty(k, np.float32)
+    ti = np.empty(k, np.int32)
+    tf = np.empty(k, np.uint8)
+    for a in range(s):
+        u = perm_t[lo + a]
+        wd = gd[u, k - 1]
+        wv = gi[u, k - 1]
+        # leaf-mates not farther than the last entry, collected without branches
+        nc = 0
+        for b in range(s):
+            cand[nc] = b
+            nc += (dm[a, b] <= wd) & (b != a)
+        # many of them (the first trees): only the k nearest can enter
+        lim = wd
+        if nc > 2 * k:
             for e in range(nc):
-                b = cand[e]
-                d = dm[a, b]
-                if d > lim:
-                    continue
-                v = perm_t[lo + b]
-                if not less(d, v, wd, wv) or in_list(gi, u, v):
-                    continue
-                # insertion into the sorted candidates (at most k, plus ties at the k-th distance)
-                h = c
-                while h > 0 and less(d, v, cd[h - 1], cv[h - 1]):
-                    cd[h] = cd[h - 1]
-                    cv[h] = cv[h - 1]
-                    h -= 1
-                cd[h] = d
-                cv[h] = v
-                c += 1
-            if c > 0:
-                _merge_into(gd, gi, gf, u, cd, cv, min(c, k), td, ti, tf)
+                row[e] = dm[a, cand[e]]
+            lim = min(wd, _kth_smallest(row, nc, k - 1))
+        c = 0
+        for e in range(nc):
+            b = cand[e]
+            d = dm[a, b]
+            if d > lim:
+                continue
+            v = perm_t[lo + b]
+            if not less(d, v, wd, wv) or in_list(gi, u, v):
+                continue
+            # insertion into the sorted candidates (at most k, plus ties at the k-th distance)
+            h = c
+            while h > 0 and less(d, v, cd[h - 1], cv[h - 1]):
+                cd[h] = cd[h - 1]
+                cv[h] = cv[h - 1]
+                h -= 1
+            cd[h] = d
+            cv[h] = v
+            c += 1
+        if c > 0:
+            _merge_into(gd, gi, gf, u, cd, cv, min(c, k), td, ti, tf)
 
 
 def fill_random(x, inv, kind, gd, gi, gf, seed):

@@ -206,67 +206,32 @@ def _partners(r, nn, m, split, na, oa):
 FEW_NEW = 1
 
 
-@numba.njit(fastmath=True, cache=True)
-def _join_node(t, x, inv, kind, gd, gi, new_f, nf, new_r, nr, old_f, nof, old_r, nor, split, selective, lo, cap,
-               upd_u, upd_v, upd_d, upd_n, resume):
-    """The local join of node ``lo + t`` (see :func:`local_join`). A function of its own, so that the
-    kernel's loop stays one call (it was the body of a ``prange`` loop, which numba's parallel passes
-    compiled faster as one call: on the demo's first run, this 2-core machine, from about 43 s to 27-31 s)."""
-    k = gd.shape[1]
-    dim = x.shape[1]
-    s = lo + t
-    upd_n[t] = 0
-    r0 = resume[t]
-    if r0 < 0:
-        return
-    ids = np.empty(new_f.shape[1] + new_r.shape[1] + old_f.shape[1] + old_r.shape[1], np.int32)
+@numba.njit(cache=True)
+def _node_samples(s, new_f, nf, new_r, nr, old_f, nof, old_r, nor, split, ids, counts):
+    """The samples of node ``s`` into ``ids`` (:func:`_gather_samples`; in a merge each part ordered by
+    subset, :func:`_subset_first`); ``counts`` gets (NEW samples, all samples, where NEW samples of the
+    second subset start, where OLD ones do). Compiled once for every vector dtype."""
     nn, no = _gather_samples(s, new_f, nf, new_r, nr, old_f, nof, old_r, nor, ids)
     m = nn + no
-    base = t * cap
-    c = 0
-    if nn == 0:
-        resume[t] = -1
-        return
     na = 0
     oa = nn
-    if split > 0:
+    if split > 0 and nn > 0:
         na = _subset_first(ids, 0, nn, split)
         oa = _subset_first(ids, nn, m, split)
-    if not selective and nn <= FEW_NEW:
-        # few NEW samples (late iterations): their pairs straight from the data, nothing gathered
-        done = -1
-        for r in range(r0, nn):
-            if c + m > cap:
-                done = r
-                break
-            u = ids[r]
-            wr = gd[u, k - 1]
-            a0, a1, a2, a3 = _partners(r, nn, m, split, na, oa)
-            for j in range(a0, a3):
-                if a1 <= j < a2:
-                    continue
-                v = ids[j]
-                d = cpu_distance(kind, x, u, x, v, inv, inv)
-                to_u = d < wr and not in_list(gi, u, v)
-                to_v = d < gd[v, k - 1] and not in_list(gi, v, u)
-                if to_u or to_v:
-                    upd_u[base + c] = u if to_u else -1 - u
-                    upd_v[base + c] = v if to_v else -1 - v
-                    upd_d[base + c] = d
-                    c += 1
-        resume[t] = done
-        upd_n[t] = c
-        return
-    # gather the sample vectors once (contiguous float32 rows, cache friendly)
-    buf = np.empty((m, dim), np.float32)
-    binv = np.empty(m, np.float32)
-    worst = np.empty(m, np.float32)
-    for r in range(m):
-        v = ids[r]
-        for q in range(dim):
-            buf[r, q] = np.float32(x[v, q])
-        binv[r] = inv[v] if inv.shape[0] > 0 else np.float32(0)
-        worst[r] = gd[v, k - 1]
+    counts[0] = nn
+    counts[1] = m
+    counts[2] = na
+    counts[3] = oa
+
+
+@numba.njit(fastmath=True, cache=True)
+def _join_gathered(t, ids, nn, m, na, oa, r0, buf, binv, worst, kind, gi, split, selective, base, cap, upd_u, upd_v,
+                   upd_d, upd_n, resume):
+    """The local join of node ``t`` from its gathered samples (see :func:`local_join`): ``ids[:m]`` the
+    sample ids (the first ``nn`` NEW), ``buf``/``binv``/``worst`` their float32 vectors, inverse norms and
+    last list distances; NEW rows from ``r0`` on; updates into slots [base, base + cap)."""
+    k = gi.shape[1]
+    c = 0
     if not selective:
         # the samples' lists, to drop pairs that are already neighbours
         lists = np.empty((m, k), np.int32)
@@ -364,10 +329,72 @@ def local_join(i0, i1, x, inv, kind, gd, gi, new_f, nf, new_r, nr, old_f, nof, o
     are applied. An end that already lists the other, or whose last entry is nearer, is not offered
     the pair (stored as -1 - id), and a pair offered to neither end is dropped. With at most
     ``FEW_NEW`` NEW samples (common in the last iterations) each vector is read once anyway, and the
-    pairs are computed from the data in place rather than from gathered copies."""
+    pairs are computed from the data in place rather than from gathered copies.
+
+    Only the steps that read the vectors (the join of few NEW samples in place, the gathering of the
+    samples as float32 rows) are compiled per vector dtype: a node's samples are :func:`_node_samples`
+    and the join of the gathered samples is :func:`_join_gathered`, functions compiled once for every
+    dtype. The whole join was compiled per dtype (4-5 s each, about half of NN-Descent's compilation),
+    in a function per node that this kernel called: numba optimises a called function's code again in
+    every caller it is linked into, so that layer cost its compilation once more per dtype."""
+    k = gd.shape[1]
+    dim = x.shape[1]
+    ids = np.empty(new_f.shape[1] + new_r.shape[1] + old_f.shape[1] + old_r.shape[1], np.int32)
+    counts = np.empty(4, np.int64)
     for t in range(i0, i1):
-        _join_node(t, x, inv, kind, gd, gi, new_f, nf, new_r, nr, old_f, nof, old_r, nor, split, selective, lo, cap,
-                   upd_u, upd_v, upd_d, upd_n, resume)
+        s = lo + t
+        upd_n[t] = 0
+        r0 = resume[t]
+        if r0 < 0:
+            continue
+        _node_samples(s, new_f, nf, new_r, nr, old_f, nof, old_r, nor, split, ids, counts)
+        nn = counts[0]
+        m = counts[1]
+        na = counts[2]
+        oa = counts[3]
+        base = t * cap
+        c = 0
+        if nn == 0:
+            resume[t] = -1
+            continue
+        if not selective and nn <= FEW_NEW:
+            # few NEW samples (late iterations): their pairs straight from the data, nothing gathered
+            done = -1
+            for r in range(r0, nn):
+                if c + m > cap:
+                    done = r
+                    break
+                u = ids[r]
+                wr = gd[u, k - 1]
+                a0, a1, a2, a3 = _partners(r, nn, m, split, na, oa)
+                for j in range(a0, a3):
+                    if a1 <= j < a2:
+                        continue
+                    v = ids[j]
+                    d = cpu_distance(kind, x, u, x, v, inv, inv)
+                    to_u = d < wr and not in_list(gi, u, v)
+                    to_v = d < gd[v, k - 1] and not in_list(gi, v, u)
+                    if to_u or to_v:
+                        upd_u[base + c] = u if to_u else -1 - u
+                        upd_v[base + c] = v if to_v else -1 - v
+                        upd_d[base + c] = d
+                        c += 1
+            resume[t] = done
+            upd_n[t] = c
+            continue
+        # gather the sample vectors once (contiguous float32 rows, cache friendly)
+        buf = np.empty((m, dim), np.float32)
+        binv = np.empty(m, np.float32)
+        worst = np.empty(m, np.float32)
+        for r in range(m):
+            v = ids[r]
+            for q in range(dim):
+                buf[r, q] = np.float32(x[v, q])
+            binv[r] = inv[v] if inv.shape[0] > 0 else np.float32(0)
+            worst[r] = gd[v, k - 1]
+        _join_gathered(t, ids, nn, m, na, oa, r0, buf, binv, worst, kind, gi, split, selective, base, cap, upd_u, upd_v,
+                       upd_d, upd_n, resume)
+
 
 def apply_updates(i0, i1, gd, gi, gf, n_nodes, cap, upd_u, upd_v, upd_d, upd_n, symmetric, n_workers):
     """Apply a block's updates; worker w owns the lists of the w-th of n_workers id ranges (see module
