@@ -376,19 +376,31 @@ class LazyKernel:
     so neither numba nor numba-cuda (about half a second of a first call). :meth:`resolve` imports the
     module and returns the numba kernel (a cache miss, the simulator, ``KNNGRAPH_RAW_LAUNCH=0``)."""
 
-    __slots__ = ("module", "name", "args", "_real")
+    __slots__ = ("module", "name", "args", "_real", "_text", "_made")
 
     def __init__(self, module: str, name: str, args: tuple | None = None):
         self.module, self.name, self.args, self._real = module, name, args, None
+        self._made: dict = {}  # a factory's kernels by their arguments (a call is a dict lookup)
+        if args is None:
+            self._text = f"{module}.{name}"
+        else:
+            text = [repr(a) for a in args[0]] + [f"{k}={v!r}" for k, v in args[1]]
+            self._text = f"{module}.{name}({', '.join(text)})"
 
     def __call__(self, *args, **kwargs):
+        key = (args, tuple(sorted(kwargs.items()))) if kwargs else (args, ())
+        try:
+            return self._made[key]
+        except (KeyError, TypeError):  # TypeError: an unhashable argument, refused below
+            pass
         if self.args is not None:
             raise TypeError(f"{self!r} is a kernel, not a kernel factory")
         for a in list(args) + list(kwargs.values()):
             if not isinstance(a, (bool, int, float, str, type(None), np.generic, LazyKernel)):
                 raise TypeError(f"{self.module}.{self.name}: a kernel named lazily takes plain values, "
                                 f"got {type(a).__name__}")
-        return _named(self.module, self.name, (tuple(args), tuple(sorted(kwargs.items()))))
+        made = self._made[key] = _named(self.module, self.name, key)
+        return made
 
     def resolve(self):
         """The numba kernel (imports its module, calls the factory)."""
@@ -404,17 +416,13 @@ class LazyKernel:
         return self._real
 
     def __repr__(self) -> str:
-        if self.args is None:
-            return f"{self.module}.{self.name}"
-        args, kwargs = self.args
-        text = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs]
-        return f"{self.module}.{self.name}({', '.join(text)})"
+        return self._text
 
     def __eq__(self, other):
-        return isinstance(other, LazyKernel) and repr(self) == repr(other)
+        return self is other or (isinstance(other, LazyKernel) and self._text == other._text)
 
     def __hash__(self):
-        return hash(repr(self))
+        return hash(self._text)
 
     def __getitem__(self, launch_config):
         """``kernel[blocks, threads]``: numba's launch syntax, on the resolved kernel (the simulator)."""
@@ -439,7 +447,9 @@ class KernelModule:
     def __getattr__(self, name: str) -> LazyKernel:
         if name.startswith("__"):
             raise AttributeError(name)
-        return _named(self._module, name)
+        kernel = _named(self._module, name)
+        setattr(self, name, kernel)  # later lookups find it without calling __getattr__
+        return kernel
 
     def __repr__(self) -> str:
         return f"kernel_module({self._module!r})"
