@@ -10,7 +10,8 @@ compiled (or found compiled) once:
 * ``exact``: :func:`knngraph.knn` (k = 10 and 100, a few queries and a batch) and :func:`knngraph.knn_graph`;
 * ``nndescent``: ``knn_graph(method='nndescent')`` at the graph degrees of :data:`GRAPH_DEGREES`;
 * ``grnnd``: :func:`knngraph.grnnd.build`;
-* ``ggnn``: :func:`knngraph.ggnn.build` and its search with both caches ('sorted' and 'rings');
+* ``ggnn``: :func:`knngraph.ggnn.build` (on the CPU without refinement passes, which run the build's
+  kernels again) and its search with both caches ('sorted' and 'rings');
 * ``song``: graph preparation (:func:`knngraph.optimize_graph` of k-NN graphs of several degrees, SONG's
   default index), :func:`knngraph.song.search` with its defaults (the fast searcher) at the queue sizes of
   :data:`QUEUE_SIZES` and the batch sizes that give every automatic search width (on the CPU also its walk
