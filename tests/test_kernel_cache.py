@@ -62,7 +62,7 @@ def test_key_follows_captured_device_functions():
 
 def test_key_covers_the_source(monkeypatch):
     k = cl.compile_key(_factory(1), (), (9, 0))
-    monkeypatch.setattr(cl, "_source_digest", lambda: "another source")
+    monkeypatch.setattr(cl, "_source_hash", lambda: "another source")
     assert cl.compile_key(_factory(1), (), (9, 0)) != k
 
 
@@ -254,7 +254,7 @@ def test_a_named_kernel_of_another_configuration_is_compiled(named_cache, monkey
     elif change == "environment":
         monkeypatch.setenv("KNNGRAPH_GGNN_MAX_REGISTERS", "96")
     else:
-        monkeypatch.setattr(cl, "_source_digest", lambda: "another source")
+        monkeypatch.setattr(cl, "_source_hash", lambda: "another source")
     cl._lazy_function(kernel, args, 0, cap)
     assert len(resolved) == 2  # another name: the kernel was resolved and its full key looked up
     # (the stand-in's full key leaves out the environment, which a kernel module reads into its kernels)

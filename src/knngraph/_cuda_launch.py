@@ -121,8 +121,8 @@ def _flatten(arg, out: list) -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def _source_digest() -> str:
-    """Digest of knngraph's own source files and the compiler's version: part of every cache key, so a
+def _source_hash() -> str:
+    """SHA-256 of knngraph's own source files and the compiler's version: part of every cache key, so a
     changed kernel (or any helper it calls) is never served from an older build."""
     from importlib import metadata
 
@@ -187,7 +187,7 @@ def _closure_key(fn, depth: int = 0) -> str:
 def compile_key(kernel_fn, signature, cc, max_registers=None) -> str:
     """The cache key of ``kernel_fn`` (a plain Python kernel function) compiled for ``signature``, compute
     capability ``cc`` and register cap ``max_registers`` (see the module docs)."""
-    text = repr((_source_digest(), _closure_key(kernel_fn), repr(tuple(signature)), tuple(cc), max_registers))
+    text = repr((_source_hash(), _closure_key(kernel_fn), repr(tuple(signature)), tuple(cc), max_registers))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -219,20 +219,18 @@ def _read_entry(path: str):
 
 
 def _write_atomically(folder: str, path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` in ``folder`` through a temporary file renamed into place: readers see
-    the old file or the whole new one. Raises OSError."""
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
+    """Write ``data`` to ``path`` in ``folder`` (made if missing) as knngraph writes every file
+    (:mod:`knngraph.io._atomic`: a temporary file renamed into place, so readers see the old file or the
+    whole new one; temporary files of killed writers are removed later). Raises OSError."""
+    from .io._atomic import _atomic_write, _finish, _open_new
+
+    def write_into(tmp):
+        with _open_new(tmp) as fh:
             fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+            _finish(fh)
+
+    os.makedirs(folder, exist_ok=True)
+    _atomic_write(path, write_into)
 
 
 def _write_entry(folder: str, path: str, header: dict, image: bytes) -> None:
@@ -484,7 +482,7 @@ _LAZY: dict = {}
 
 def _name_key(kernel: LazyKernel, arg_texts: tuple, cc: tuple, max_registers) -> str:
     env = tuple((name, os.environ.get(name)) for name in _CODEGEN_ENV)
-    text = repr((_source_digest(), repr(kernel), arg_texts, tuple(cc), max_registers, env))
+    text = repr((_source_hash(), repr(kernel), arg_texts, tuple(cc), max_registers, env))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
