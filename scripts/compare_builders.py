@@ -46,11 +46,11 @@ class CheckGRNND:
         gg.row_proposals(self.xg, self.invg, kind, cp.asarray(rows), lo, t, c, d)
         m = pt >= 0
         self.note("row_proposals", cmp("rp.pt", pt, t) + cmp("rp.pc", pc, c, m) + cmp("rp.pd", pd, d, m))
-    def propose(self, x, inv, kind, seed, rnd, pool_c, pool_d, cnt, pt, pc, pd):
+    def propose(self, x, inv, kind, seed, rnd, pool_c, pool_d, cnt, pt, pc, pd, factor=1.0):
         P = [cp.asarray(a) for a in (pool_c, pool_d, cnt)]
-        r = gc.propose(x, inv, kind, seed, rnd, pool_c, pool_d, cnt, pt, pc, pd)
+        r = gc.propose(x, inv, kind, seed, rnd, pool_c, pool_d, cnt, pt, pc, pd, factor)
         t, c, d = (cp.empty(pt.shape, a.dtype) for a in (pt, pc, pd))
-        rg = int(gg.propose(self.xg, self.invg, kind, seed, rnd, *P, t, c, d))
+        rg = int(gg.propose(self.xg, self.invg, kind, seed, rnd, *P, t, c, d, factor))
         m = pt >= 0
         bad = cmp(f"propose{rnd}.pt", pt, t) + cmp(f"propose{rnd}.pc", pc, c, m) + cmp(f"propose{rnd}.pd", pd, d, m)
         if r != rg: print(f"  redirects cpu {r} gpu {rg}")

@@ -369,3 +369,27 @@ print(cuda_loaded())
                          env={"PATH": "", "NUMBA_ENABLE_CUDASIM": "0"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
+
+
+def test_gpu_host_code_imports_no_numba():
+    """The host code of every GPU path (the algorithms' packages and their ``cuda`` modules, graph
+    operations, k-selection) imports without numba: a GPU process whose kernels are all in the disk cache
+    loads them by name and never starts numba (about a third of a second of its first call). numba's
+    CPU kernels and the GPU kernels' sources are imported only where they run or compile."""
+    import subprocess
+    import sys
+
+    code = """
+import importlib, sys
+import knngraph
+for algorithm in knngraph.registry.ALGORITHMS.values():
+    algorithm.load()
+for name in ('bruteforce.cuda', 'nndescent.cuda', 'song.cuda', 'ggnn.cuda', 'ggnn._build', 'grnnd.cuda',
+             'beam.cuda', 'graphops', 'graphops.cuda', 'primitives.kselect', 'primitives.rescore',
+             'primitives.components', 'multidevice'):
+    importlib.import_module('knngraph.' + name)
+print(sorted(m for m in sys.modules if m == 'numba' or m.startswith('numba.')))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

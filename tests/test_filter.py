@@ -11,7 +11,8 @@ import pytest
 
 import knngraph
 from knngraph import beam, bruteforce, ggnn, song
-from knngraph.primitives.filters import bitset_words, is_allowed, prepare_filter
+from knngraph.primitives.filters import bitset_words, prepare_filter
+from knngraph.primitives.bitset import is_allowed
 
 
 def _reference(base, queries, k, mask):

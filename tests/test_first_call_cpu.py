@@ -16,7 +16,7 @@ _BUILD_AND_SEARCH = textwrap.dedent("""
     import numpy as np
     import knngraph
     from knngraph import song
-    from knngraph.primitives.compile import compile_seconds
+    from knngraph._compiling import compile_seconds
 
     def build_and_search(base, queries):
         g = knngraph.knn_graph(base, 10, method="nndescent", device="cpu", verbose=False)

@@ -1,7 +1,8 @@
 """A new process's GPU calls load every kernel from the disk cache of compiled kernels: after a first process
 ran exact search, NN-Descent, SONG, GRNND and GGNN on 20k rows of the bundled sample, a second process
 running the same builds nothing (``knngraph._cuda_launch.kernels_compiled() == 0``), compiles no CPU
-kernel either and never imports numba-cuda (its kernels are found by name); and after ``knngraph.warmup``
+kernel either and never imports numba-cuda (its kernels are found by name) nor numba (no CPU kernel runs on
+these GPU paths, and their host code does not import one); and after ``knngraph.warmup``
 (uint8, squared L2) the same calls compile nothing."""
 
 import json
@@ -20,7 +21,7 @@ _CALLS = textwrap.dedent("""
     import knngraph
     from knngraph import _cuda_launch, ggnn, grnnd, song
     from knngraph.datasets import load_sample
-    from knngraph.primitives.compile import compile_seconds
+    from knngraph._compiling import compile_seconds
 
     s = load_sample()
     base, queries = s.base, s.queries
@@ -39,7 +40,7 @@ _CALLS = textwrap.dedent("""
                                       ("ggnn_rings", dr, i_rings))}
     print(json.dumps({"kernels_compiled": _cuda_launch.kernels_compiled(), "compile_seconds": compile_seconds(),
                       "seconds": time.perf_counter() - t0, "recall": recall, "graph_degree": g.degree,
-                      "numba_cuda_imported": "numba.cuda" in sys.modules}))
+                      "numba_cuda_imported": "numba.cuda" in sys.modules, "numba_imported": "numba" in sys.modules}))
 """)
 
 
@@ -61,8 +62,10 @@ def test_a_second_process_compiles_no_kernel(tmp_path):
     assert first["kernels_compiled"] > 0 and "compiling GPU kernels" in first_err
     second, second_err = _run(tmp_path)
     assert second["kernels_compiled"] == 0 and second["compile_seconds"] == 0
-    # every kernel was found by name: the second process never imported a kernel module, nor numba-cuda
+    # every kernel was found by name: the second process never imported a kernel module, nor numba-cuda,
+    # nor numba itself (its host code runs no CPU kernel on these GPU paths)
     assert first["numba_cuda_imported"] and not second["numba_cuda_imported"]
+    assert not second["numba_imported"]
     assert "compiling" not in second_err
     _check_answers(first)
     _check_answers(second)
@@ -76,6 +79,6 @@ def test_after_warmup_a_new_process_compiles_no_kernel(tmp_path, monkeypatch):
     assert res["kernels_compiled"] > 0 and res["device"] == "cuda:0"
     run, err = _run(tmp_path)
     assert run["kernels_compiled"] == 0 and run["compile_seconds"] == 0, json.dumps(run)
-    assert not run["numba_cuda_imported"]
+    assert not run["numba_cuda_imported"] and not run["numba_imported"]
     assert "compiling" not in err
     _check_answers(run)

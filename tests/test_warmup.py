@@ -121,7 +121,7 @@ _SEARCH_AGAIN = textwrap.dedent("""
     import numpy as np
     import knngraph
     from knngraph import ggnn, song
-    from knngraph.primitives.compile import compile_seconds
+    from knngraph._compiling import compile_seconds
     x = np.load(sys.argv[1], mmap_mode="r")
     for base in (x, np.array(x)):
         g = knngraph.knn_graph(base, 16, method="nndescent", device="cpu", verbose=False)

@@ -3,7 +3,7 @@ compiled on disk (warm) and with empty caches (cold).
 
     python benchmarks/studies/first_call.py --out out/                # GPU
     python benchmarks/studies/first_call.py --device cpu --out out/   # CPU
-    python benchmarks/studies/first_call.py --profile knn             # where a warm first call goes
+    python benchmarks/studies/first_call.py --profile knn,song        # where a warm first call goes
 
 Each case runs in processes of its own (``--child CASE``) on the bundled sample (20,000 uint8 SIFT vectors,
 1,000 queries), with its own empty numba and kernel caches (``NUMBA_CACHE_DIR``, ``KNNGRAPH_CACHE_DIR``):
@@ -12,7 +12,7 @@ the first process finds them empty (cold: it compiles what it runs), the second 
 read by each (``PYTHONPYCACHEPREFIX``), as on a user's install. Each process times ``import knngraph``, its
 first call and a second one (the runner's :func:`~benchmarks.runner.measure.time_calls`, no warm-up), and
 counts the GPU kernels it built (``knngraph._cuda_launch.kernels_compiled``) and the seconds it spent
-compiling (``knngraph.primitives.compile.compile_seconds``).
+compiling (``knngraph._compiling.compile_seconds``).
 
 GPU cases: ``knn`` (k=10, the 1,000 queries), ``nndescent`` (``knn_graph(..., 32, method='nndescent')``),
 ``song`` (``song.build`` + ``song.search``), ``grnnd`` and ``ggnn`` (their builds), and ``knngraph demo``
@@ -57,7 +57,6 @@ def child(case: str, device: str, profile: bool = False) -> dict:
 
     import knngraph
     from knngraph.datasets import load_sample
-    from knngraph.primitives.compile import compile_seconds
 
     import_s = time.perf_counter() - t0
     s = load_sample()
@@ -94,11 +93,15 @@ def child(case: str, device: str, profile: bool = False) -> dict:
         profiler = cProfile.Profile()
 
     def profiled():
+        finder = _ImportTracer()
+        sys.meta_path.insert(0, finder)
         profiler.enable()
         try:
             return run()
         finally:
             profiler.disable()
+            sys.meta_path.remove(finder)
+            print("\n".join(finder.report()), file=sys.stderr)
 
     # the first call, then the second, each timed once without a warm-up
     times = [time_calls(profiled if profile else run, 1, warmup=False).median_s,
@@ -107,9 +110,41 @@ def child(case: str, device: str, profile: bool = False) -> dict:
         import pstats
 
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
+    from knngraph._compiling import compile_seconds
+
     gpu = sys.modules.get("knngraph._cuda_launch")
     return {"import_s": import_s, "first_s": times[0], "second_s": times[1],
             "kernels_compiled": gpu.kernels_compiled() if gpu is not None else 0, "compile_s": compile_seconds()}
+
+
+class _ImportTracer:
+    """An import hook of the profiled first call: the packages it imported (top-level names new to the
+    process, from ``sys.modules``), and for the modules of :data:`TRACED_IMPORTS` (those a warm GPU call
+    should not need) the stack that asked for them: knngraph's frames and the libraries' own (a CuPy
+    operator that imports ``cupyx`` shows where in CuPy)."""
+
+    def __init__(self):
+        self.before = set(sys.modules)
+        self.stacks: dict = {}
+
+    def find_spec(self, name, path=None, target=None):
+        if name in TRACED_IMPORTS and name not in sys.modules and name not in self.stacks:
+            import traceback
+
+            frames = [f"{f.filename.rpartition('site-packages/')[2].rpartition('src/')[2]}:{f.lineno}"
+                      for f in traceback.extract_stack()[:-1] if "importlib" not in f.filename]
+            self.stacks[name] = " <- ".join(reversed(frames[-14:]))
+        return None
+
+    def report(self) -> list:
+        had = {m.partition(".")[0] for m in self.before}
+        new = sorted({m.partition(".")[0] for m in sys.modules} - had - set(sys.stdlib_module_names))
+        return [f"first call imported packages: {', '.join(new) or '(none)'}"] + \
+            [f"first call imported {name} <- {where}" for name, where in self.stacks.items()]
+
+
+#: modules whose import by a profiled first call is traced back to the code that asked for it
+TRACED_IMPORTS = ("numba", "numba.core.dispatcher", "scipy.sparse", "cupyx", "cupyx.scipy", "cupyx.scipy.special")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -230,9 +265,10 @@ def main():
     ap.add_argument("--out", default="out")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--profile", metavar="CASE",
-                    help="instead of the study: where a warm first call of CASE spends its time (a new process "
-                         "after one that filled the caches; cProfile's 40 costliest entries)")
+    ap.add_argument("--profile", metavar="CASES",
+                    help="instead of the study: where a warm first call of each case (comma list) spends its time "
+                         "(a new process after one that filled the caches; cProfile's 40 costliest entries and "
+                         "the packages the call imported, with the frames that asked for them)")
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.device, profile=bool(os.environ.get("FIRST_CALL_PROFILE")))))
@@ -240,12 +276,13 @@ def main():
     if args.profile:
         with tempfile.TemporaryDirectory(prefix="knngraph-first-call-") as tmp:
             _compile_bytecode(args.device, Path(tmp))
-            _child_run(args.profile, args.device, Path(tmp) / "caches")  # fills the kernel caches
-            env = dict(_env(Path(tmp) / "caches"), FIRST_CALL_PROFILE="1")
-            done = subprocess.run([sys.executable, __file__, "--child", args.profile, "--device", args.device],
-                                  capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=3600)
-            print(done.stderr[-12000:])
-            print(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "")
+            for case in args.profile.split(","):
+                _child_run(case, args.device, Path(tmp) / "caches")  # fills the kernel caches
+                env = dict(_env(Path(tmp) / "caches"), FIRST_CALL_PROFILE="1")
+                done = subprocess.run([sys.executable, __file__, "--child", case, "--device", args.device],
+                                      capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=3600)
+                print(f"== {case}\n{done.stderr[-12000:]}")
+                print(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "")
         return
     from benchmarks.runner.measure import JsonLines
 

@@ -75,7 +75,7 @@ def kernels_compiled() -> int:
 
 def compile_seconds() -> float:
     """Seconds this process spent compiling GPU kernels (included in
-    :func:`knngraph.primitives.compile.compile_seconds`)."""
+    :func:`knngraph._compiling.compile_seconds`)."""
     return _BUILDS["seconds"]
 
 
@@ -271,7 +271,7 @@ def _announce(device_name: str) -> None:
     if device_name in _ANNOUNCED:
         return
     _ANNOUNCED.add(device_name)
-    from .primitives.compile import notice
+    from ._compiling import notice
 
     notice(f"compiling GPU kernels for {device_name} (first use on this machine; kept in "
            f"{kernel_cache_dir() or 'no cache: KNNGRAPH_CACHE_DIR is empty'})")

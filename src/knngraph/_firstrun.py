@@ -95,8 +95,9 @@ def _lock_cache_writes() -> None:
 def _compile(dtype: str) -> None:
     import knngraph
     from . import song
+    from ._compiling import compile_seconds
     from .datasets import load_sample
-    from .primitives.compile import SERIAL_BELOW, compile_seconds
+    from .primitives.compile import SERIAL_BELOW
 
     _lock_cache_writes()
     sample = load_sample()

@@ -26,7 +26,7 @@ the same compiled kernel as a serial one, in parts (:func:`~knngraph.primitives.
 :data:`~knngraph.primitives.compile.SERIAL_BELOW` rows (the searchers still run one query and a batch).
 Metrics run one per distance kind ('euclidean' runs the kernels of 'sqeuclidean'). Each family also runs
 on a memory-mapped read-only ``.npy`` file: CPU kernels take a read-only array as a writable view of it
-(:func:`~knngraph.primitives.compile.writable_view`), so this compiles nothing new where they do.
+(:func:`~knngraph.primitives.cpu_inputs.writable_view`), so this compiles nothing new where they do.
 
 Tasks (a family for a dtype) run in worker processes (``python -m knngraph._warmup worker``), one per
 core (at most :data:`MAX_PROCESSES`); a family's first task runs alone, so that its kernels that do not
@@ -340,7 +340,7 @@ def run_task(task: dict) -> dict:
     """Run one family for one dtype (every metric of the task); returns the task with its ``seconds``
     (wall), ``cpu_seconds`` (this process's), ``compile_seconds``, ``kernels_compiled`` and ``error`` (None,
     or the exception's text)."""
-    from .primitives.compile import compile_seconds
+    from ._compiling import compile_seconds
 
     gpu = sys.modules.get("knngraph._cuda_launch")
     built_before = gpu.kernels_compiled() if gpu is not None else 0

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import knngraph
-from knngraph.primitives.distances import DIST_COS, DIST_IP, DIST_L2SQ, cpu_vectors, distance_kind, inverse_norms
+from knngraph.primitives.distances import DIST_COS, DIST_IP, DIST_L2SQ, distance_kind, inverse_norms
+from knngraph.primitives.cpu_inputs import cpu_vectors
 from knngraph.beam import _kernels as bk
 from knngraph.beam.cuda import beam_mode, search_beam_device, square_norms
 

@@ -8,7 +8,7 @@ import pytest
 
 import knngraph
 from knngraph import ggnn, song
-from knngraph.ggnn._hierarchy import bottom_segment, plan, select_layer, selection_keys
+from knngraph.ggnn._hierarchy import bottom_segment, pick_per_segment_sorted, plan, select_layer, selection_keys
 
 from .conftest import complete_graph, recall_at
 
@@ -64,7 +64,9 @@ def test_layers_are_selected_from_the_layer_below(small_index):
                                                (20_000, 32, 4, 3), (1000, 8, 3, 1), (240, 32, 4, 2)])
 def test_selection_keeps_the_largest_keys_of_each_segment(n, s, layers, layer):
     """The weighted reservoir sample (largest key log(u) / w per segment, ties by row) against a sort of
-    every row by (segment, -key, row); weights with zeros, ties and a non-finite value."""
+    every row by (segment, -key, row); weights with zeros, ties and a non-finite value. Both ways of
+    picking: the CPU kernel (``select_layer`` on NumPy) and the two stable sorts a GPU build runs on its
+    device (here with NumPy)."""
     p = plan(n, s, layers)
     m = p.sizes[layer - 1]
     rng = np.random.default_rng(n + layer)
@@ -73,12 +75,15 @@ def test_selection_keeps_the_largest_keys_of_each_segment(n, s, layers, layer):
     w[:m // 4] = 0  # whole segments of equal keys: ties broken by row
     picked = select_layer(p, layer, w, seed=5)
     seg, key = selection_keys(p, layer, w, 5)
+    seg_starts = np.searchsorted(seg, np.arange(p.segments(layer - 1) + 1), side="left")
+    sorted_pick = pick_per_segment_sorted(key, seg_starts, p.s, p.g, np)
     rows = np.arange(m)
     order = np.lexsort((rows, -key, seg))
     rank = np.arange(m) - np.searchsorted(seg[order], seg[order], side="left")
     c = seg[order] % p.g
     expected = order[rank < (c + 1) * p.s // p.g - c * p.s // p.g]
     assert picked.shape == (p.sizes[layer],) and np.array_equal(picked, expected)
+    assert np.array_equal(sorted_pick, expected)
 
 
 def test_rows_have_no_self_loops_or_repeats(small_index):

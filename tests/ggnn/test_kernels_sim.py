@@ -8,9 +8,11 @@ import pytest
 from numba import cuda, float32, int32  # the simulator's (a kernel's global ``cuda`` is swapped for the fake one)
 
 import knngraph
+from knngraph.ggnn import _layout as ggnn_layout
 from knngraph.ggnn import cpu as ggnn_cpu
 from knngraph.ggnn import cuda as ggnn_cuda
-from knngraph.primitives.distances import cpu_vectors, distance_kind, inverse_norms
+from knngraph.primitives.distances import distance_kind, inverse_norms
+from knngraph.primitives.cpu_inputs import cpu_vectors
 
 from .conftest import complete_graph
 
@@ -106,7 +108,7 @@ def test_sym_kernel_finds_the_cpu_candidates_and_places_valid_inverse_links(rng)
     g = h["rows_graph"][:70].copy()
     trans = h["trans"]
     knn, ksym = 3, 3
-    C = ggnn_cpu.SYM_CANDIDATES
+    C = ggnn_layout.SYM_CANDIDATES
     state = {}
     for name, impl, kw in (("gpu", ggnn_cuda, {"xp": np}), ("cpu", ggnn_cpu, {})):
         sym = np.full((g.shape[0], ksym), -1, np.int32)
@@ -395,7 +397,7 @@ def test_search_kernel_small_caches_ties_and_repeats_match_cpu(n, k, queue, cach
     distances computed and vertices expanded equal the CPU's."""
     from knngraph.ggnn._kernels import hash_bits
 
-    assert (hash_bits(*ggnn_cpu.cache_layout(k, queue, cache)) > 0) == (cache <= 1024)
+    assert (hash_bits(*ggnn_layout.cache_layout(k, queue, cache)) > 0) == (cache <= 1024)
     x = _tie_heavy(rng, n, 5)
     q = rng.integers(0, 3, (3, 5)).astype(np.float32)
     ids = rng.integers(0, n, (n, deg)).astype(np.int32)
@@ -455,7 +457,7 @@ def test_sym_kernel_ties_and_tiny_caches_match_cpu(rng):
     params = IndexParams(graph_degree=6, segment_size=8, layers=3, refinements=0)
     h = build_hierarchy(ggnn_cpu, x, np.zeros(1, np.float32), 0, params)
     g = h["rows_graph"][:70].copy()
-    knn, ksym, C = 3, 3, ggnn_cpu.SYM_CANDIDATES
+    knn, ksym, C = 3, 3, ggnn_layout.SYM_CANDIDATES
     out = {}
     for name, impl, kw in (("gpu", ggnn_cuda, {"xp": np}), ("cpu", ggnn_cpu, {})):
         sym = np.full((70, ksym), -1, np.int32)

@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 from knngraph import metrics
-from knngraph.primitives.distances import cpu_distance, cpu_vectors, distance_kind, inverse_norms, report_distances
+from knngraph.primitives.distances import distance_kind, inverse_norms, report_distances
+from knngraph.primitives.pair_distance import cpu_distance
+from knngraph.primitives.cpu_inputs import cpu_vectors
 
 from ..support.distances import with_zero_row
 

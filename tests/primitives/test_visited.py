@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 
 from knngraph.primitives import visited
+from knngraph.song._layout import bloom_shape, hash_capacity
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_hash_table_matches_set(seed):
     rng = np.random.default_rng(seed)
-    slots, shift = visited.hash_capacity(16)
+    slots, shift = hash_capacity(16)
     assert slots == 64 and shift == 26
     off = 3
     ht = np.full(off + slots + 2, -1, np.int32)
@@ -31,7 +32,7 @@ def test_hash_table_matches_set(seed):
 
 
 def test_bloom_has_no_false_negatives_and_few_false_positives(rng):
-    words, nhash = visited.bloom_shape(64)
+    words, nhash = bloom_shape(64)
     bw = np.zeros(words, np.uint32)
     ins = rng.choice(10**6, size=13 * 64, replace=False).astype(np.int64)
     for v in ins:

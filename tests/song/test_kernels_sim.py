@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import knngraph
-from knngraph.primitives.distances import cpu_vectors, distance_kind, inverse_norms
+from knngraph.primitives.distances import distance_kind, inverse_norms
+from knngraph.primitives.cpu_inputs import cpu_vectors
 from knngraph.song import _kernels as kn
 from knngraph.primitives.distances import DIST_HAMMING
 from knngraph.song.cpu import search_cpu

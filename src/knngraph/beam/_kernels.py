@@ -59,10 +59,10 @@ import math
 import numpy as np
 from numba import config, cuda, float32, int32, uint32, uint64
 
+from ..primitives.bitset import is_allowed
 from ..primitives.compile import cuda_version, device_function
 from ..primitives.constants import FULL_MASK, ID_NONE, INF, WARP
 from ..primitives.distances import DIST_COS, DIST_IP, DIST_L2SQ
-from ..primitives.filters import is_allowed
 from ..primitives.intrinsics import dp4a_i8, dp4a_u8
 from ..primitives.lists import slack_bound
 from ..primitives.visited import EMPTY

@@ -19,9 +19,9 @@ from .._typing import Array, DeviceLike
 from .._validate import check_finite, check_int
 from ..index import check_n_threads, check_out, cpu_threads
 from ..metrics import canonical_metric
-from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms
+from ..primitives.cpu_inputs import cpu_vectors
+from ..primitives.distances import distance_kind, inverse_norms
 from ..primitives.filters import AllowedIds, prepare_filter
-from ..primitives.stamps import ScratchPool, worker_count
 
 __all__ = ["GraphView", "search", "search_checked", "filtered_queue_size", "filtered_kb", "int8_codes",
            "int8_plan", "MAX_QUEUE_SIZE", "MAX_SEARCH_WIDTH", "CPU_WALKS", "INT8_WALK_MIN_DIM", "INT8_WALK_MAX_ERROR"]
@@ -124,7 +124,7 @@ class GraphView:
     def arrays(self, device: DeviceLike) -> tuple[Array, Array, Array, Array]:
         """(graph ids, vectors, inverse norms, entry points) on ``device``, made once per device: on a GPU
         CuPy arrays (device arrays used in place), on the CPU the arrays its kernels read
-        (:func:`~knngraph.primitives.distances.cpu_vectors`); the inverse norms of the vectors for cosine,
+        (:func:`~knngraph.primitives.cpu_inputs.cpu_vectors`); the inverse norms of the vectors for cosine,
         else a 1-element dummy."""
         dev = device if isinstance(device, Device) else resolve_device(device)
         key = (str(dev), "arrays")
@@ -155,6 +155,8 @@ class GraphView:
         their own; one thread at a time reuses the same."""
         pool = self.cache.get("cpu-scratch")
         if pool is None:
+            from ..primitives.stamps import ScratchPool  # CPU searches only (stamps imports numba)
+
             pool = self.cache.setdefault("cpu-scratch", ScratchPool(self.shape[0]))
         return pool.borrow()
 
@@ -428,6 +430,7 @@ def _search_cpu(view: GraphView, queries, k, queue_size, stats, out, slack, allo
     kernel reads, inverse norms, entry points, visited stamps: made once). Per call: the NaN check of the
     queries, the kernel and the metric's reported distances, computed in place; ``allowed``: None or the
     :class:`AllowedIds` whose bitset the kernel filters the results by."""
+    from ..primitives.stamps import worker_count
     from .cpu import rerank, search_beam
 
     q = as_numpy(queries)

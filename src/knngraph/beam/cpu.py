@@ -30,9 +30,9 @@ import numba
 import numpy as np
 from numba import prange
 
-from ..primitives.compile import threaded_and_serial, writable_view
-from ..primitives.distances import cpu_vectors
-from ..primitives.filters import is_allowed
+from ..primitives.bitset import is_allowed
+from ..primitives.compile import threaded_and_serial
+from ..primitives.cpu_inputs import cpu_vectors, writable_view
 from ..primitives.lists import best_insert, less, slack_bound
 from ..primitives.rows import line_shape, load_query, prefetch, prefetch_row, query_row, row_distance, write_row
 from ..primitives.stamps import Scratch, next_generation, worker_count

@@ -74,7 +74,9 @@ class GemmPlan:
 
         if self.mode == "int8":
             if self.shift:
-                return cp.ascontiguousarray((block ^ np.uint8(0x80)).view(cp.int8))
+                # CuPy's own ufunc: an operator with a NumPy scalar goes through NumPy's dispatch, whose first
+                # use imports cupyx (and SciPy's sparse matrices), a fifth of a new process's first search
+                return cp.ascontiguousarray(cp.bitwise_xor(block, np.uint8(0x80)).view(cp.int8))
             return cp.ascontiguousarray(block)
         if self.mode == "fp16":
             # float32 blocks reach this path only when they hold integers of at most 2048 (exact in float16)

@@ -15,8 +15,8 @@ import numpy as np
 
 from .._progress import progress
 from ..metrics import KEY_L2, expanded_key_kind
-from ..primitives.compile import writable_view
 from ..primitives.constants import ID_NONE
+from ..primitives.cpu_inputs import writable_view
 from ..primitives.lists import less, maxheap_replace_top, maxheap_sort
 from ._exact import NumericPlan, finish_candidates, plan_numerics
 

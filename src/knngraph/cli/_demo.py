@@ -40,10 +40,10 @@ def cmd_demo(args) -> int:
     Lines are printed as each step ends; timings leave out the compilation of kernels (a first run), which
     is reported on its own line."""
     from .. import _firstrun
+    from .._compiling import compile_seconds
     from .._device import resolve_device
     from ..datasets import load_sample
     from ..evaluate import graph_recall, recall_at_k
-    from ..primitives.compile import compile_seconds
 
     say = (lambda line: None) if args.json else (lambda line: print(line, flush=True))
     compiled_before = compile_seconds()

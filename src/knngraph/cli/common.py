@@ -56,7 +56,7 @@ def jsonable(o):
 
 class Timer:
     """Wall seconds of a block less the seconds numba spent compiling knngraph's kernels inside it (a first
-    run: :func:`knngraph.primitives.compile.compile_seconds`), so that reported timings are those of a
+    run: :func:`knngraph._compiling.compile_seconds`), so that reported timings are those of a
     warm run; ``compiled`` holds the compilation, reported apart (``note``). ``load``: the seconds of the
     warm-up call before the block (:func:`warm_up`), reported apart too."""
 
@@ -64,13 +64,13 @@ class Timer:
     load_compiled = 0.0
 
     def __enter__(self):
-        from ..primitives.compile import compile_seconds
+        from .._compiling import compile_seconds
 
         self._c0, self._t0 = compile_seconds(), time.perf_counter()
         return self
 
     def __exit__(self, *exc):
-        from ..primitives.compile import compile_seconds
+        from .._compiling import compile_seconds
 
         self.compiled = compile_seconds() - self._c0
         self.seconds = max(time.perf_counter() - self._t0 - self.compiled, 1e-9)
@@ -124,7 +124,7 @@ def warm_up(call) -> Timer:
 
     A process pays on its first kernel call for loading numba's compiled kernels from its disk cache (and,
     on a GPU, for the CUDA context and the kernels' machine code): seconds that :func:`compile_seconds
-    <knngraph.primitives.compile.compile_seconds>` does not count, since nothing is compiled. The commands
+    <knngraph._compiling.compile_seconds>` does not count, since nothing is compiled. The commands
     run such a call before the one they time and report its seconds apart (:meth:`Timer.warmed`), so that
     their queries per second and build times are those of the work itself. Warnings of the warm-up call
     (e.g. a slice of a graph that leaves vertices unreachable) are not shown."""

@@ -18,10 +18,10 @@ import time
 
 import numpy as np
 
-from ..primitives.compile import writable_view
+from ..primitives.cpu_inputs import writable_view
 from ..primitives.distances import DIST_IP
 from ._hierarchy import bottom_segment, plan, select_layer
-from .cpu import SYM_CANDIDATES
+from ._layout import SYM_CANDIDATES
 
 __all__ = ["build_hierarchy", "build_device_bytes", "kept_scratch_bytes", "plain", "BUILD_MAX_POPS", "SYM_WAVES",
            "BUILD_QUEUE", "BUILD_VISITED"]
@@ -151,8 +151,8 @@ def build_hierarchy(impl, base, inv, kind, params, *, verbose=False, timings=Non
     for lt in range(L):
         if lt > 0:
             t0 = time.perf_counter()
-            picked = select_layer(pl, lt, plain(_host(gdist[off[lt - 1]:off[lt], 0]), kind), params.seed)
-            rows_below = xp.asarray(off[lt - 1] + picked.astype(np.int32))
+            picked = select_layer(pl, lt, plain(_host(gdist[off[lt - 1]:off[lt], 0]), kind), params.seed, xp)
+            rows_below = off[lt - 1] + picked
             sel[off[lt]:off[lt + 1]] = rows_below
             trans[off[lt]:off[lt + 1]] = trans[rows_below]
             sync()

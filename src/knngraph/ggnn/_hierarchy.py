@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import numba
 import numpy as np
 
 __all__ = ["Plan", "plan", "select_layer", "selection_keys", "bottom_segment"]
@@ -70,19 +69,46 @@ def bottom_segment(rows, n: int, n_seg: int):
     return ((rows.astype(np.int64) + 1) * n_seg - 1) // n
 
 
-def select_layer(p: Plan, layer: int, nn1_below, seed: int) -> np.ndarray:
+def select_layer(p: Plan, layer: int, nn1_below, seed: int, xp=np):
     """Rows of layer ``layer - 1`` (local) that form layer ``layer``, in its row order: from each child
     segment c of a group of g, ``(c + 1) * s // g - c * s // g`` rows by weighted reservoir sampling
     (Efraimidis and Spirakis, the paper's [34]) with weights ``nn1_below`` (each row's distance to its
     nearest neighbour, section 5.1: points in sparse regions are preferred). Key log(u) / w, the largest
-    keys win; u is a hash of (seed, layer, row), so the choice is the same on every device."""
+    keys win; u is a hash of (seed, layer, row), so the choice is the same on every device.
+
+    The keys are computed on the host (NumPy's float64, the same bits for every device); the rows are
+    picked by the CPU kernel (:func:`knngraph.ggnn.cpu.pick_per_segment`) for ``xp`` = NumPy and by
+    :func:`pick_per_segment_sorted` on the device for CuPy (a GPU build does not start numba for it).
+    Both return the same rows in the same order. Returns an int32 ``xp`` array."""
     below = layer - 1
     seg, key = selection_keys(p, layer, nn1_below, seed)
     seg_starts = np.searchsorted(seg, np.arange(p.segments(below) + 1), side="left")  # seg ascends with rows
-    picked = _pick_per_segment(key, seg_starts, p.s, p.g, p.sizes[layer])
+    if xp is np:
+        from .cpu import pick_per_segment
+
+        picked = pick_per_segment(key, seg_starts, p.s, p.g, p.sizes[layer])
+    else:
+        picked = pick_per_segment_sorted(xp.asarray(key), seg_starts, p.s, p.g, xp)
     if picked.shape[0] != p.sizes[layer]:  # pragma: no cover - the plan guarantees it
         raise RuntimeError(f"GGNN selection picked {picked.shape[0]} rows for a layer of {p.sizes[layer]}")
     return picked.astype(np.int32)
+
+
+def pick_per_segment_sorted(key, seg_starts: np.ndarray, s: int, g: int, xp=np):
+    """The rows :func:`knngraph.ggnn.cpu.pick_per_segment` picks, by sorting (NumPy or CuPy, ``xp``;
+    ``key`` an ``xp`` array, ``seg_starts`` host offsets of the contiguous segments): rows in order of
+    (segment, -key, row) by two stable sorts (the second, by segment, keeps the first's order within a
+    segment: larger key first, then lower row), and from each segment c its first ``(c % g + 1) * s // g -
+    (c % g) * s // g`` rows (at most the segment's size). Returns int64 row numbers, segment by segment."""
+    counts = np.diff(seg_starts)
+    nseg = counts.shape[0]
+    seg = xp.asarray(np.repeat(np.arange(nseg, dtype=np.int64), counts))
+    by_key = xp.argsort(-key, kind="stable")
+    order = by_key[xp.argsort(seg[by_key], kind="stable")]
+    cg = np.arange(nseg, dtype=np.int64) % g
+    quota = xp.asarray(np.minimum((cg + 1) * s // g - cg * s // g, counts))
+    rank = xp.arange(order.shape[0], dtype=np.int64) - xp.asarray(seg_starts[:-1].astype(np.int64))[seg]
+    return order[rank < quota[seg]]
 
 
 def selection_keys(p: Plan, layer: int, nn1_below, seed: int):
@@ -101,27 +127,3 @@ def selection_keys(p: Plan, layer: int, nn1_below, seed: int):
     with np.errstate(divide="ignore", invalid="ignore"):
         key = np.where(w > 0, np.log(u) / np.where(w > 0, w, 1.0), -np.inf)
     return seg, key
-
-
-@numba.njit(cache=True)
-def _pick_per_segment(key, seg_starts, s, g, size):
-    """From each segment c (rows seg_starts[c] .. seg_starts[c + 1], contiguous) its ``(c % g + 1) * s // g -
-    (c % g) * s // g`` rows of largest key (ties: lower row first), segment by segment, each segment's
-    in that order: the rows a sort by (segment, -key, row) puts first in each segment, without the sort
-    (a segment holds about s rows, its quota is about s / g)."""
-    out = np.empty(size, np.int64)
-    taken = np.zeros(seg_starts[-1], np.bool_)
-    w = 0
-    for c in range(seg_starts.shape[0] - 1):
-        a, b = seg_starts[c], seg_starts[c + 1]
-        cg = c % g
-        quota = min((cg + 1) * s // g - cg * s // g, b - a)
-        for _ in range(quota):
-            best = -1
-            for r in range(a, b):
-                if not taken[r] and (best < 0 or key[r] > key[best]):
-                    best = r
-            taken[best] = True
-            out[w] = best
-            w += 1
-    return out[:w]

@@ -19,13 +19,13 @@ from numpy.typing import ArrayLike
 from .. import beam, multidevice, registry
 from .._device import (Device, array_kind, as_numpy, default_memory_limit, device_context, implementation,
                        is_device_array, is_on, parse_memory, resolve_device, return_as)
+from .._deletion import compact_rows, delete_rows
 from .._device import on_input_device
 from .._typing import Array, DeviceLike, Devices, FileTarget, MemoryLimit
 from .._validate import check_finite, check_k, check_same_dim, check_vectors
 from ..graph import Graph
 from ..graphops import connect_graph, default_entry_points, medoid, warn_unreachable
 from ..index import Index as IndexBase
-from .._deletion import compact_rows, delete_rows
 from ..index import (KNNResult, assembling, check_out, cpu_threads, fill_out, load_index, runtime_docs,
                      save_index)
 from ..primitives.distances import distance_kind, inverse_norms, report_distances
@@ -175,9 +175,8 @@ def build_ops(dev: Device, xp=None):
     device arrays (CuPy; ``xp=np``: NumPy arrays in the simulator), attribute ``xp`` the array module."""
     import types
 
-    cpu = implementation(__package__, Device("cpu"))
     if not dev.is_cuda and xp is None:
-        return cpu
+        return implementation(__package__, Device("cpu"))
     from . import cuda
 
     if xp is None:

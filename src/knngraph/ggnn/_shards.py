@@ -18,7 +18,8 @@ import numpy as np
 from .. import beam
 from .._device import Device, as_numpy, default_memory_limit, device_context, implementation, parse_memory
 from ..graphops import merge_topk
-from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms, report_distances
+from ..primitives.cpu_inputs import cpu_vectors
+from ..primitives.distances import distance_kind, inverse_norms, report_distances
 
 __all__ = ["shard_bounds", "search_shards", "shard_bytes"]
 

@@ -21,21 +21,17 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..primitives.distances import DIST_IP, cpu_distance
-from ..primitives.compile import SERIAL_BELOW, SplitKernel, host_and_device, writable_view
+from ..primitives.compile import SERIAL_BELOW, SplitKernel, host_and_device
 from ..primitives.constants import INF
+from ..primitives.cpu_inputs import writable_view
+from ..primitives.distances import DIST_IP
 from ..primitives.lists import best_insert, less, slack_bound, sort_pairs
+from ..primitives.pair_distance import cpu_distance
+from ._layout import MIDPOINT, SYM_MAX_POPS, cache_layout
 
 __all__ = ["search", "brute_segments", "merge_queries", "sym_requests", "sym_place", "sym_write",
-           "SYM_MAX_POPS", "SYM_CANDIDATES", "MIDPOINT"]
+           "pick_per_segment"]
 
-#: pops of one symmetric-linking path search (the authors' code; the paper gives none: decision A6 of
-#: :mod:`knngraph.ggnn`)
-SYM_MAX_POPS = 20
-#: candidates kept per missing path for the link placement (the closest to z first)
-SYM_CANDIDATES = 8
-#: the midpoint of section 5.2.1: q_m = z + MIDPOINT * (x - z)
-MIDPOINT = 0.4
 #: rows (queries) of one task, the items the kernels below split over threads (each kernel does the tasks
 #: [i0, i1) and is compiled once, serial: primitives.compile.SplitKernel; numba's parallel builds took
 #: 4-5 times as long to compile); every call is split, as the prange loops they were always ran threaded
@@ -259,13 +255,6 @@ _SEARCH = SplitKernel(_search, fastmath=True)
 def _tasks(rows) -> int:
     """Tasks of ``_TASK`` rows (queries) each, the items of a split kernel."""
     return (int(rows) + _TASK - 1) // _TASK
-
-
-def cache_layout(k: int, queue_size: int, cache_size: int):
-    """(best, prioq, visited) sizes of a search cache: best = max(k, 10) (section 4.1.2), the ring gets
-    the rest of ``cache_size``."""
-    kb = max(k, 10)
-    return kb, queue_size, cache_size - kb - queue_size
 
 
 def search(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, tau, nn1, max_iterations, queue_size,
@@ -567,3 +556,31 @@ def rewrite_row(graph, gdist, z, knn, c, sym, sym_d, old_i, old_d, n_old):
         graph[z, w] = -1
         gdist[z, w] = INF
         w += 1
+
+
+# --------------------------------------------------------------------------------------------------
+# the selection of an upper layer's rows (knngraph.ggnn._hierarchy.select_layer)
+
+
+@numba.njit(cache=True)
+def pick_per_segment(key, seg_starts, s, g, size):
+    """From each segment c (rows seg_starts[c] .. seg_starts[c + 1], contiguous) its ``(c % g + 1) * s // g -
+    (c % g) * s // g`` rows of largest key (ties: lower row first), segment by segment, each segment's
+    in that order: the rows a sort by (segment, -key, row) puts first in each segment, without the sort
+    (a segment holds about s rows, its quota is about s / g)."""
+    out = np.empty(size, np.int64)
+    taken = np.zeros(seg_starts[-1], np.bool_)
+    w = 0
+    for c in range(seg_starts.shape[0] - 1):
+        a, b = seg_starts[c], seg_starts[c + 1]
+        cg = c % g
+        quota = min((cg + 1) * s // g - cg * s // g, b - a)
+        for _ in range(quota):
+            best = -1
+            for r in range(a, b):
+                if not taken[r] and (best < 0 or key[r] > key[best]):
+                    best = r
+            taken[best] = True
+            out[w] = best
+            w += 1
+    return out[:w]

@@ -21,8 +21,7 @@ from .._cuda_launch import kernel_module, launch, max_cooperative_blocks
 from .._device import sm_count
 from ..primitives.constants import ID_NONE
 from ..primitives.distances import DIST_COS
-from ._layout import LINK_THREADS, THREADS
-from .cpu import cache_layout
+from ._layout import LINK_THREADS, MIDPOINT, SYM_MAX_POPS, THREADS, cache_layout
 
 kn = kernel_module(__package__ + "._kernels")
 lk = kernel_module(__package__ + "._link_kernels")
@@ -135,8 +134,6 @@ def sym_requests(base, inv, kind, graph, trans, lo, z0, z1, knn, sym, cnt, P, V,
                  xp=None):
     """:func:`.cpu.sym_requests` on the GPU, one block per row (device arrays; the candidates written into
     ``req_i/req_d/req_n``, whose leading z1 - z0 rows are used)."""
-    from .cpu import MIDPOINT, SYM_MAX_POPS
-
     if xp is None:
         import cupy as xp
     nz = z1 - z0

@@ -33,7 +33,8 @@ no vertex loses its last way in; the next pass links any vertex cut off all the 
 by distance.
 
 The pass count is bounded; the result reports how many vertices were linked and how many passes ran.
-Linking runs on the host (numba); the first reachability pass, which finds most graphs connected
+Linking runs on the host (numba, :mod:`knngraph.graphops._connect_kernels`, imported only when a graph has
+vertices to link); the first reachability pass, which finds most graphs connected
 already, runs where the graph is (a GPU build's graph is checked level by level on its GPU, a few
 milliseconds for 450k rows of 32, instead of being copied to the host and searched there), and the
 searches of step 3 run on the device that holds the graph (the caller's ``nearest`` function).
@@ -43,13 +44,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numba
 import numpy as np
 from numpy.typing import ArrayLike
 
 from .._device import as_numpy, is_device_array
-from ..primitives.components import bfs, find_root, reachable, unreachable_count, weak_components
 from .._typing import Array, DeviceLike
+from ..primitives.components import reachable, unreachable_count, weak_components
 
 if TYPE_CHECKING:
     from ..graph import Graph
@@ -91,68 +91,6 @@ def warn_unreachable(ids: Array, entries: ArrayLike, searcher: str) -> int:
     return missing
 
 
-@numba.njit(cache=True)
-def _reached_in_degree(ids, seen, indeg):
-    n, deg = ids.shape
-    for u in range(n):
-        if seen[u]:
-            for j in range(deg):
-                v = ids[u, j]
-                if v >= 0:
-                    indeg[v] += 1
-
-
-@numba.njit(cache=True)
-def _has_room(ids, src, indeg):
-    """Whether src's row has a free slot or one whose target keeps another in-edge."""
-    for j in range(ids.shape[1]):
-        if ids[src, j] < 0 or indeg[ids[src, j]] >= 2:
-            return True
-    return False
-
-
-@numba.njit(cache=True)
-def _link(ids, dists, src, dst, d, indeg, seen):
-    """Put edge src -> dst (distance d) into src's row: a free (-1) slot, else the farthest slot whose
-    target keeps another reached in-edge, else the last slot; rows stay sorted by distance. Returns
-    False when the edge is there already."""
-    deg = ids.shape[1]
-    slot = -1
-    for j in range(deg):
-        if ids[src, j] == dst:
-            return False
-    for j in range(deg):
-        if ids[src, j] < 0:
-            slot = j
-            break
-    if slot < 0:
-        for j in range(deg - 1, -1, -1):
-            if indeg[ids[src, j]] >= 2:
-                slot = j
-                break
-    if slot < 0:
-        slot = deg - 1
-    old = ids[src, slot]
-    if old >= 0 and seen[src]:
-        indeg[old] -= 1
-    # remove the slot, then insert (d, dst) at its sorted place
-    for j in range(slot, deg - 1):
-        ids[src, j] = ids[src, j + 1]
-        dists[src, j] = dists[src, j + 1]
-    ids[src, deg - 1] = -1
-    dists[src, deg - 1] = np.inf
-    t = deg - 1
-    while t > 0 and (ids[src, t - 1] < 0 or dists[src, t - 1] > d):
-        ids[src, t] = ids[src, t - 1]
-        dists[src, t] = dists[src, t - 1]
-        t -= 1
-    ids[src, t] = dst
-    dists[src, t] = d
-    if seen[src]:
-        indeg[dst] += 1
-    return True
-
-
 def _representatives(labels, count: int, vectors, links: int) -> np.ndarray:
     """Up to ``links`` members of each component (rows of ``labels`` >= 0): the member nearest to the
     component's mean first, then members spread evenly over the component's ids."""
@@ -179,6 +117,7 @@ def _component_edges(cent: np.ndarray, metric: str) -> list:
     """(A, B) pairs of components to bridge: each centroid's :data:`COMPONENT_NEIGHBOURS` nearest, plus
     spanning-tree edges (nearest first) until the pairs join every component."""
     from ..metrics import pairwise_distances
+    from ..primitives._component_kernels import find_root
 
     c = cent.shape[0]
     nb = min(COMPONENT_NEIGHBOURS, c - 1)
@@ -219,6 +158,7 @@ def _bridge_components(ids, dists, vectors, metric: str) -> tuple[int, list]:
     components there were and, largest first (at most :data:`MAX_COMPONENT_ENTRIES`), each one's member
     nearest to its centroid: entry points that start a search in every component."""
     from ..metrics import pairwise_distances
+    from ._connect_kernels import link, reached_in_degree
 
     count, labels = weak_components(ids)
     if count < 2:
@@ -233,7 +173,7 @@ def _bridge_components(ids, dists, vectors, metric: str) -> tuple[int, list]:
     n = ids.shape[0]
     indeg = np.zeros(n, np.int64)
     every = np.ones(n, np.bool_)
-    _reached_in_degree(ids, every, indeg)
+    reached_in_degree(ids, every, indeg)
     # each vertex takes at most one bridge: a row's farthest slot is where a bridge goes, so a second bridge
     # into the same row would push the first one out
     used = np.zeros(n, np.bool_)
@@ -247,8 +187,8 @@ def _bridge_components(ids, dists, vectors, metric: str) -> tuple[int, list]:
             continue
         d = np.float32(db[np.flatnonzero(members[b] == v)[0]])
         used[u] = used[v] = True
-        _link(ids, dists, u, v, d, indeg, every)
-        _link(ids, dists, v, u, d, indeg, every)
+        link(ids, dists, u, v, d, indeg, every)
+        link(ids, dists, v, u, d, indeg, every)
     return count, centres
 
 
@@ -282,6 +222,8 @@ def connect(ids, dists, entries, vectors, nearest, *, metric: str = "sqeuclidean
     other neighbour n1 of u is reached, so d(n1, r) >= d(u, r) and the new farthest edge keeps the rule."""
     if is_device_array(ids) or is_device_array(dists):
         raise TypeError("connect() works on host arrays; copy the graph to the host first")
+    from ..primitives._component_kernels import bfs
+    from ._connect_kernels import has_room, link, reached_in_degree
     n = ids.shape[0]
     out = {"components": 0, "passes": 0, "linked_components": 0, "unreached_before": 0, "unreached_after": 0,
            "entry_points": [], "links": []}
@@ -309,7 +251,7 @@ def connect(ids, dists, entries, vectors, nearest, *, metric: str = "sqeuclidean
         found = np.asarray(found, dtype=np.int64).reshape(len(reps), -1)
         found_d = np.asarray(found_d, dtype=np.float32).reshape(len(reps), -1)
         indeg = np.zeros(n, np.int64)
-        _reached_in_degree(ids, seen, indeg)
+        reached_in_degree(ids, seen, indeg)
         # a vertex takes at most half of its row in links per pass: where one vertex is the nearest
         # reached vertex of many (a hub of large norm under inner product), the next nearest take the rest
         # rather than the hub's new links pushing each other out of its row
@@ -318,17 +260,17 @@ def connect(ids, dists, entries, vectors, nearest, *, metric: str = "sqeuclidean
         for j, r in enumerate(reps.tolist()):
             pick = [(int(u), float(d)) for u, d in zip(found[j], found_d[j]) if u >= 0 and u != r and seen[u]]
             # a row that can take the edge without cutting off the only way into one of its targets
-            pick = [(u, d) for u, d in pick if taken[u] < cap and _has_room(ids, u, indeg)] or pick[:1]
+            pick = [(u, d) for u, d in pick if taken[u] < cap and has_room(ids, u, indeg)] or pick[:1]
             if not pick:
                 continue
             u, d = pick[0]
             taken[u] += 1
-            _link(ids, dists, u, r, np.float32(d), indeg, seen)
+            link(ids, dists, u, r, np.float32(d), indeg, seen)
             if len(out["links"]) < MAX_RECORDED_LINKS:
                 out["links"].append([int(u), int(r)])
-            if not rng_rule and _has_room(ids, r, indeg):
+            if not rng_rule and has_room(ids, r, indeg):
                 # the way back only where it cuts no edge a vertex of r's own component may need
-                _link(ids, dists, r, u, np.float32(d), indeg, seen)
+                link(ids, dists, r, u, np.float32(d), indeg, seen)
         out["linked_components"] += count
     if out["unreached_after"]:
         # what the passes could not link (the rows its links need would each cut another way in, as around

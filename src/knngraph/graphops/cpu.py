@@ -20,8 +20,8 @@ import numba
 import numpy as np
 
 from ..primitives.compile import SERIAL_BELOW, SplitKernel
-from ..primitives.distances import cpu_distance
 from ..primitives.lists import dedup_sorted, less, sort_pairs
+from ..primitives.pair_distance import cpu_distance
 
 __all__ = ["prune", "merge_sorted_lists", "reverse_edges"]
 

@@ -53,8 +53,8 @@ from .._device import as_numpy, device_context, implementation, is_device_array,
 from .._typing import Array, DeviceLike
 from .._validate import check_finite, check_int, check_vectors
 from ..graph import Graph
-from ..primitives.distances import (DIST_IP, DIST_L2SQ, cpu_vectors, distance_kind, inverse_norms,
-                                    report_distances)
+from ..primitives.cpu_inputs import cpu_vectors
+from ..primitives.distances import DIST_IP, DIST_L2SQ, distance_kind, inverse_norms, report_distances
 from .reverse import reverse_edges
 
 __all__ = ["optimize_graph", "occlusion_factor"]

@@ -1,4 +1,5 @@
-"""Helpers of the GRNND rounds written once for the CPU and the GPU (:mod:`knngraph.primitives.compile`).
+"""Helpers of the GRNND rounds written once for the CPU and the GPU (:mod:`knngraph.primitives.compile`);
+the kernels' layout and size limits, which host code reads, are in :mod:`knngraph.grnnd._layout`.
 
 **Pool entries.** A pool entry is (distance, code) with ``code = 2 * id + new``: ``new`` = 1 for an entry
 that arrived this round (a redirect, a reverse edge, an initial neighbour), 0 for one that survived the
@@ -12,20 +13,7 @@ from __future__ import annotations
 from ..primitives.compile import host_and_device
 from ..primitives.random import mix, progression
 
-__all__ = ["MAX_N", "pair_order", "pair_of", "reverse_count", "random_neighbour"]
-
-#: most vectors a GRNND build takes (codes are 2 * id + flag in int32)
-MAX_N = 2**30 - 1
-
-# the GPU kernels' layout (``_kernels.py``), here so that host code reads it without importing them
-#: warps per block of the warp-per-vertex kernels
-WPB = 4
-#: how the kernels' ``pair_distance`` reads rows: element by element, or (8-bit rows, d % 8 == 0) as
-#: 64-bit words of eight bytes, each half multiplied with ``dp4a``, unsigned or signed
-LAYOUT_ELEMENTS = 0
-LAYOUT_WORDS_U8 = 1
-LAYOUT_WORDS_I8 = 2
-
+__all__ = ["pair_order", "pair_of", "reverse_count", "random_neighbour"]
 
 @host_and_device
 def pair_order(seed, rnd, v, m):

@@ -21,7 +21,7 @@ from ..graphops.prune import occlusion_factor
 from ..index import Index as IndexBase
 from ..index import load_graph_index, runtime_docs, save_graph_index
 from ..primitives.distances import distance_kind, inverse_norms, report_distances
-from ._common import MAX_N
+from ._layout import MAX_N
 from ._params import AUTO_INITIAL_DEGREE, IndexParams
 
 __all__ = ["Index", "build", "extend", "save", "load", "run_rounds"]

@@ -35,7 +35,8 @@ from ..primitives.distances import DIST_L2SQ
 from ..primitives.intrinsics import dp4a_i8, dp4a_u8
 from ..primitives.random import progression
 from ..primitives.warp import finish_device, warp_bitonic_sort
-from ._common import LAYOUT_ELEMENTS, LAYOUT_WORDS_I8, LAYOUT_WORDS_U8, WPB, pair_of, pair_order, reverse_count
+from ._common import pair_of, pair_order, reverse_count
+from ._layout import LAYOUT_ELEMENTS, LAYOUT_WORDS_I8, LAYOUT_WORDS_U8, WPB
 
 __all__ = ["propose_kernel", "merge_kernel", "row_proposals_kernel", "random_rows_kernel", "reverse_kernel",
            "count_kernel", "scatter_kernel", "WPB", "LAYOUT_ELEMENTS", "LAYOUT_WORDS_U8", "LAYOUT_WORDS_I8"]

@@ -21,7 +21,7 @@ import numba
 import numpy as np
 
 from ..primitives.compile import SERIAL_BELOW, SplitKernel
-from ..primitives.distances import cpu_distance
+from ..primitives.pair_distance import cpu_distance
 from ..primitives.random import progression
 from ._common import pair_of, pair_order, reverse_count
 

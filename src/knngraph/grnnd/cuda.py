@@ -8,7 +8,7 @@ import numpy as np
 
 from .._cuda_launch import kernel_module, launch
 from ..primitives.constants import WARP, pow2_at_least
-from . import _common as C
+from . import _layout as C
 
 K = kernel_module(__package__ + "._kernels")
 

@@ -1,10 +1,8 @@
-"""Helpers shared by the CPU and GPU NN-Descent engines (written once, compiled for both: see
-:mod:`knngraph.primitives`).
+"""What the CPU and GPU NN-Descent engines and their host code share: list flags, the GPU kernels'
+layout, the default sample size and the random projection forest's size. Host code: this module does not
+import numba (the kernels' shared compiled helper is :mod:`knngraph.nndescent._candidates`).
 
-* Random initial lists take each node's first terms of a random progression over its candidate range
-  (:func:`knngraph.primitives.random.progression`): distinct ids, so no duplicate check (GNND Alg. 1
-  l.1-5 leaves self-loops and duplicates unspecified); :func:`candidate_range` says where they come from.
-* List order is (distance, id) lexicographic everywhere (:func:`knngraph.primitives.lists.less`).
+List order is (distance, id) lexicographic everywhere (:func:`knngraph.primitives.lists.less`).
 """
 
 from __future__ import annotations
@@ -13,9 +11,7 @@ import math
 
 import numpy as np
 
-from ..primitives.compile import host_and_device
-
-__all__ = ["NEW", "OLD", "candidate_range", "auto_sample_size", "forest_params", "forest_bytes_per_node"]
+__all__ = ["NEW", "OLD", "auto_sample_size", "forest_params", "forest_bytes_per_node"]
 
 #: entry flags of a k-NN list (GNND section 4): NEW entries have not taken part in a local join yet
 NEW = 1
@@ -34,18 +30,6 @@ WPB = 4
 #: an empty slot of ``cand`` (which holds (distance, id) keys packed by the join's ``pack``): all 64 bits
 #: set. A key, not an id (the id filler is ``ID_NONE``)
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
-@host_and_device
-def candidate_range(s, n, split):
-    """Where node ``s`` draws random neighbours from: ids ``lo + x`` for x in [0, m), shifted past ``skip``
-    (``s`` itself) when ``skip >= 0``. A build (split == 0) draws from every other node; a merge
-    (GGM, GNND section 5.1) draws from the other subset: [split, n) for s < split, else [0, split)."""
-    if split > 0:
-        if s < split:
-            return split, n - split, -1
-        return 0, split, -1
-    return 0, n - 1, s
 
 
 def auto_sample_size(k: int, selective: bool) -> int:

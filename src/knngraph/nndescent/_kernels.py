@@ -61,7 +61,8 @@ from ..primitives.intrinsics import dp4a_i8, dp4a_u8
 from ..primitives.lists import less
 from ..primitives.random import progression
 from ..primitives.warp import finish_device, warp_bitonic_sort, warp_min, warp_partials4, warp_sum
-from ._common import DC, EMPTY, NEW, OLD, SLOTS, WPB, candidate_range
+from ._candidates import candidate_range
+from ._common import DC, EMPTY, NEW, OLD, SLOTS, WPB
 
 
 

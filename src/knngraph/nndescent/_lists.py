@@ -9,8 +9,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..primitives.distances import DIST_L2SQ, cpu_distance, finish_distance
+from ..primitives.distances import DIST_L2SQ
 from ..primitives.lists import less
+from ..primitives.pair_distance import cpu_distance, finish_distance
 from ._common import NEW
 
 __all__ = ["sort_row", "distance_rows", "in_list", "insert"]

@@ -49,10 +49,12 @@ import numpy as np
 from numba import prange
 
 from ..primitives.compile import pick, threaded_and_serial
-from ..primitives.distances import DIST_IP, DIST_L2SQ, cpu_distance
+from ..primitives.distances import DIST_IP, DIST_L2SQ
 from ..primitives.lists import less
+from ..primitives.pair_distance import cpu_distance
 from ..primitives.random import hash32, mix, progression
-from ._common import NEW, OLD, candidate_range
+from ._candidates import candidate_range
+from ._common import NEW, OLD
 from ._lists import distance_rows, in_list, insert
 
 __all__ = ["rp_forest_graph", "forest_leaves", "MAX_DEPTH", "LOCAL_ROWS"]

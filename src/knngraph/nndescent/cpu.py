@@ -50,10 +50,13 @@ import numpy as np
 
 from .._device import as_numpy
 from ..primitives.compile import SERIAL_BELOW, SplitKernel
-from ..primitives.distances import DIST_COS, cpu_distance, cpu_vectors, inverse_norms
+from ..primitives.cpu_inputs import cpu_vectors
+from ..primitives.distances import DIST_COS, inverse_norms
 from ..primitives.lists import less
+from ..primitives.pair_distance import cpu_distance
 from ..primitives.random import mix, progression
-from ._common import NEW, OLD, candidate_range
+from ._candidates import candidate_range
+from ._common import NEW, OLD
 from ._lists import distance_rows, in_list, insert, sort_row
 
 __all__ = ["Engine", "init_graph", "sample_forward", "sample_reverse", "local_join", "apply_updates",

@@ -6,8 +6,14 @@ What lives where:
 ``constants``       warp width, full lane mask, the "no id" sentinel that sorts last, power-of-two sizes
 ``compile``         the one idiom for "written once, compiled for CPU and GPU" (below), and the
                     threaded / serial twins of parallel CPU kernels
-``distances``       distance kinds, accumulator -> distance (:func:`~.distances.finish_distance`),
-                    single-pair distances on the CPU, inverse norms, reported distances
+``distances``       distance kinds, inverse norms, reported distances (host code)
+``pair_distance``   accumulator -> distance (:func:`~.pair_distance.finish_distance`), single-pair
+                    distances on the CPU
+``cpu_inputs``      the arrays CPU kernels take: float16 widened, read-only inputs as writable views
+``filters``         allowed ids of filtered searches and deleted rows, as bitsets (host code);
+                    ``bitset``: the test of one id, in kernels
+``components``      reachability and connected components of fixed-degree graphs (compiled passes in
+                    ``_component_kernels``)
 ``lists``           (distance, id) order, short sorted lists, binary max-heaps and the symmetric
                     min-max heap (a bounded double-ended priority queue)
 ``visited``         visited sets of graph searches: open-addressing hash table with deletion, Bloom filter
@@ -32,5 +38,8 @@ memory on the GPU).
 
 Modules without ``cuda`` / ``warp`` / ``kernels`` in their purpose import only NumPy and numba's CPU
 target, so ``import knngraph`` stays free of numba.cuda and CuPy; the CUDA modules are imported on first
-GPU use.
+GPU use. Host code of the GPU paths imports numba not at all: the host pieces (``constants``,
+``distances``, ``cpu_inputs``, ``filters``, ``components``) are kept apart from the compiled helpers
+(``pair_distance``, ``bitset``, ``_component_kernels``), so that a process whose GPU kernels are all in
+the disk cache (loaded by name, :func:`knngraph._cuda_launch.kernel_module`) never starts numba.
 """

@@ -14,45 +14,26 @@
 
 First run: every CPU kernel is compiled with ``cache=True``, so numba compiles it once per machine and
 loads it from disk afterwards (``__pycache__`` next to the source, or ``$NUMBA_CACHE_DIR``). When numba
-does compile one of knngraph's kernels (a cache miss), knngraph says so once per process (:func:`notice`:
-the ``knngraph`` logger at INFO level when the program shows logs, as the command line does, else a line
-on stderr): "compiling CPU kernels (first use on this machine ...)"; :func:`compile_seconds` adds up the
-time spent (GPU kernels too), so that reported timings can leave it out or say they include it.
+does compile one of knngraph's kernels (a cache miss), knngraph says so once per process
+(:func:`knngraph._compiling.notice`: the ``knngraph`` logger at INFO level when the program shows logs, as
+the command line does, else a line on stderr): "compiling CPU kernels (first use on this machine ...)";
+:func:`knngraph._compiling.compile_seconds` adds up the time spent (GPU kernels too), so that reported
+timings can leave it out or say they include it.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 import types
 
 import numba
-import numpy as np
 from numba.core import event
 
+from .. import _compiling
+
 __all__ = ["host_and_device", "device_function", "cuda_version", "threaded_and_serial", "SplitKernel",
-           "SERIAL_BELOW", "compile_seconds", "jit_with_lineinfo", "writable_view"]
-
-_log = logging.getLogger("knngraph")
-
-_SAID: set = set()
-
-
-def notice(message: str) -> None:
-    """Say ``message`` once per process where the user sees it: as an INFO record of the ``knngraph``
-    logger when the program shows its logs (a handler on it or on the root logger, e.g. the command
-    line's), else as a WARNING record, which Python's last-resort handler writes to stderr when no logging
-    is configured: a plain script shows no INFO records and would otherwise sit silent through minutes of
-    compilation."""
-    if message in _SAID:
-        return
-    _SAID.add(message)
-    if _log.handlers or logging.getLogger().handlers:
-        _log.info(message)
-    else:
-        _log.warning("knngraph: %s", message)
-
+           "SERIAL_BELOW", "jit_with_lineinfo"]
 
 class _CompileWatch(event.Listener):
     """Listens to numba's ``numba:compile`` events (fired on cache misses only) of knngraph's functions:
@@ -60,7 +41,6 @@ class _CompileWatch(event.Listener):
 
     def __init__(self):
         self.announced = False
-        self.seconds = 0.0
         self._depth = threading.local()
 
     @staticmethod
@@ -76,7 +56,7 @@ class _CompileWatch(event.Listener):
             self._depth.t0 = time.perf_counter()
             if not self.announced:
                 self.announced = True
-                notice("compiling CPU kernels (first use on this machine; numba keeps them on disk)")
+                _compiling.notice("compiling CPU kernels (first use on this machine; numba keeps them on disk)")
         self._depth.n = depth + 1
 
     def on_end(self, ev):
@@ -84,46 +64,15 @@ class _CompileWatch(event.Listener):
             return
         self._depth.n -= 1
         if self._depth.n == 0:
-            self.seconds += time.perf_counter() - self._depth.t0
+            _compiling.add_cpu_compile_seconds(time.perf_counter() - self._depth.t0)
 
 
 _WATCH = _CompileWatch()
 event.register("numba:compile", _WATCH)
 
 
-def compile_seconds() -> float:
-    """Seconds this process has spent compiling knngraph's kernels, CPU and GPU (0 when all came from the
-    disk caches); the difference over a timed call is the compilation inside it."""
-    import sys
-
-    gpu = sys.modules.get("knngraph._cuda_launch")
-    return _WATCH.seconds + (gpu.compile_seconds() if gpu is not None else 0.0)
-
 #: rows of work below which :func:`threaded_and_serial` kernels run their serial build
 SERIAL_BELOW = 8192
-
-
-class _ArrayInterface:
-    """An ``__array_interface__`` holder that keeps the array it describes alive."""
-
-    def __init__(self, interface: dict, owner):
-        self.__array_interface__ = interface
-        self.owner = owner
-
-
-def writable_view(x):
-    """``x`` as CPU kernels take it: a read-only NumPy array (a memory-mapped file, ``np.load(...,
-    mmap_mode='r')``) as a view of the same memory flagged writable, any other array as it is.
-
-    numba compiles a kernel per argument type and a read-only array is a type of its own, so without this
-    every kernel that reads the vectors would be compiled (and cached) twice, once per kind of input. The
-    kernels never write their input vectors (a write through the view would fault on a read-only mapping);
-    the view is for passing to them only, never handed back to the caller."""
-    if not isinstance(x, np.ndarray) or x.flags.writeable:
-        return x
-    interface = dict(x.__array_interface__)
-    interface["data"] = (interface["data"][0], False)
-    return np.asarray(_ArrayInterface(interface, x))
 
 
 _CUDA_VERSIONS: dict = {}

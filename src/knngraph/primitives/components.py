@@ -1,41 +1,19 @@
-"""Reachability and connected components of fixed-degree graphs (int32 rows, -1 = no edge), on the host
-with numba: a breadth-first pass from given vertices over the directed edges, and union-find over the
-edges taken both ways. :meth:`knngraph.Graph.components` and the connectivity step of search graphs
-(:mod:`knngraph.graphops.connect`) are built on them."""
+"""Reachability and connected components of fixed-degree graphs (int32 rows, -1 = no edge): a
+breadth-first pass from given vertices over the directed edges (level by level with NumPy or CuPy where the
+graph is, finished by a compiled pass), and union-find over the edges taken both ways.
+:meth:`knngraph.Graph.components` and the connectivity step of search graphs
+(:mod:`knngraph.graphops.connect`) are built on them. The compiled passes are in
+:mod:`knngraph.primitives._component_kernels`, imported only when one runs: a GPU build whose graph is
+connected checks it on its GPU without importing numba."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from .._device import Device, as_numpy, device_context, is_device_array
 from .._typing import Array
 
-__all__ = ["reachable", "unreachable_count", "weak_components", "bfs", "find_root"]
-
-
-@numba.njit(cache=True)
-def bfs(ids, entries, seen):
-    n, deg = ids.shape
-    queue = np.empty(n, np.int64)
-    head = 0
-    tail = 0
-    for t in range(entries.shape[0]):
-        e = entries[t]
-        if 0 <= e < n and not seen[e]:
-            seen[e] = True
-            queue[tail] = e
-            tail += 1
-    while head < tail:
-        u = queue[head]
-        head += 1
-        for j in range(deg):
-            v = ids[u, j]
-            if v >= 0 and not seen[v]:
-                seen[v] = True
-                queue[tail] = v
-                tail += 1
-    return tail
+__all__ = ["reachable", "unreachable_count", "weak_components"]
 
 
 #: graphs of at most this many edge slots are searched level by level with NumPy first (a gather of the
@@ -103,11 +81,15 @@ def reachable(ids: Array, entries: Array) -> np.ndarray:
         g = np.ascontiguousarray(as_numpy(ids), dtype=np.int32)
         seen = np.zeros(g.shape[0], np.bool_)
         if g.size > _VECTOR_EDGES:
+            from ._component_kernels import bfs
+
             bfs(g, starts, seen)
             return seen
         left = _bfs_levels(g, starts, seen)
         if left.size == 0:
             return seen
+    from ._component_kernels import bfs
+
     seen[left] = False  # the compiled pass expands what it marks: hand it the frontier unmarked
     bfs(g, left.astype(np.int64), seen)
     return seen
@@ -118,54 +100,6 @@ def unreachable_count(ids: Array, entries: Array) -> int:
     return int((~reachable(ids, entries)).sum())
 
 
-@numba.njit(cache=True)
-def find_root(parent, x):
-    root = x
-    while parent[root] != root:
-        root = parent[root]
-    while parent[x] != root:  # path compression
-        nxt = parent[x]
-        parent[x] = root
-        x = nxt
-    return root
-
-
-@numba.njit(cache=True)
-def _union_edges(ids, member, parent):
-    n, deg = ids.shape
-    for u in range(n):
-        if not member[u]:
-            continue
-        for j in range(deg):
-            v = ids[u, j]
-            if v >= 0 and member[v]:
-                a = find_root(parent, u)
-                b = find_root(parent, v)
-                if a != b:
-                    if a < b:
-                        parent[b] = a
-                    else:
-                        parent[a] = b
-
-
-@numba.njit(cache=True)
-def _labels(member, parent, labels):
-    """labels[v] = dense component number of member v (0, 1, ... in order of smallest id), -1 elsewhere."""
-    n = member.shape[0]
-    root_label = np.full(n, -1, np.int64)
-    count = 0
-    for v in range(n):
-        if member[v]:
-            r = find_root(parent, v)
-            if root_label[r] < 0:
-                root_label[r] = count
-                count += 1
-            labels[v] = root_label[r]
-        else:
-            labels[v] = -1
-    return count
-
-
 def weak_components(ids, member=None) -> tuple[int, np.ndarray]:
     """(count, labels) of the weakly connected components of the graph ``ids`` (edges taken both ways),
     restricted to the vertices of the boolean mask ``member`` (default: all): labels are 0 .. count-1 in
@@ -173,10 +107,12 @@ def weak_components(ids, member=None) -> tuple[int, np.ndarray]:
     g = np.ascontiguousarray(as_numpy(ids), dtype=np.int32)
     n = g.shape[0]
     m = np.ones(n, np.bool_) if member is None else np.ascontiguousarray(member, dtype=np.bool_)
+    from ._component_kernels import component_labels, union_edges
+
     parent = np.arange(n, dtype=np.int64)
-    _union_edges(g, m, parent)
+    union_edges(g, m, parent)
     labels = np.empty(n, np.int64)
-    count = _labels(m, parent, labels)
+    count = component_labels(m, parent, labels)
     return int(count), labels
 
 

@@ -5,7 +5,8 @@ A user passes ``filter=`` either as a boolean mask over the index's ids (``True`
 as a bitset of ``ceil(n / 32)`` uint32 words, id ``i`` being bit ``i % 32`` (least significant first) of
 word ``i // 32``; bits past ``n`` are ignored. :func:`prepare_filter` validates either form and returns an
 :class:`AllowedIds` holding the bitset (a filter may allow no id at all: every result row is then -1 /
-inf); kernels test an id with :func:`is_allowed` (written once, CPU and GPU).
+inf); kernels test an id with :func:`knngraph.primitives.bitset.is_allowed` (written once, CPU and GPU;
+this module is host code that does not import numba).
 
 Deleted vectors are expressed the same way. An index that deletes (:func:`knngraph.song.delete`,
 :func:`knngraph.ggnn.delete`) keeps a :class:`RowIds`: the bitset of its deleted rows, cleared from the
@@ -19,23 +20,14 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from numba import uint32
 
-from .compile import host_and_device
-
-__all__ = ["AllowedIds", "RowIds", "prepare_filter", "is_allowed", "bitset_words", "pack_mask", "user_ids",
+__all__ = ["AllowedIds", "RowIds", "prepare_filter", "bitset_words", "pack_mask", "user_ids",
            "results_as_user_ids", "check_compact_above", "allowed_rows"]
 
 
 def bitset_words(n: int) -> int:
     """uint32 words of a bitset over ``n`` ids."""
     return (int(n) + 31) // 32
-
-
-@host_and_device
-def is_allowed(bits, v):
-    """Whether id ``v`` (0 <= v < n) is set in the uint32 bitset ``bits``."""
-    return ((uint32(bits[v >> 5]) >> uint32(v & 31)) & uint32(1)) != 0
 
 
 def pack_mask(mask: np.ndarray) -> np.ndarray:

@@ -3,10 +3,10 @@
 * **Open-addressing hash table** of int32 ids (``EMPTY`` = -1), linear probing from a multiplicative
   hash, deletion by backward shift (no tombstones, so probe sequences stay short after many deletions).
   With selected insertion and visited deletion (SONG, section IV-D/E) it holds only the ids in the queue
-  and in the results (at most 2Q); :func:`hash_capacity` sizes it to a power of two >= 4Q, so it is at
-  most half full and every probe ends at an empty slot.
+  and in the results (at most 2Q); :func:`knngraph.song._layout.hash_capacity` sizes it to a power of
+  two >= 4Q, so it is at most half full and every probe ends at an empty slot.
 * **Bloom filter** over ``nwords`` uint32 words (a power of two) with ``nhash`` bit positions per id from
-  double hashing. No false negatives; no deletion (:func:`bloom_shape` sizes it).
+  double hashing. No false negatives; no deletion (:func:`knngraph.song._layout.bloom_shape` sizes it).
 
 Each set lives in a slice of a flat array starting at ``off``; nothing here allocates.
 """
@@ -15,34 +15,11 @@ from __future__ import annotations
 
 from .compile import host_and_device
 
-__all__ = ["EMPTY", "hash_capacity", "bloom_shape", "hash_contains", "hash_insert", "hash_delete",
-           "bloom_contains", "bloom_insert"]
+__all__ = ["EMPTY", "hash_contains", "hash_insert", "hash_delete", "bloom_contains", "bloom_insert"]
 
 EMPTY = -1
 _HMUL = 2654435761      # Knuth's multiplicative constant (2^32 / golden ratio)
 _HMUL2 = 2246822507     # murmur3 finaliser constant, second hash of the Bloom filter
-
-
-def hash_capacity(queue_size: int) -> tuple[int, int]:
-    """(slots, shift) of the visited hash table for a queue of ``queue_size``: slots is a power of two
-    >= 4 * queue_size (so at most half full with the 2Q bound), shift = 32 - log2(slots)."""
-    slots = 16
-    while slots < 4 * queue_size:
-        slots *= 2
-    return slots, 32 - (slots.bit_length() - 1)
-
-
-def bloom_shape(queue_size: int) -> tuple[int, int]:
-    """(words, hashes) of the Bloom filter for ``queue_size``. Without deletion the filter holds every
-    id ever pushed; SONG's auto-tuner expects about 13 * queue_size insertions. We give ~10 bits per
-    expected insertion (false-positive rate ~1% at that load; SONG section IV-B: "300 integers, < 1% at
-    1000 insertions") rounded up to a power of two, with round(ln 2 * bits / n) hash positions."""
-    expected = 13 * queue_size
-    words = 8
-    while words * 32 < 10 * expected:
-        words *= 2
-    nhash = max(1, min(8, int(round(0.6931 * words * 32 / expected))))
-    return words, nhash
 
 
 # --------------------------------------------------------------------------------------------------

@@ -11,8 +11,9 @@ from numba import cuda, float32
 
 from .compile import cuda_version, device_function
 from .constants import FULL_MASK, WARP
-from .distances import DIST_L2SQ, finish_distance, finish_query_distance
+from .distances import DIST_L2SQ
 from .lists import less
+from .pair_distance import finish_distance, finish_query_distance
 
 __all__ = ["warp_sum", "warp_min", "warp_distance", "warp_partials4", "bitonic_stages", "warp_bitonic_sort",
            "warp_sort32", "less_device", "finish_device", "finish_query_device"]

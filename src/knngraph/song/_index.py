@@ -20,6 +20,7 @@ from numpy.typing import ArrayLike
 from .. import beam, multidevice, registry
 from .._device import (Device, array_kind, as_numpy, device_context, implementation, is_device_array, parse_memory,
                        resolve_device, return_as)
+from .._deletion import compact_rows, delete_rows
 from .._device import on_input_device
 from .._typing import Array, DeviceLike, Devices, FileTarget, MemoryLimit
 from .._validate import check_finite, check_k, check_new_vectors, check_same_dim, check_vectors
@@ -27,10 +28,10 @@ from ..graph import Graph
 from ..graphops import default_entry_points, optimize_graph, reverse_edges, warn_unreachable
 from ..graphops.prune import occlusion_factor
 from ..index import Index as IndexBase
-from .._deletion import compact_rows, delete_rows
 from ..index import (KNNResult, assembling, check_out, cpu_threads, fill_out, load_index, runtime_docs,
                      save_index)
-from ..primitives.distances import cpu_vectors, distance_kind, inverse_norms, report_distances
+from ..primitives.cpu_inputs import cpu_vectors
+from ..primitives.distances import distance_kind, inverse_norms, report_distances
 from ..primitives.filters import AllowedIds, RowIds, allowed_rows, results_as_user_ids
 from ._params import IndexParams, SearchParams
 from .hashing import RandomProjectionHasher

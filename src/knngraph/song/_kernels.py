@@ -34,7 +34,7 @@ import functools
 
 from numba import cuda, float32, int32, uint32
 
-from ..primitives import filters, lists, visited
+from ..primitives import bitset, lists, visited
 from ..primitives.compile import cuda_version, device_function
 from ..primitives.constants import FULL_MASK, INF, WARP
 from ..primitives.distances import DIST_COS, DIST_L2SQ
@@ -51,7 +51,7 @@ maxheap_push = cuda_version(lists.maxheap_push)
 maxheap_replace_top = cuda_version(lists.maxheap_replace_top)
 maxheap_sort = cuda_version(lists.maxheap_sort)
 maxheap_offer_unique = cuda_version(lists.maxheap_offer_unique)
-is_allowed = cuda_version(filters.is_allowed)
+is_allowed = cuda_version(bitset.is_allowed)
 hash_contains = cuda_version(visited.hash_contains)
 hash_insert = cuda_version(visited.hash_insert)
 hash_delete = cuda_version(visited.hash_delete)

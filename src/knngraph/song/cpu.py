@@ -59,13 +59,15 @@ import numba
 import numpy as np
 from numba import prange
 
+from ..primitives.bitset import is_allowed
 from ..primitives.compile import threaded_and_serial
-from ..primitives.distances import DIST_HAMMING, cpu_distance
-from ..primitives.filters import is_allowed
+from ..primitives.distances import DIST_HAMMING
 from ..primitives.lists import less, maxheap_offer_unique, maxheap_sort, sort_pairs
+from ..primitives.pair_distance import cpu_distance
 from ..primitives.rows import load_query, query_row, row_distance, write_row
 from ..primitives.stamps import Scratch, next_generation, worker_count
-from ..primitives.visited import bloom_contains, bloom_insert, bloom_shape
+from ..primitives.visited import bloom_contains, bloom_insert
+from ._layout import bloom_shape
 
 __all__ = ["search", "search_cpu", "rerank_cpu"]
 
@@ -247,7 +249,7 @@ def search_cpu(graph_ids, base, queries, inv_b, inv_q, kind, entries, k, queue_s
     :class:`Scratch` for ``len(base)`` vertices to reuse (default: a new one). ``inv_q`` is accepted
     for the GPU path's signature: the kernel computes each query's inverse norm itself.
 
-    ``base`` is what the CPU kernels can read (see :func:`knngraph.primitives.distances.cpu_vectors`) or
+    ``base`` is what the CPU kernels can read (see :func:`knngraph.primitives.cpu_inputs.cpu_vectors`) or
     uint32 codes with
     ``kind=DIST_HAMMING``; ``queries`` float32 (or uint32 codes). Returns internal distances float32,
     ids int32 (both [nq, k], -1/inf where fewer than k were found), distance computations and expanded

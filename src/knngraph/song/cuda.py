@@ -15,7 +15,6 @@ from .._device import sm_count as device_sm_count
 from .._progress import progress
 from ..primitives.constants import WARP, pow2_at_least
 from ..primitives.distances import DIST_COS, DIST_HAMMING, inverse_norms
-from ..primitives.visited import bloom_shape, hash_capacity
 from . import _layout as layout
 
 _kernels = kernel_module(__package__ + "._kernels")
@@ -47,10 +46,10 @@ def kernel_for(queue_size: int, visited: str, dim: int, mode: int, max_warps: in
     qcap = queue_capacity(queue_size)
     use_bloom = visited == "bloom"
     if use_bloom:
-        vsize, bnhash = bloom_shape(qcap)
+        vsize, bnhash = layout.bloom_shape(qcap)
         hshift = 0
     else:
-        vsize, hshift = hash_capacity(qcap)
+        vsize, hshift = layout.hash_capacity(qcap)
         bnhash = 0
     if mode == layout.MODE_HAMMING:
         dpad = 1
