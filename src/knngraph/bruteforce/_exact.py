@@ -175,27 +175,12 @@ def plan_numerics(base, metric: str, xp) -> NumericPlan:
         sums_exact = (2.0 if metric in ("sqeuclidean", "euclidean") else 1.0) * d * top * top < _EXACT_INT
         gamma = 0.0 if (sums_exact and metric != "cosine") else _gamma(d)
         return NumericPlan(metric, None, 1.0, gamma, 1.0 if metric == "cosine" else d * top * top)
-    # float32 row norms (einsum: no n x d temporary), float64 totals, one host sync at the end; the
-    # bound only needs max ||x||^2 to a few digits (it is inflated below)
-    total = xp.zeros(d, np.float64)
-    sq_total = xp.zeros((), np.float64)
-    max_norm2 = xp.zeros((), np.float64)
-    integral = xp.ones((), bool)
-    top = xp.zeros((), np.float64)
-    for s in range(0, n, _CHUNK_ROWS):
-        blk = xp.asarray(base[s:s + _CHUNK_ROWS]).astype(xp.float32, copy=False)
-        nrm2 = _row_norms2(blk, xp)
-        total += _column_sums(blk, xp)
-        sq_total += nrm2.sum(dtype=np.float64)
-        max_norm2 = xp.maximum(max_norm2, nrm2.max())
-        if metric != "cosine":
-            blk_integral, blk_top = _integers(blk, xp)
-            integral &= blk_integral
-            top = xp.maximum(top, blk_top)
-    total, sq_total, max_norm2 = _host(total), float(sq_total), float(max_norm2)
-    integral, top = bool(integral) and metric != "cosine", float(top)
+    l2 = metric in ("sqeuclidean", "euclidean")
+    total, sq_total, max_norm2, integral, top = _base_totals(base, metric, xp, wide=False)
+    if not math.isfinite(max_norm2):  # a float32 norm overflowed: the pass again with float64 norms
+        total, sq_total, max_norm2, integral, top = _base_totals(base, metric, xp, wide=True)
     shift = None
-    if metric in ("sqeuclidean", "euclidean"):
+    if l2:
         mu = total / n
         spread2 = max(sq_total / n - float(mu @ mu), 0.0)
         if float(mu @ mu) > spread2:
@@ -216,6 +201,36 @@ def plan_numerics(base, metric: str, xp) -> NumericPlan:
         max_norm2 *= scale * scale
     exact_ints = integral and shift is None and scale == 1.0 and top <= _MAX_EXACT_INT
     return NumericPlan(metric, shift, scale, _gamma(d), max_norm2, top if exact_ints else None)
+
+
+def _base_totals(base, metric: str, xp, *, wide: bool):
+    """One pass over ``base`` in row chunks: (column sums, sum of squared norms; both L2 only, else None
+    and 0), max squared norm, whether every value is an integer (not for cosine), max |value|. Row norms
+    in float32 (einsum: no n x d temporary) or, ``wide``, float64; totals in float64, kept on the device
+    until one transfer at the end (each host sync of a small base's plan cost as much as its kernels)."""
+    n, d = base.shape
+    l2 = metric in ("sqeuclidean", "euclidean")
+    total = xp.zeros(d, np.float64) if l2 else None
+    sq_total, max_norm2, top = (xp.zeros((), np.float64) for _ in range(3))
+    integral = xp.ones((), bool)
+    for s in range(0, n, _CHUNK_ROWS):
+        blk = xp.asarray(base[s:s + _CHUNK_ROWS]).astype(xp.float32, copy=False)
+        if wide:
+            b64 = blk.astype(np.float64)
+            nrm2 = (b64 * b64).sum(axis=1)
+        else:
+            nrm2 = xp.einsum("ij,ij->i", blk, blk)
+        max_norm2 = xp.maximum(max_norm2, nrm2.max())
+        if l2:
+            total += _column_sums(blk, xp)
+            sq_total += nrm2.sum(dtype=np.float64)
+        if metric != "cosine":
+            blk_integral, blk_top = _integers(blk, xp)
+            integral &= blk_integral
+            top = xp.maximum(top, blk_top)
+    scalars = _host(xp.stack([xp.asarray(v, dtype=np.float64) for v in (sq_total, max_norm2, integral, top)]))
+    sq, mx, whole, tp = (float(v) for v in scalars)
+    return (None if total is None else _host(total)), sq, mx, bool(whole) and metric != "cosine", tp
 
 
 def _integer_top(a) -> float | None:
