@@ -386,7 +386,7 @@ for algorithm in knngraph.registry.ALGORITHMS.values():
     algorithm.load()
 for name in ('bruteforce.cuda', 'nndescent.cuda', 'song.cuda', 'ggnn.cuda', 'ggnn._build', 'grnnd.cuda',
              'beam.cuda', 'graphops', 'graphops.cuda', 'primitives.kselect', 'primitives.rescore',
-             'primitives.components', 'multidevice'):
+             'primitives.components', 'multidevice', 'distributed', 'cli._demo'):
     importlib.import_module('knngraph.' + name)
 print(sorted(m for m in sys.modules if m == 'numba' or m.startswith('numba.')))
 """

@@ -166,8 +166,9 @@ def _normalize_cupy(x, xp):
 
 
 def plan_numerics(base, metric: str, xp) -> NumericPlan:
-    """The :class:`NumericPlan` of ``base`` (NumPy, memory map or CuPy; read in row chunks): one pass for
-    integer data, two for float data that gets centered."""
+    """The :class:`NumericPlan` of ``base`` (NumPy, memory map or CuPy; read in row chunks): none for
+    integer data; for float data one pass with one host transfer (again with float64 norms when a float32
+    norm overflows) and, for L2 data that gets centred, one more over the centred rows."""
     n, d = base.shape
     dt = np.dtype(base.dtype)
     if dt.kind in "iu":
@@ -205,9 +206,10 @@ def plan_numerics(base, metric: str, xp) -> NumericPlan:
 
 def _base_totals(base, metric: str, xp, *, wide: bool):
     """One pass over ``base`` in row chunks: (column sums, sum of squared norms; both L2 only, else None
-    and 0), max squared norm, whether every value is an integer (not for cosine), max |value|. Row norms
-    in float32 (einsum: no n x d temporary) or, ``wide``, float64; totals in float64, kept on the device
-    until one transfer at the end (each host sync of a small base's plan cost as much as its kernels)."""
+    and 0), max squared norm, whether every value is an integer and the largest |value| (both not for
+    cosine: False and 0). Row norms in float32 (einsum: no n x d temporary) or, ``wide``, float64; totals
+    in float64, kept on the device until one transfer at the end (each host sync of a small base's plan
+    cost as much as its kernels)."""
     n, d = base.shape
     l2 = metric in ("sqeuclidean", "euclidean")
     total = xp.zeros(d, np.float64) if l2 else None
@@ -228,9 +230,10 @@ def _base_totals(base, metric: str, xp, *, wide: bool):
             blk_integral, blk_top = _integers(blk, xp)
             integral &= blk_integral
             top = xp.maximum(top, blk_top)
-    scalars = _host(xp.stack([xp.asarray(v, dtype=np.float64) for v in (sq_total, max_norm2, integral, top)]))
-    sq, mx, whole, tp = (float(v) for v in scalars)
-    return (None if total is None else _host(total)), sq, mx, bool(whole) and metric != "cosine", tp
+    parts = [xp.stack([xp.asarray(v, dtype=np.float64) for v in (sq_total, max_norm2, integral, top)])]
+    values = _host(xp.concatenate(parts + ([] if total is None else [total])))
+    sq, mx, whole, tp = (float(v) for v in values[:4])
+    return (None if total is None else values[4:]), sq, mx, bool(whole) and metric != "cosine", tp
 
 
 def _integer_top(a) -> float | None:

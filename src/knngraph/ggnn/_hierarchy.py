@@ -1,4 +1,5 @@
-"""The shape of GGNN's hierarchy (section 5.1, Fig. 1) and the top-layer selection, on the host.
+"""The shape of GGNN's hierarchy (section 5.1, Fig. 1) and the selection of each upper layer's rows (keys on
+the host; the rows picked on the host or, in a GPU build, on the device).
 
 All layers sit in one array of rows: layer l holds rows ``offsets[l] .. offsets[l + 1]``; a row's graph
 neighbours are rows of the same layer. ``trans[row]`` is the row's position in the bottom layer's
@@ -16,7 +17,7 @@ import math
 
 import numpy as np
 
-__all__ = ["Plan", "plan", "select_layer", "selection_keys", "bottom_segment"]
+__all__ = ["Plan", "plan", "select_layer", "selection_keys", "pick_per_segment_sorted", "bottom_segment"]
 
 
 @dataclasses.dataclass(frozen=True)

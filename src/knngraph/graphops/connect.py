@@ -222,19 +222,19 @@ def connect(ids, dists, entries, vectors, nearest, *, metric: str = "sqeuclidean
     other neighbour n1 of u is reached, so d(n1, r) >= d(u, r) and the new farthest edge keeps the rule."""
     if is_device_array(ids) or is_device_array(dists):
         raise TypeError("connect() works on host arrays; copy the graph to the host first")
-    from ..primitives._component_kernels import bfs
-    from ._connect_kernels import has_room, link, reached_in_degree
     n = ids.shape[0]
     out = {"components": 0, "passes": 0, "linked_components": 0, "unreached_before": 0, "unreached_after": 0,
            "entry_points": [], "links": []}
     if n == 0 or ids.shape[1] == 0:
         return out
     entries = np.ascontiguousarray(entries, dtype=np.int64)
-    seen = np.zeros(n, np.bool_)
-    bfs(ids, entries, seen)
+    seen = reachable(ids, entries)  # level by level in NumPy (a connected graph starts no compiled pass)
     out["unreached_before"] = int(n - seen.sum())
     if out["unreached_before"] == 0:
         return out
+    from ..primitives._component_kernels import bfs
+    from ._connect_kernels import has_room, link, reached_in_degree
+
     if not rng_rule:
         out["components"], out["entry_points"] = _bridge_components(ids, dists, vectors, metric)
     for p in range(max_passes + 1):

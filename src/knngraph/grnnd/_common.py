@@ -15,6 +15,7 @@ from ..primitives.random import mix, progression
 
 __all__ = ["pair_order", "pair_of", "reverse_count", "random_neighbour"]
 
+
 @host_and_device
 def pair_order(seed, rnd, v, m):
     """(start, step) of vertex ``v``'s random order of the m * m pair grid in round ``rnd``: term t is

@@ -35,6 +35,7 @@ from .. import _compiling
 __all__ = ["host_and_device", "device_function", "cuda_version", "threaded_and_serial", "SplitKernel",
            "SERIAL_BELOW", "jit_with_lineinfo"]
 
+
 class _CompileWatch(event.Listener):
     """Listens to numba's ``numba:compile`` events (fired on cache misses only) of knngraph's functions:
     logs the first one, sums the seconds spent in the outermost ones."""

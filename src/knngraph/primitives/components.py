@@ -19,7 +19,8 @@ __all__ = ["reachable", "unreachable_count", "weak_components"]
 #: graphs of at most this many edge slots are searched level by level with NumPy first (a gather of the
 #: frontier's rows per level): a new process's first compiled numba call starts LLVM (about half a second),
 #: which a GPU build that only checks its graph should not pay; larger graphs, and a pass still going after
-#: :data:`_VECTOR_LEVELS` levels (a long chain), go to :func:`bfs`
+#: :data:`_VECTOR_LEVELS` levels (a long chain), go to the compiled pass
+#: (:func:`knngraph.primitives._component_kernels.bfs`)
 _VECTOR_EDGES = 1 << 24
 _VECTOR_LEVELS = 64
 

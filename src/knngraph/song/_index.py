@@ -269,7 +269,6 @@ def _search_arrays(dev: Device, index: Index, queries, k, sp: SearchParams, *, v
     ``allowed_bits``: None or the bitset of the ids that may be returned. Returns (reported distances,
     ids) as NumPy or CuPy arrays."""
     from ..primitives.distances import DIST_HAMMING
-    from .cpu import rerank_cpu
 
     g_ids, xb, inv_b, entries, codes = index._arrays(dev)
     metric = index.metric
@@ -297,6 +296,8 @@ def _search_arrays(dev: Device, index: Index, queries, k, sp: SearchParams, *, v
             stats["distances_per_query"] = float(nd.mean()) if nd.size else 0.0
             stats["expansions_per_query"] = float(ne.mean()) if ne.size else 0.0
         if codes is not None:
+            from .cpu import rerank_cpu  # the exact re-rank of a hashed search (host, numba)
+
             t1 = time.perf_counter()
             qf = np.ascontiguousarray(as_numpy(queries), dtype=np.float32)
             inv_q = inverse_norms(qf) if metric == "cosine" else np.zeros(1, np.float32)

@@ -1,6 +1,6 @@
 """The layout of SONG's search kernels for host code (modes, the sizes of the visited sets, shared memory
-per warp, warps per block): this module does not import numba (the kernels, :mod:`knngraph.song._kernels`, are launched by name, see
-:func:`knngraph._cuda_launch.kernel_module`)."""
+per warp, warps per block): this module does not import numba (the kernels, :mod:`knngraph.song._kernels`,
+are launched by name, see :func:`knngraph._cuda_launch.kernel_module`)."""
 
 from __future__ import annotations
 
