@@ -65,24 +65,32 @@ def initial_recall(base, k, truth) -> dict:
             f"recall@{k}": truth.recall(ids, k)}
 
 
-def _ascending_reverse_sampler():
-    """(threaded, serial) stand-ins for ``knngraph.nndescent.cpu.sample_reverse``: each list keeps the
-    first p offers in ascending order of the offering node (serial: the order is the point)."""
-    import numba
+def _ascending_reverse_sampler(items):
+    """A stand-in for ``knngraph.nndescent.cpu``'s ``sample_reverse`` entry (the kernel over an item range
+    and its item count ``items``): each list keeps the first p offers in ascending order of the offering
+    node. Worker w owns the lists of the w-th id range and reads every forward sample in order, as the
+    library's kernel does, so the result does not depend on the number of threads."""
+    from knngraph.primitives.compile import SplitKernel
 
-    @numba.njit(cache=False)
-    def sample_reverse_ascending(fwd, nfwd, rev, nrev, seed, salt, n_workers):
+    def sample_reverse_ascending(i0, i1, fwd, nfwd, rev, nrev, seed, salt, n_workers):
+        n = fwd.shape[0]
         p = rev.shape[1]
-        nrev[:] = 0
-        for s in range(fwd.shape[0]):
-            for t in range(nfwd[s]):
-                v = fwd[s, t]
-                c = nrev[v]
-                if c < p:
-                    rev[v, c] = s
-                nrev[v] = c + 1
+        for w in range(i0, i1):
+            lo = w * n // n_workers
+            hi = (w + 1) * n // n_workers
+            for v in range(lo, hi):
+                nrev[v] = 0
+            for s in range(n):
+                for t in range(nfwd[s]):
+                    v = fwd[s, t]
+                    if v < lo or v >= hi:
+                        continue
+                    c = nrev[v]
+                    if c < p:
+                        rev[v, c] = s
+                    nrev[v] = c + 1
 
-    return sample_reverse_ascending, sample_reverse_ascending
+    return SplitKernel(sample_reverse_ascending, fastmath=False), items
 
 
 def build(base, k, overrides, truth) -> dict:
@@ -96,7 +104,7 @@ def build(base, k, overrides, truth) -> dict:
         raise ValueError(f"reverse must be 'reservoir' or 'ascending', got {reverse!r}")
     saved = cpu._BUILDS["sample_reverse"]
     if reverse == "ascending":
-        cpu._BUILDS["sample_reverse"] = _ascending_reverse_sampler()
+        cpu._BUILDS["sample_reverse"] = _ascending_reverse_sampler(saved[1])
     try:
         row = _build(base, k, nndescent.IndexParams(**{"graph_degree": k, **overrides}), truth)
     finally:
