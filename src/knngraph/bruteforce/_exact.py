@@ -177,21 +177,17 @@ def plan_numerics(base, metric: str, xp) -> NumericPlan:
         gamma = 0.0 if (sums_exact and metric != "cosine") else _gamma(d)
         return NumericPlan(metric, None, 1.0, gamma, 1.0 if metric == "cosine" else d * top * top)
     l2 = metric in ("sqeuclidean", "euclidean")
-    total, sq_total, max_norm2, integral, top = _base_totals(base, metric, xp, wide=False)
-    if not math.isfinite(max_norm2):  # a float32 norm overflowed: the pass again with float64 norms
-        total, sq_total, max_norm2, integral, top = _base_totals(base, metric, xp, wide=True)
+    for wide in (False, True):  # the pass again with float64 norms only when a float32 norm overflowed
+        total, sq_total, max_norm2, integral, top = _base_totals(base, metric, xp, wide=wide)
+        if math.isfinite(max_norm2):
+            break
     shift = None
     if l2:
         mu = total / n
         spread2 = max(sq_total / n - float(mu @ mu), 0.0)
         if float(mu @ mu) > spread2:
             shift = mu.astype(np.float32)
-            shift_x = xp.asarray(shift)
-            max_norm2 = xp.zeros((), np.float64)
-            for s in range(0, n, _CHUNK_ROWS):
-                blk = xp.asarray(base[s:s + _CHUNK_ROWS]).astype(xp.float32) - shift_x
-                max_norm2 = xp.maximum(max_norm2, _row_norms2(blk, xp).max())
-            max_norm2 = float(max_norm2)
+            max_norm2 = _centred_max_norm2(base, shift, xp)
     max_norm2 *= 1.0 + 1e-4 * d  # float32 norms are off by at most d ulps
     scale = 1.0
     if max_norm2 > _NORM2_HIGH or 0 < max_norm2 < _NORM2_LOW:
@@ -217,11 +213,7 @@ def _base_totals(base, metric: str, xp, *, wide: bool):
     integral = xp.ones((), bool)
     for s in range(0, n, _CHUNK_ROWS):
         blk = xp.asarray(base[s:s + _CHUNK_ROWS]).astype(xp.float32, copy=False)
-        if wide:
-            b64 = blk.astype(np.float64)
-            nrm2 = (b64 * b64).sum(axis=1)
-        else:
-            nrm2 = xp.einsum("ij,ij->i", blk, blk)
+        nrm2 = _row_norms2(blk, xp, wide)
         max_norm2 = xp.maximum(max_norm2, nrm2.max())
         if l2:
             total += _column_sums(blk, xp)
@@ -234,6 +226,21 @@ def _base_totals(base, metric: str, xp, *, wide: bool):
     values = _host(xp.concatenate(parts + ([] if total is None else [total])))
     sq, mx, whole, tp = (float(v) for v in values[:4])
     return (None if total is None else values[4:]), sq, mx, bool(whole) and metric != "cosine", tp
+
+
+def _centred_max_norm2(base, shift: np.ndarray, xp) -> float:
+    """max ||x - shift||^2 over the rows of ``base`` (in row chunks, one host transfer; again with float64
+    norms only when a float32 norm overflowed)."""
+    shift_x = xp.asarray(shift)
+    for wide in (False, True):
+        top = xp.zeros((), np.float64)
+        for s in range(0, base.shape[0], _CHUNK_ROWS):
+            blk = xp.asarray(base[s:s + _CHUNK_ROWS]).astype(xp.float32) - shift_x
+            top = xp.maximum(top, _row_norms2(blk, xp, wide).max())
+        top = float(top)
+        if math.isfinite(top):
+            break
+    return top
 
 
 def _integer_top(a) -> float | None:
@@ -268,13 +275,13 @@ def _column_sums(blk, xp):
     return total
 
 
-def _row_norms2(blk, xp):
-    """Squared row norms: float32 (einsum, no n x d temporary), float64 where float32 overflows."""
-    nrm2 = xp.einsum("ij,ij->i", blk, blk)
-    if not bool(xp.isfinite(nrm2.max())):
+def _row_norms2(blk, xp, wide: bool):
+    """Squared row norms without a host sync: float32 (einsum, no n x d temporary) or, ``wide``, float64
+    (for rows whose float32 norms overflow)."""
+    if wide:
         b64 = blk.astype(np.float64)
         return (b64 * b64).sum(axis=1)
-    return nrm2.astype(np.float64)
+    return xp.einsum("ij,ij->i", blk, blk)
 
 
 def _gamma(d: int) -> float:
