@@ -114,12 +114,13 @@ class Index:
         return self.shape[0]
 
     def __getstate__(self) -> dict:
-        """Pickle (Dask, multiprocessing, copy) without the per-device caches (and a searcher's view of them,
-        ``_view``): device copies, compiled launches and their raw pointers belong to the process that made
-        them and are rebuilt on first use."""
+        """Pickle (Dask, multiprocessing, copy) without the per-device caches (``_cache``, ``_prepared``) and a
+        searcher's view of them (``_view``): device copies, compiled launches and their raw pointers belong to
+        the process that made them and are rebuilt on first use."""
         state = self.__dict__.copy()
-        if "_cache" in state:
-            state["_cache"] = {}
+        for cache in ("_cache", "_prepared"):
+            if cache in state:
+                state[cache] = {}
         if "_view" in state:
             state["_view"] = None
         return state

@@ -132,3 +132,29 @@ def test_duplicates_are_at_distance_zero(metric, rng):
     assert (d[:, 0] == 0).all() and (i[:, 0] == np.arange(20)).all()
     g = knngraph.knn_graph(np.concatenate([base, base[:5]]), 1, metric=metric, device="cpu")
     assert (g.distances[:5, 0] == 0).all() and (g.indices[:5, 0] == np.arange(500, 505)).all()
+
+
+def test_index_keeps_its_numeric_plan_until_released(monkeypatch, rng):
+    """The first search computes the base's numeric plan and keeps it with the index: later searches give
+    the same answers without recomputing it; release() drops it and a pickled index carries none."""
+    import pickle
+
+    from knngraph.bruteforce import _index
+
+    base = (rng.standard_normal((500, 12)) + 1e3).astype(np.float32)  # far from the origin: a centred plan
+    queries = base[:20] + np.float32(0.01)
+    index = bruteforce.build(bruteforce.IndexParams(metric="euclidean"), base, device="cpu")
+    plans = []
+    real = _index.plan_numerics
+    monkeypatch.setattr(_index, "plan_numerics", lambda *a, **kw: plans.append(1) or real(*a, **kw))
+    first = bruteforce.search(index, queries, 5, device="cpu", verbose=False)
+    second = bruteforce.search(index, queries, 5, device="cpu", verbose=False)
+    assert len(plans) == 1
+    np.testing.assert_array_equal(first[1], second[1])
+    np.testing.assert_array_equal(first[0], second[0])
+    ref_d, ref_i = _reference(base, queries, 5, "euclidean")
+    np.testing.assert_array_equal(second[1], ref_i)
+    assert pickle.loads(pickle.dumps(index))._prepared == {}
+    index.release()
+    bruteforce.search(index, queries, 5, device="cpu", verbose=False)
+    assert len(plans) == 2

@@ -317,3 +317,52 @@ def test_search_keywords_on_the_gpu(sample):
     with pytest.raises(ValueError, match=r"out\[0\] \(distances\) must be a CuPy array"):
         bruteforce.search(index, q, 10, device="cuda", out=(np.empty((300, 10), np.float32),
                                                              np.empty((300, 10), np.int32)))
+
+
+def test_unit_rows_are_unit_and_deterministic(rng):
+    """unit_rows gives rows of norm 1 to float32 rounding (zero rows stay zero), the same bits for the same
+    row wherever it sits (the base's operand and a query's transformed row must agree)."""
+    import cupy as cp
+
+    from knngraph.bruteforce._gemm import unit_rows
+
+    x = rng.standard_normal((3000, 77)).astype(np.float32) * 3
+    x[5] = 0
+    got = cp.asnumpy(unit_rows(cp.asarray(x)))
+    norms = np.linalg.norm(got.astype(np.float64), axis=1)
+    np.testing.assert_allclose(np.delete(norms, 5), 1.0, rtol=1e-6)
+    assert (got[5] == 0).all()
+    np.testing.assert_allclose(got, x / np.maximum(np.linalg.norm(x, axis=1), 1e-30)[:, None], rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(cp.asnumpy(unit_rows(cp.asarray(x[100:110]))), got[100:110])
+
+
+@pytest.mark.parametrize("metric", ["cosine", "sqeuclidean"])
+def test_index_keeps_its_gemm_operand_and_threads_share_it(metric, rng):
+    """A GPU index keeps its small base's GEMM operand after the first search; later searches, from
+    several threads at once, give the first search's answers, which match the reference; release() drops
+    the kept arrays."""
+    import concurrent.futures
+
+    import cupy as cp
+
+    from knngraph import bruteforce
+
+    base = cp.asarray(rng.standard_normal((4000, 64)).astype(np.float16))
+    queries = cp.asarray(rng.standard_normal((300, 64)).astype(np.float16))
+    index = bruteforce.build(bruteforce.IndexParams(metric=metric), base, device="cuda")
+    d0, i0 = bruteforce.search(index, queries, 10, device="cuda", verbose=False)
+    assert any(key[0] == "operand" for key in index._prepared)
+    ref_d, ref_i = _ref(base.get().astype(np.float32), queries.get().astype(np.float32), 10, metric)
+    np.testing.assert_array_equal(cp.asnumpy(i0), ref_i)
+
+    def one(_):
+        with cp.cuda.Stream(non_blocking=True):
+            d, i = bruteforce.search(index, queries, 10, device="cuda", verbose=False)
+            return cp.asnumpy(d), cp.asnumpy(i)
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for d, i in pool.map(one, range(8)):
+            np.testing.assert_array_equal(i, cp.asnumpy(i0))
+            np.testing.assert_array_equal(d, cp.asnumpy(d0))
+    index.release()
+    assert index._prepared == {}

@@ -1,6 +1,8 @@
 """The exact index: :class:`Index`, :func:`build`, :func:`search`, :func:`extend`, :func:`save`,
-:func:`load`. Nothing is precomputed for search (the GEMM tiles are formed per call); with
-``graph_degree > 0`` the build also computes the exact k-NN graph of the dataset."""
+:func:`load`. The GEMM tiles are formed per call; what depends on the vectors alone is made by the first
+search and kept with the index (its numeric plan; on a GPU, a base of at most
+``knngraph.bruteforce.cuda.KEEP_OPERAND_BYTES`` as the GEMM operand: :meth:`Index.release` drops them).
+With ``graph_degree > 0`` the build also computes the exact k-NN graph of the dataset."""
 
 from __future__ import annotations
 
@@ -30,16 +32,25 @@ __all__ = ["Index", "build", "search", "extend", "save", "load"]
 @dataclasses.dataclass(eq=False)
 class Index(IndexBase):
     """An exact index: the base vectors (as given, on the host or a GPU), the params and, when
-    ``params.graph_degree > 0``, the exact k-NN graph of the vectors (else None)."""
+    ``params.graph_degree > 0``, the exact k-NN graph of the vectors (else None).
+
+    The first search keeps what the vectors alone decide (their numeric plan, and on a GPU a small base's
+    GEMM operand), so the vectors must not be changed in place afterwards; :meth:`release` drops it."""
 
     dataset: Array
     params: IndexParams
     graph: Graph | None = None
+    #: what searches keep between calls (see :func:`_exact`); not saved, not pickled
+    _prepared: dict = dataclasses.field(default_factory=dict, repr=False)
 
     algorithm = "exact"
     _module = "knngraph.bruteforce"
     _file_kind = "bruteforce-index"
     _params_class = IndexParams
+
+    def release(self) -> None:
+        """Drop what searches kept (the numeric plan, GPU copies of the GEMM operand)."""
+        self._prepared.clear()
 
 
 def _budget(memory_limit, dev: Device):
@@ -50,8 +61,11 @@ def _budget(memory_limit, dev: Device):
 
 
 def _exact(dev: Device, base, queries, k, metric, *, graph, select, memory_limit, verbose, stats=None,
-           plan=None):
+           plan=None, prepared: dict | None = None):
     """(distances, ids) of the exact top-k, on the implementation for ``dev`` (validated arrays).
+
+    ``prepared``: the index's dict of what its searches keep (the numeric plan of ``base``; the GPU's
+    resident GEMM operand), or None to keep nothing.
 
     Queries whose candidates could not prove their answer (:mod:`._exact`) are searched again with four
     times the candidates, until every answer is proven (at worst with every point a candidate). Distances
@@ -59,7 +73,7 @@ def _exact(dev: Device, base, queries, k, metric, *, graph, select, memory_limit
     the base's own rows)."""
     try:
         return _exact_unnamed(dev, base, queries, k, metric, graph=graph, select=select, memory_limit=memory_limit,
-                              verbose=verbose, stats=stats, plan=plan)
+                              verbose=verbose, stats=stats, plan=plan, prepared=prepared)
     except ValueError as exc:
         if "exceed the float32 range" not in str(exc):
             raise
@@ -68,16 +82,23 @@ def _exact(dev: Device, base, queries, k, metric, *, graph, select, memory_limit
 
 
 def _exact_unnamed(dev: Device, base, queries, k, metric, *, graph, select, memory_limit, verbose, stats=None,
-                   plan=None):
+                   plan=None, prepared=None):
     impl = implementation(__package__, dev)
     xp = _xp_of(base) if dev.is_cuda else np
-    plan = (plan or plan_numerics(base, metric, xp)).for_queries(queries)
+    if plan is None:
+        plan = None if prepared is None else prepared.get(("plan", metric))
+        if plan is None:
+            plan = plan_numerics(base, metric, xp)  # the same plan whichever device computes it
+            if prepared is not None:
+                prepared[("plan", metric)] = plan
+    plan = plan.for_queries(queries)
     budget = _budget(memory_limit, dev)
     n = base.shape[0]
     n_available = n - 1 if graph else n
+    keep = {"prepared": prepared} if dev.is_cuda else {}
     with device_context(dev):
         d, i, unsure = impl.exact_knn(base, queries, k, metric, graph=graph, memory_limit=budget, select=select,
-                                      device_index=dev.index, verbose=verbose, stats=stats, plan=plan)
+                                      device_index=dev.index, verbose=verbose, stats=stats, plan=plan, **keep)
         c = plan.candidates(k, n_available)
         retries = 0
         while bool(unsure.any()) and c < n_available:
@@ -87,11 +108,11 @@ def _exact_unnamed(dev: Device, base, queries, k, metric, *, graph, select, memo
             if graph:
                 # the rows as queries of a plain search, one more neighbour, then each row's own id out
                 rd, ri, ru = impl.exact_knn(base, base[rows], k + 1, metric, memory_limit=budget, device_index=dev.index,
-                                            verbose=False, plan=plan, candidates=min(n, c + 1))
+                                            verbose=False, plan=plan, candidates=min(n, c + 1), **keep)
                 rd, ri = _without_self(rd, ri, rows)
             else:
                 rd, ri, ru = impl.exact_knn(base, queries[rows], k, metric, memory_limit=budget, device_index=dev.index,
-                                            verbose=False, plan=plan, candidates=c)
+                                            verbose=False, plan=plan, candidates=c, **keep)
             d[rows], i[rows] = rd, ri
             unsure[:] = False
             unsure[rows] = ru
@@ -190,7 +211,7 @@ def build(params: IndexParams, dataset: Array, *, device: DeviceLike = "auto", m
 
 
 def filtered_exact(dev: Device, base, queries, k, metric, allowed, *, select="auto", memory_limit=None,
-                   verbose=False, stats=None):
+                   verbose=False, stats=None, prepared=None):
     """(distances, ids) of the exact top-k among the ids ``allowed`` (:class:`AllowedIds`) holds, on the
     implementation for ``dev``: the exact search over those vectors, ids mapped back; -1 / inf past the
     number of allowed ids. Validated arrays in, NumPy or CuPy arrays out."""
@@ -202,7 +223,7 @@ def filtered_exact(dev: Device, base, queries, k, metric, allowed, *, select="au
     ids = allowed.ids()
     if allowed.n_allowed == allowed.n:
         d, i = _exact(dev, base, queries, k, metric, graph=False, select=select, memory_limit=memory_limit,
-                      verbose=verbose, stats=stats)
+                      verbose=verbose, stats=stats, prepared=prepared)
         return d, i
     subset = base[xp.asarray(ids)]  # the allowed vectors (a copy; a memory map is read here)
     kk = min(k, allowed.n_allowed)
@@ -290,10 +311,10 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
                 stats["exactness_retries"] = 0
         elif allowed is not None:
             d, i = filtered_exact(dev, base, q, k, index.metric, allowed, select=params.select,
-                                  memory_limit=memory_limit, verbose=verbose, stats=stats)
+                                  memory_limit=memory_limit, verbose=verbose, stats=stats, prepared=index._prepared)
         else:
             d, i = _exact(dev, base, q, k, index.metric, graph=False, select=params.select,
-                          memory_limit=memory_limit, verbose=verbose, stats=stats)
+                          memory_limit=memory_limit, verbose=verbose, stats=stats, prepared=index._prepared)
     if stats is not None:
         stats["seconds"] = time.perf_counter() - t0
     if out is not None:
