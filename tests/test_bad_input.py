@@ -125,6 +125,13 @@ ERRORS = [
     ("nndescent init", lambda: nndescent.IndexParams(init="kmeans"), ValueError, "'init' parameter"),
     ("nndescent seed negative", lambda: nndescent.IndexParams(seed=-1), ValueError, "'seed' parameter"),
     ("nndescent cluster_overlap 9", lambda: nndescent.IndexParams(cluster_overlap=9), ValueError, "[1, 8]"),
+    ("nndescent cluster_margin negative", lambda: nndescent.IndexParams(cluster_margin=-0.1), ValueError,
+     "The 'cluster_margin' parameter of IndexParams must be a finite number in the range [0.0, inf] or None. "
+     "Got -0.1 instead."),
+    ("nndescent cluster_margin inf", lambda: nndescent.IndexParams(cluster_margin=math.inf), ValueError, "Got inf"),
+    ("nndescent cluster_margin nan", lambda: nndescent.IndexParams(cluster_margin=math.nan), ValueError, "Got nan"),
+    ("nndescent cluster_margin text", lambda: nndescent.IndexParams(cluster_margin="0.3"), ValueError,
+     "'cluster_margin' parameter of IndexParams must be a finite number"),
     ("nndescent out_of_core", lambda: nndescent.IndexParams(out_of_core="disk"), ValueError, "'out_of_core' parameter"),
     ("nndescent rp_forest on GPU only check", lambda: nndescent.build(nndescent.IndexParams(init="cluster_windows"), X,
                                                                      device="cpu"), ValueError, "only implemented on the GPU"),

@@ -165,7 +165,8 @@ class KnngraphMethod(Method):
     compiles = True
     #: facts of a graph build's ``info`` recorded in its line
     INFO_KEYS = ("iterations", "sample_size", "update", "out_of_core", "shards", "merges", "shard_rows", "clusters",
-                 "pieces", "overlap", "piece_rows_max", "max_piece_rows", "rows_built", "partition_seconds")
+                 "pieces", "overlap", "margin", "piece_rows_max", "max_piece_rows", "rows_built", "copies",
+                 "partition_seconds")
 
     def __init__(self, algorithm, searcher=None):
         self.algorithm = algorithm

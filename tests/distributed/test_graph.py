@@ -28,10 +28,11 @@ def truth(sift):
 
 @pytest.fixture(scope="module")
 def out_of_core(sift):
-    """The in-memory out-of-core build (overlapping clusters) of the same vectors."""
+    """The in-memory out-of-core build (overlapping clusters) of the same vectors, with every row in its 3
+    nearest clusters as the distributed graph cuts them (cluster_margin=None)."""
     x, _ = sift
-    g = nndescent.build(nndescent.IndexParams(graph_degree=K, out_of_core="clusters"), x, device="cpu",
-                        memory_limit="2MB").graph
+    g = nndescent.build(nndescent.IndexParams(graph_degree=K, out_of_core="clusters", cluster_margin=None), x,
+                        device="cpu", memory_limit="2MB").graph
     assert g.info["out_of_core"] == "clusters" and g.info["pieces"] >= 4
     return g
 

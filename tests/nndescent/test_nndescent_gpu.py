@@ -65,17 +65,21 @@ def test_gpu_add_keeps_recall_450k(sift450k, direct):
 
 
 def test_gpu_out_of_core_4x(sift450k):
-    """A base 4x memory_limit: overlapping clusters (~70 pieces of ~2,500 rows); on the CPU path the same
-    partition gave graph recall@10 0.890 (overlap 2) and 0.952 (overlap 3)."""
+    """A base 4x memory_limit: overlapping clusters (~70 pieces of ~2,500 rows). Every row in its 2 nearest
+    clusters (cluster_margin=None) and the default border rule, which on sift in pieces this small builds
+    about as many rows per row as its cap (2.4) and the halvings' cut bands allow; it passed on an H200
+    with a cap of 2.0 (on the CPU path, pieces of up to 3,400 rows, graph recall@10 was 0.877 and
+    0.928)."""
     x = sift450k[:100_000].astype(np.float32)
     g = knngraph.knn_graph(x, K, method="nndescent", device="cuda", verbose=False, memory_limit=x.nbytes // 4,
-                           cluster_overlap=2)
+                           cluster_overlap=2, cluster_margin=None)
     assert g.info["out_of_core"] == "clusters" and g.info["pieces"] >= 8
     assert (g.indices >= 0).all() and not (g.indices == np.arange(len(x))[:, None]).any()
     r2 = _recall(g, x)
     g3 = knngraph.knn_graph(x, K, method="nndescent", device="cuda", verbose=False, memory_limit=x.nbytes // 4)
+    assert g3.info["margin"] == 0.2 and g3.info["copies"] <= 3.0 and g3.info["neighbour_radius"] > 0
     r3 = _recall(g3, x)
-    assert r2 >= 0.85 and r3 >= 0.92, (r2, r3)
+    assert r2 >= 0.85 and r3 >= 0.9 and r3 > r2, (r2, r3)
 
 
 def test_gpu_out_of_core_shard_pairs(sift450k):

@@ -41,10 +41,12 @@ def test_cluster_windows_start_through_gpu_engine_in_simulator(metric):
     np.testing.assert_allclose(g.distances, ex.distances, rtol=1e-5, atol=1e-5)
 
 
-def test_clustered_out_of_core_through_gpu_engine_in_simulator(monkeypatch):
+@pytest.mark.parametrize("margin", [None, 0.3])
+def test_clustered_out_of_core_through_gpu_engine_in_simulator(monkeypatch, margin):
     """The clustered driver on the GPU engine (simulator): every piece takes its exact graph (threshold
-    raised here), so the GPU work is the merge of each piece into the running lists; same lists as the
-    CPU engine."""
+    raised here), so the GPU work is the partition on the engine's arrays and the merge of each piece into
+    the running lists; same lists as the CPU engine, with every row in its 3 nearest clusters
+    (``margin=None``) or by the border rule."""
     from knngraph._device import Device
     from knngraph.nndescent import _build
     from knngraph.nndescent import cuda as nd_cuda
@@ -58,7 +60,7 @@ def test_clustered_out_of_core_through_gpu_engine_in_simulator(monkeypatch):
     for name, engine in (("cpu", _build.make_engine(Device("cpu"))), ("sim", nd_cuda.Engine(simulate=True))):
         st = {}
         with engine:
-            out[name] = _build.clustered_build(engine, x, cfg, 30, metric="sqeuclidean", stats=st)
+            out[name] = _build.clustered_build(engine, x, cfg, 30, metric="sqeuclidean", margin=margin, stats=st)
         assert st["pieces"] >= 4 and st["piece_rows_max"] <= 30 and st["piece_iterations"] == []
     np.testing.assert_array_equal(out["sim"][1], out["cpu"][1])
     np.testing.assert_array_equal(out["sim"][0], out["cpu"][0])

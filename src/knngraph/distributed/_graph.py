@@ -1,13 +1,15 @@
 """The k-NN graph of data larger than one worker: :func:`knn_graph` and :func:`load_graph`.
 
-The data is cut as the out-of-core NN-Descent build cuts it (:mod:`knngraph.partition`; GNND section 5
-merges equal shards pairwise instead, which loses recall as shards grow): k-means centroids from a
-sample, every row in the clusters of its ``overlap`` nearest centroids (computed by the workers, block by
-block), clusters larger than ``piece_rows`` halved at a median. Each piece's k-NN graph is built by one
-worker with any graph builder of :mod:`knngraph.registry`, its local ids mapped to global ones; then
-every block of rows gathers its rows' lists from the pieces that hold them and merges them with
-:func:`knngraph.graphops.merge_sorted_lists` (a shuffle by row id). With the same inputs, pieces and
-per-piece seeds as the in-memory out-of-core build, the result is that build's graph.
+The data is cut as the out-of-core NN-Descent build with ``cluster_margin=None`` cuts it
+(:mod:`knngraph.partition`; GNND section 5 merges equal shards pairwise instead, which loses recall as
+shards grow): k-means centroids from a sample, every row in the clusters of its ``overlap`` nearest
+centroids (computed by the workers, block by block), clusters larger than ``piece_rows`` halved at a
+median. Each piece's k-NN graph is built by one worker with any graph builder of
+:mod:`knngraph.registry`, its local ids mapped to global ones; then every block of rows gathers its rows'
+lists from the pieces that hold them and merges them with :func:`knngraph.graphops.merge_sorted_lists` (a
+shuffle by row id). With the same inputs, pieces and per-piece seeds as that in-memory out-of-core build,
+the result is that build's graph. (The out-of-core build's default border rule, which builds only the
+rows near a border in more than one cluster, is not used here yet.)
 """
 
 from __future__ import annotations

@@ -305,6 +305,24 @@ def sharded_build(engine, data, cfg: Config, shard_rows: int, *, stats=None):
 #: POOL_PER_K * (k + 1) rows are pooled (:func:`knngraph.partition.split_pieces`)
 SMALL_PIECE_PER_K = 4
 POOL_PER_K = 2
+#: with the border rule (``margin``), clusters are planned as if every row were built this many times,
+#: more than it builds (1.1 to 1.8 rows per row on the sets measured): k-means clusters vary in size, and a
+#: cluster too large for a piece is halved, which builds the rows near the cut twice. Rows built per row at
+#: plans of 1.2 / 1.5 / 1.8 / 2.2 / 2.6 (cluster_margin 0.2, k=32, a quarter of the data's memory):
+#: 1.87 / 1.53 / 1.41 / 1.21 / 1.19 on 2M rows of separate clusters, 1.32 / 1.28 / 1.19 / 1.18 / 1.19 on
+#: 200k overlapping ones, with the same share of the true 10 nearest neighbours in a piece with their row
+#: (0.999-1.0 and 0.989-0.993); 2M overlapping clusters: 1.76 / 1.79 / 1.80 at 1.5 / 1.8 / 2.2.
+PLANNED_COPIES = 2.2
+#: the border distance is lowered where it would build more rows per row than this
+#: (:func:`knngraph.partition.border_threshold`): little more work than every row in its 2 nearest
+#: clusters, on data whose rows are nearly all near a border (100k uniform random rows in 128 dimensions,
+#: 60 clusters: 99.9 % of them within 0.2 neighbourhood radii of their 2nd nearest cluster). On an H200,
+#: the runner's 10M x 128 synth set, k=32, a quarter of the data's memory (in-memory build 30.9-31.5 s,
+#: recall@10 1.000): a cap of 2.0 built 2.03 rows per row in 40.1 s (1.27x) at graph recall@10 0.947;
+#: 2.2: 2.29 rows, 46.8 s (1.51x) at 0.962; 2.4 (not binding there: 2.37 rows): 46.5 s (1.50x) at 0.964,
+#: the recall of the old rule's three clusters per row (0.963) at a third of its time
+#: (``benchmarks/results/nndescent_out_of_core_gpu_h200.jsonl``)
+MAX_COPIES = 2.4
 
 
 def plan_piece_rows(engine, n, d, itemsize, cfg: Config, budget: int, *, cosine: bool) -> int:
@@ -349,31 +367,54 @@ def small_exact_lists(data, k, metric):
     return dist, ids
 
 
-def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, overlap: int = 3, stats=None):
-    """Out-of-core GNND over overlapping clusters (see :mod:`knngraph.partition`): k-means centroids, every row in
-    the pieces of its ``overlap`` nearest clusters, each piece built in memory (the next piece's rows
-    loaded meanwhile) and folded into the running top-k of its rows. Returns host arrays
-    (distances, ids)."""
+def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, overlap: int = 3,
+                    margin: float | None = None, stats=None):
+    """Out-of-core GNND over overlapping clusters (see :mod:`knngraph.partition`): k-means centroids, every
+    row in the piece of its nearest cluster and in those of its 2nd to ``overlap``-th nearest ones whose
+    border it lies within ``margin`` neighbourhood radii of (None: in all of them), each piece built in
+    memory (the next piece's rows loaded meanwhile) and folded into the running top-k of its rows.
+    Returns host arrays (distances, ids)."""
     from .. import partition as P
 
     xp = engine.xp
     n = data.shape[0]
     k = cfg.k
     t0 = time.perf_counter()
-    n_clusters = P.plan_clusters(n, max_rows, overlap)
-    overlap = min(overlap, n_clusters)
+    planned = overlap if margin is None else min(overlap, PLANNED_COPIES)
+    n_clusters = P.plan_clusters(n, max_rows, planned)
     block_rows = max(1024, max_rows // 2)
-    cent = P.kmeans(data, n_clusters, cfg.kind, cfg.seed)
-    labels = P.nearest_centroids(engine, data, cent, cfg.kind, overlap, block_rows)
+    # k-means on the engine's arrays (the GPU's) when its sample fits a piece's budget, else on the host
+    on_engine = P.kmeans_sample_rows(n, n_clusters) <= max_rows
+    cent = P.kmeans(data, n_clusters, cfg.kind, cfg.seed, engine=engine if on_engine else None)
+    overlap = min(overlap, len(cent))
+    engine.synchronize()
+    t_kmeans = time.perf_counter() - t0
+    radius = threshold = border = None
+    if margin is None or overlap < 2:
+        # every row in its `overlap` nearest clusters, halved at medians (the partition of the several-device
+        # and Dask graphs)
+        labels = P.nearest_centroids(engine, data, cent, cfg.kind, overlap, block_rows)
+    else:
+        labels, border, radii = P.nearest_centroids(engine, data, cent, cfg.kind, overlap, block_rows,
+                                                    with_border=True, probes=P.probe_rows(n, cfg.seed), k=k)
+        radius = float(np.median(radii))
+        threshold = P.border_threshold(border, margin * radius, MAX_COPIES)
+        labels[:, 1:][border[:, 1:] > threshold] = -1
+    t_assign = time.perf_counter() - t0 - t_kmeans
     pool = POOL_PER_K * (k + 1)
     # split below max_rows by `pool`: a pool of outlier rows may join a piece (split_pieces)
     pieces = P.split_pieces(data, labels, len(cent), cfg.kind, cfg.seed, max(pool, max_rows - pool), block_rows,
-                            min_rows=pool)
+                            min_rows=pool, engine=engine, border=border, cut_margin=threshold)
+    del labels, border
     small = SMALL_PIECE_PER_K * (k + 1)
     t_plan = time.perf_counter() - t0
-    res_d = np.full((n, k), np.inf, np.float32)
-    res_i = np.full((n, k), -1, np.int32)
+    # every row's list is written by its first piece and merged with those of its later pieces (the rows
+    # that sit in one piece only, most of them, need no merge); rows of no piece keep (inf, -1)
+    res_d = np.empty((n, k), np.float32)
+    res_i = np.empty((n, k), np.int32)
+    done = np.zeros(n, bool)
     iterations = []
+    t_build = t_merge = 0.0
     fetch = _Prefetcher(engine, data, pieces)
     try:
         with progress(len(pieces), "nn-descent clusters", disable=not cfg.verbose, min_steps=1) as bar:
@@ -382,6 +423,7 @@ def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, ov
                 if len(rows) < 2:
                     bar.update(1)
                     continue
+                tb = time.perf_counter()
                 if len(rows) <= small:
                     hd, hi = small_exact_lists(engine.to_host(block), k, metric)
                     gd, gi = to_internal(engine.asarray(hd), metric, xp), engine.asarray(hi)
@@ -392,17 +434,43 @@ def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, ov
                     iterations.append(st.get("iterations", 0))
                 ids = engine.asarray(rows.astype(np.int32))
                 glob = xp.where(gi >= 0, ids[xp.maximum(gi, 0)], np.int32(-1)).astype(np.int32)
-                md, mi = engine.merge_lists(engine.asarray(res_d[rows]), engine.asarray(res_i[rows]), gd, glob, k)
-                res_d[rows] = engine.to_host(md)
-                res_i[rows] = engine.to_host(mi)
-                del block, gd, gi, glob, md, mi
+                engine.synchronize()
+                tm = time.perf_counter()
+                t_build += tm - tb
+                seen = done[rows]
+                if not seen.any():
+                    res_d[rows] = engine.to_host(gd)
+                    res_i[rows] = engine.to_host(glob)
+                else:
+                    fresh = ~seen
+                    if fresh.any():
+                        at = engine.asarray(np.flatnonzero(fresh))
+                        res_d[rows[fresh]] = engine.to_host(gd[at])
+                        res_i[rows[fresh]] = engine.to_host(glob[at])
+                    old = rows[seen]
+                    at = engine.asarray(np.flatnonzero(seen))
+                    md, mi = engine.merge_lists(engine.asarray(res_d[old]), engine.asarray(res_i[old]), gd[at],
+                                                glob[at], k)
+                    res_d[old] = engine.to_host(md)
+                    res_i[old] = engine.to_host(mi)
+                done[rows] = True
+                t_merge += time.perf_counter() - tm
+                del block, gd, gi, glob
                 bar.update(1)
     finally:
         fetch.close()
+    missing = ~done
+    res_d[missing] = np.inf
+    res_i[missing] = -1
     if stats is not None:
         sizes = [len(r) for r in pieces]
         stats.update(out_of_core="clusters", clusters=int(len(cent)), pieces=len(pieces), overlap=overlap,
+                     margin=margin, neighbour_radius=radius, border_distance=threshold,
                      piece_rows_max=int(max(sizes)), piece_rows_mean=float(np.mean(sizes)),
-                     max_piece_rows=int(max_rows), rows_built=int(sum(sizes)), piece_iterations=iterations,
-                     partition_seconds=t_plan, seconds=time.perf_counter() - t0)
+                     max_piece_rows=int(max_rows), rows_built=int(sum(sizes)), copies=float(sum(sizes)) / n,
+                     piece_iterations=iterations, partition_seconds=t_plan,
+                     partition_seconds_by_step={"kmeans": t_kmeans, "assign": t_assign,
+                                                "split": t_plan - t_kmeans - t_assign},
+                     pieces_build_seconds=t_build, pieces_merge_seconds=t_merge,
+                     seconds=time.perf_counter() - t0)
     return res_d, res_i

@@ -206,7 +206,8 @@ def _build_arrays(data, k, params: IndexParams, dev: Device, verbose: bool, info
             rows = min(rows, max(n // 2, 1))
             stats = {}
             gd, gi = _build.clustered_build(engine, data, cfg, rows, metric=params.metric,
-                                            overlap=params.cluster_overlap, stats=stats)
+                                            overlap=params.cluster_overlap, margin=params.cluster_margin,
+                                            stats=stats)
             info.update(stats)
             return gd, gi, engine
         rows = pair_rows()

@@ -66,9 +66,25 @@ class IndexParams(Params):
         k-means clusters one at a time; 'auto' takes shard pairs when at most 4 shards are needed, else
         clusters.
     cluster_overlap : int, default=3
-        With ``out_of_core='clusters'``: how many nearest clusters each row joins (1 to 8). The work is
-        about ``cluster_overlap`` in-memory builds; more overlap keeps more of the neighbours that lie
-        across cluster borders (recall against overlap: ``benchmarks/REPORT.md``).
+        With ``out_of_core='clusters'``: the most clusters a row joins (1 to 8): its nearest one, and of
+        its 2nd to ``cluster_overlap``-th nearest those whose border it lies near (``cluster_margin``).
+        Neighbours across a border are found in the clusters both rows join.
+    cluster_margin : float or None, default=0.2
+        With ``out_of_core='clusters'``: a row joins its j-th nearest cluster (j = 2 to
+        ``cluster_overlap``) where its distance to the border between that cluster and its nearest one
+        (the hyperplane halfway between the two centroids) is at most ``cluster_margin * r``, ``r`` the
+        data's neighbourhood radius: the median distance from a row to its k-th nearest neighbour (k the
+        pieces' list length), measured on 64 sample rows during the assignment (``info['neighbour_radius']``).
+        Rows deep inside a cluster are built once, rows near a border two or three times; a cluster
+        halved to fit the memory limit builds the rows within the same distance of the cut on both sides.
+        The work is about ``rows built / n`` in-memory builds (``info['copies']``); where the border
+        distance would build more than 2.4 rows per row (data without cluster structure, where nearly every
+        row is near a border), it is lowered to what builds 2.4 (``info['border_distance']``). Cosine:
+        distances of the normalised vectors; inner product: of the usual reduction to L2 (see
+        :func:`knngraph.partition.nearest_centroids`). None: every row joins its ``cluster_overlap``
+        nearest clusters (the most work, ``cluster_overlap`` in-memory builds; the partition of the
+        several-device and Dask graphs). Measurements: :mod:`knngraph.partition` and
+        ``benchmarks/studies/nndescent_out_of_core.py``.
     """
 
     graph_degree: int = 32
@@ -82,10 +98,12 @@ class IndexParams(Params):
     seed: int = 0
     out_of_core: str = "auto"
     cluster_overlap: int = 3
+    cluster_margin: float | None = 0.2
 
     _constraints = {"graph_degree": Interval(1, None), "metric": Metric(),
                     "intermediate_graph_degree": Interval(0, None), "sample_size": Interval(0, MAX_SAMPLE_SIZE),
                     "max_iterations": Interval(1, None),
                     "termination_threshold": Interval(0.0, 1.0, integer=False), "update": Options(UPDATE_MODES),
                     "init": Options(INIT_MODES), "seed": Interval(0, 2**63 - 1), "out_of_core": Options(OUT_OF_CORE),
-                    "cluster_overlap": Interval(1, 8)}
+                    "cluster_overlap": Interval(1, 8),
+                    "cluster_margin": Interval(0.0, None, integer=False, allow_none=True)}
