@@ -388,13 +388,17 @@ def run_all(engine, data, k, args, truth, log=None, common=None):
                       per_iteration=allrecs)
         return s
 
+    def random_lists(x, inv, columns):
+        """(gd, gi, gf, seconds) of a new graph of random lists of ``columns`` entries of ``x``."""
+        t0 = time.perf_counter()
+        lists = engine.new_graph(n, columns)
+        engine.init(x, inv, kind, *lists, 0, 0, seed)
+        engine.synchronize()
+        return (*lists, time.perf_counter() - t0)
+
     # --- baseline: lists of 2k from the start
     for p in args.p_list:
-        t0 = time.perf_counter()
-        gd, gi, gf = engine.new_graph(n, width)
-        engine.init(x, inv, kind, gd, gi, gf, 0, 0, seed)
-        engine.synchronize()
-        init_s = time.perf_counter() - t0
+        gd, gi, gf, init_s = random_lists(x, inv, width)
         recs = iterate(engine, x, inv, kind, gd, gi, gf, p=p, seed=seed, it0=0, threshold=args.threshold,
                        max_iterations=args.max_iterations, truth=truth, k=k, phase="wide")
         record(f"wide{width} p{p}", recs, init_s, n * width, {"schedule": "wide", "p1": p})
@@ -403,11 +407,7 @@ def run_all(engine, data, k, args, truth, log=None, common=None):
     # --- phase 1 on lists of k, to the threshold (the 'short' reference), snapshots at the switch points
     switches = [s for s in args.switch.split(",") if s]
     for p1 in args.p1_list:
-        t0 = time.perf_counter()
-        gd1, gi1, gf1 = engine.new_graph(n, k)
-        engine.init(x, inv, kind, gd1, gi1, gf1, 0, 0, seed)
-        engine.synchronize()
-        init_s = time.perf_counter() - t0
+        gd1, gi1, gf1, init_s = random_lists(x, inv, k)
         snaps = {}
         history = []
 
