@@ -363,3 +363,62 @@ def test_join_kernel_staging_chunk_of_16(rng):
         _run_join(x, gd, gi, gf, s, p, L2, 0, "lock", dc=16)
         np.testing.assert_array_equal(gi, ref[1])
         np.testing.assert_allclose(gd, ref[0], rtol=1e-5, atol=1e-5)
+
+
+def _short_lists(rng, x, k1, kind):
+    """Exact-distance lists of k1 random distinct ids per node, sorted by (distance, id), random flags; the
+    last node's list ends in two empty entries (-1, inf)."""
+    from knngraph.metrics import pairwise_distances
+
+    n = x.shape[0]
+    full = pairwise_distances(x.astype(np.float64), x.astype(np.float64), "sqeuclidean" if kind == L2 else
+                              "inner_product").astype(np.float32)
+    gi = np.stack([rng.choice(np.delete(np.arange(n), s), k1, replace=False) for s in range(n)]).astype(np.int32)
+    gd = np.take_along_axis(full, gi, 1)
+    order = np.lexsort((gi, gd), axis=1)
+    gi, gd = np.take_along_axis(gi, order, 1), np.take_along_axis(gd, order, 1)
+    gi[-1, -2:], gd[-1, -2:] = -1, np.inf
+    gf = rng.integers(0, 2, size=gi.shape).astype(np.uint8)
+    gf[gi < 0] = 0
+    return gd, gi, gf, full
+
+
+def _widened_by_rule(gd1, gi1, gf1, full, width, hops):
+    """The two-hop fill's rule, row by row: the width nearest of the list and of the first ``hops`` entries
+    of the lists of its first ``hops`` entries, by (distance, id); listed entries keep their flags, new
+    ones are NEW within the first k1 entries and OLD behind; (inf, -1, OLD) pads."""
+    n, k1 = gi1.shape
+    out = (np.full((n, width), np.inf, np.float32), np.full((n, width), -1, np.int32), np.zeros((n, width), np.uint8))
+    for s in range(n):
+        own = {int(v): int(f) for v, f in zip(gi1[s], gf1[s]) if v >= 0}
+        cand = set(own)
+        for u in gi1[s, :hops]:
+            if u >= 0:
+                cand |= {int(v) for v in gi1[u, :hops] if v >= 0}
+        cand.discard(s)
+        best = sorted(cand, key=lambda v: (full[s, v], v))[:width]
+        for j, v in enumerate(best):
+            out[0][s, j], out[1][s, j] = full[s, v], v
+            out[2][s, j] = own[v] if v in own else (1 if j < k1 else 0)
+    return out
+
+
+@pytest.mark.parametrize("kind", [L2, IP])
+def test_widen_kernel_matches_cpu_and_the_two_hop_rule(rng, kind):
+    """The two-hop fill (GPU kernel on the simulator, CPU kernel) against the rule computed in Python: 12
+    nodes on 2 blocks of 4 warps (grid-stride loop), lists of 6 read 4 hops deep, widened to 10."""
+    n, d, k1, width, hops = 12, 7, 6, 10, 4
+    x = _data(rng, n, d, np.int8 if kind != L2 else np.uint8)
+    gd1, gi1, gf1, full = _short_lists(rng, x, k1, kind)
+    want = _widened_by_rule(gd1, gi1, gf1, full, width, hops)
+    got_cpu = tuple(np.empty((n, width), t) for t in (np.float32, np.int32, np.uint8))
+    cpu.kernel("widen_lists", n)(x, _cpu_inv(x, kind), kind, gd1, gi1, gf1, *got_cpu, hops)
+    got_gpu = tuple(np.empty((n, width), t) for t in (np.float32, np.int32, np.uint8))
+    K.widen_kernel(pow2_at_least(width + 64, 32), pow2_at_least(k1, 32), K.WPB)[2, K.WPB * 32](
+        x, _inv(x, kind), kind, gd1, gi1, gf1, *got_gpu, hops)
+    for got in (got_cpu, got_gpu):
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[2], want[2])
+    new = np.array([[v >= 0 and v not in gi1[s] for v in row] for s, row in enumerate(want[1])])
+    assert (want[1][:, k1:] >= 0).any() and (new & (want[2] == 1)).any() and (new & (want[2] == 0)).any()

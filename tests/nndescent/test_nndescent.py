@@ -472,6 +472,36 @@ def test_selective_update_lists_of_twice_the_degree_keep_the_whole_list():
     assert recalls[0] >= 0.98 and recalls[k] <= recalls[0] - 0.02, recalls
 
 
+def test_two_phase_schedule_widens_short_lists_by_two_hops():
+    """The selective update's default schedule (``two_phase``): lists of graph_degree until an iteration
+    changes under a tenth of them, the two-hop fill to the intermediate length, then the wide lists with half
+    the samples. Against the wide lists from the start (two_phase=False) on 10k sift vectors: the same
+    whole-list recall in fewer iterations; every phase within max_iterations."""
+    from knngraph.datasets import load_sample
+
+    x = np.asarray(load_sample().base[:10000], np.float32)
+    k = 32
+    out = {}
+    for two_phase in (True, False):
+        params = nndescent.IndexParams(graph_degree=k, update="selective", init="random", two_phase=two_phase)
+        g = nndescent.build(params, x, device="cpu", verbose=False).graph
+        out[two_phase] = (knngraph.graph_recall(g, k, base=x, sample=1000), g.info)
+    (r2, info2), (r1, info1) = out[True], out[False]
+    assert r2 >= 0.98 and r2 >= r1 - 0.005, (r2, r1)
+    assert info2["phase_list_degrees"] == [32, 64] and info2["phase_sample_sizes"] == [32, 16]
+    first, second = info2["phase_iterations"]
+    assert first >= 1 and second >= 1 and info2["iterations"] == first + second < info1["iterations"]
+    assert len(info2["seconds_per_iteration"]) == len(info2["updates_per_iteration"]) == info2["iterations"]
+    assert "phase_iterations" not in info1
+    # the first phase stops at an iteration inserting under a tenth of n x 32 entries, not before
+    ups = info2["updates_per_iteration"]
+    assert ups[first - 1] < 0.1 * len(x) * k and all(u >= 0.1 * len(x) * k for u in ups[:first - 1])
+    # a cap of 3 iterations covers both phases
+    capped = nndescent.build(nndescent.IndexParams(graph_degree=k, update="selective", init="random",
+                                                   max_iterations=3), x, device="cpu", verbose=False).graph
+    assert capped.info["iterations"] <= 3
+
+
 def test_intermediate_graph_degree_below_graph_degree_is_refused():
     x = np.random.default_rng(0).random((300, 8), dtype=np.float32)
     with pytest.raises(ValueError, match=r"intermediate_graph_degree=8 must be 0 \(automatic\) or at least "

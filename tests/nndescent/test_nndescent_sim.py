@@ -27,6 +27,23 @@ def test_whole_gpu_path_in_simulator():
     assert knngraph.graph_recall(g, 4, true_graph=ex) >= 0.7
 
 
+def test_two_phase_build_through_gpu_engine_in_simulator():
+    """The two-phase schedule on the GPU engine (simulator): lists of 32, the two-hop fill kernel, lists of
+    40; the lists are true distances, sorted, without the node, and recall as the CPU engine's."""
+    rng = np.random.default_rng(4)
+    x = rng.random((70, 3), dtype=np.float32)
+    params = nndescent.IndexParams(graph_degree=4, intermediate_graph_degree=40, sample_size=2, max_iterations=3)
+    g = nndescent.build(params, x, verbose=False, _simulate=True).graph
+    assert g.info["phase_list_degrees"] == [32, 40] and sum(g.info["phase_iterations"]) <= 3
+    assert g.info["phase_iterations"][1] >= 1
+    assert not (g.indices == np.arange(70)[:, None]).any()
+    assert (np.diff(g.distances, axis=1) >= 0).all()
+    np.testing.assert_allclose(g.distances, np.take_along_axis(
+        knngraph.metrics.pairwise_distances(x, x), g.indices.astype(np.int64), 1), rtol=1e-5, atol=1e-6)
+    ex = knngraph.knn_graph(x, 4, method="exact", device="cpu", verbose=False)
+    assert knngraph.graph_recall(g, 4, true_graph=ex) == 1.0
+
+
 @pytest.mark.parametrize("metric", ["sqeuclidean", "cosine"])
 def test_cluster_windows_start_through_gpu_engine_in_simulator(metric):
     """init='cluster_windows' through the GPU engine on the simulator: 40 points fit one window, so the

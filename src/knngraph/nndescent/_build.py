@@ -23,7 +23,7 @@ from .._progress import progress
 from ._common import forest_bytes_per_node, forest_params
 from ._windows import window_bytes_per_node
 
-__all__ = ["Config", "make_engine", "refine", "build_in_memory", "ggm", "plan_shard_rows", "sharded_build",
+__all__ = ["Config", "make_engine", "refine", "two_phase", "build_in_memory", "ggm", "plan_shard_rows", "sharded_build",
            "plan_piece_rows", "clustered_build"]
 
 
@@ -42,6 +42,13 @@ class Config:
     init: str = "random"
     n_trees: int = 0
     leaf_size: int = 0
+    #: two-phase schedule (:func:`build_in_memory`): iterate on lists of ``short_k`` entries first (0 or k:
+    #: one phase), until an iteration inserts fewer than ``short_stop * n * short_k`` entries, widen them
+    #: to k by two hops (``hops`` neighbours, ``hops`` entries of each) and iterate with ``tail_p`` samples
+    short_k: int = 0
+    short_stop: float = 0.1
+    tail_p: int = 0
+    hops: int = 32
 
 
 def make_engine(device, *, simulate: bool = False):
@@ -56,12 +63,13 @@ def make_engine(device, *, simulate: bool = False):
 
 
 def refine(engine, x, inv, gd, gi, gf, cfg: Config, *, split=0, stats=None, desc="nn-descent", callback=None,
-           extra=None):
+           extra=None, it0=0):
     """NN-Descent iterations on an initialised graph (gd, gi, gf updated in place): at most
     ``cfg.max_iterations``, stopping after an iteration that inserts fewer than ``cfg.threshold * n * k``
     entries. ``callback(it, gd, gi)`` runs after each iteration, outside the timings. ``extra``: engine
     options (GPU: ``insert``, ``profile``, ``max_registers``; CPU: ``buffer_bytes``). Returns the
-    per-iteration insert counts; ``stats`` gets them with the times and the engine's own figures."""
+    per-iteration insert counts; ``stats`` gets them with the times and the engine's own figures. ``it0``:
+    the number of the first iteration (the CPU's reverse samples are seeded by it)."""
     n, k = gd.shape
     state = engine.start_refine(x, inv, cfg.kind, gd, gi, gf, p=cfg.p, seed=cfg.seed, split=split,
                                 selective=cfg.selective, **dict(extra or {}))
@@ -70,7 +78,7 @@ def refine(engine, x, inv, gd, gi, gf, cfg: Config, *, split=0, stats=None, desc
     t0 = time.perf_counter()
     with progress(cfg.max_iterations, desc, disable=not cfg.verbose, min_steps=1, upper_bound=True) as bar:
         for it in range(cfg.max_iterations):
-            inserted = engine.iterate(state, it)
+            inserted = engine.iterate(state, it0 + it)
             history.append(inserted)
             times.append(time.perf_counter() - t0 - paused)
             bar.update(1)
@@ -88,12 +96,28 @@ def refine(engine, x, inv, gd, gi, gf, cfg: Config, *, split=0, stats=None, desc
     return history
 
 
+def two_phase(cfg: Config) -> bool:
+    """Whether :func:`build_in_memory` runs the two-phase schedule for ``cfg``."""
+    return 0 < cfg.short_k < cfg.k
+
+
 def build_in_memory(engine, data, cfg: Config, *, stats=None, callback=None, prepared=None, extra=None):
     """GNND (Alg. 1) on ``data``: random, random projection forest or cluster window initial lists
-    (``cfg.init``), then iterations. Returns engine arrays (gd, gi)."""
+    (``cfg.init``), then iterations. Returns engine arrays (gd, gi).
+
+    Two phases where ``0 < cfg.short_k < cfg.k``: the iterations run on lists of ``short_k`` entries until
+    one inserts fewer than ``cfg.short_stop * n * short_k`` (the early iterations, from random lists, cost
+    the most: each local join is NEW x (NEW + OLD) samples, and on short lists they do the same in less
+    time); then each list is widened to k entries with the nearest of its neighbours' neighbours
+    (``engine.widen``: the first ``cfg.hops`` entries of the lists of its first ``cfg.hops`` entries), new
+    entries NEW within the first short_k and OLD behind, and the iterations go on with ``cfg.tail_p``
+    samples until the usual stop, within ``cfg.max_iterations`` in all. H200, 1M x 128 synthetic rows of
+    1000 clusters, k=32, lists of 64: see ``benchmarks/results/nndescent_gpu_h200_two_phase.jsonl``; the
+    CPU study of the schedule is ``benchmarks/studies/nndescent_wide_tail.py``."""
     x, inv = prepared if prepared is not None else engine.prepare(data, cfg.kind)
     n = x.shape[0]
-    gd, gi, gf = engine.new_graph(n, cfg.k)
+    wide = two_phase(cfg)
+    gd, gi, gf = engine.new_graph(n, cfg.short_k if wide else cfg.k)
     order = None
     if cfg.init == "rp_forest":
         # the iterations run on the points reordered by the forest (near points, near ids: cache locality)
@@ -108,11 +132,52 @@ def build_in_memory(engine, data, cfg: Config, *, stats=None, callback=None, pre
     if callback is not None and order is not None:
         def report(it, gd_it, gi_it):
             callback(it, *engine.unpermute(gd_it, gi_it, order))
-    refine(engine, x, inv, gd, gi, gf, cfg, split=0, stats=stats, callback=report, extra=extra,
-           desc="nn-descent (cuda)" if engine.is_cuda else "nn-descent (cpu)")
+    desc = "nn-descent (cuda)" if engine.is_cuda else "nn-descent (cpu)"
+    if not wide:
+        refine(engine, x, inv, gd, gi, gf, cfg, split=0, stats=stats, callback=report, extra=extra, desc=desc)
+    else:
+        first: dict = {}
+        short = dataclasses.replace(cfg, k=cfg.short_k, threshold=cfg.short_stop)
+        done = len(refine(engine, x, inv, gd, gi, gf, short, split=0, stats=first, callback=report, extra=extra,
+                          desc=desc + " short lists"))
+        t0 = time.perf_counter()
+        gd, gi, gf = engine.widen(x, inv, cfg.kind, gd, gi, gf, cfg.k, cfg.hops)
+        engine.synchronize()
+        widen_seconds = time.perf_counter() - t0
+        second: dict = {}
+        rest = cfg.max_iterations - done
+        if rest > 0:
+            tail = dataclasses.replace(cfg, p=max(1, min(cfg.tail_p or cfg.p, cfg.k)), max_iterations=rest)
+            later = None if report is None else (lambda it, gd_it, gi_it: report(it + done, gd_it, gi_it))
+            refine(engine, x, inv, gd, gi, gf, tail, split=0, stats=second, callback=later, extra=extra, it0=done,
+                   desc=desc + " wide lists")
+        if stats is not None:
+            _two_phase_stats(stats, first, second, widen_seconds, cfg)
     if order is not None:
         gd, gi = engine.unpermute(gd, gi, order)
     return gd, gi
+
+
+def _two_phase_stats(stats, first, second, widen_seconds, cfg: Config):
+    """The two phases' refine stats as one build's (iterations, inserts and seconds of both, the second
+    phase's times counted from the build's start) plus the phases' own figures."""
+    times = list(first.get("seconds_per_iteration", []))
+    start = (times[-1] if times else 0.0) + widen_seconds
+    times += [start + t for t in second.get("seconds_per_iteration", [])]
+    stats["updates_per_iteration"] = list(first.get("updates_per_iteration", [])) + list(
+        second.get("updates_per_iteration", []))
+    stats["seconds_per_iteration"] = times
+    stats["iterations"] = first.get("iterations", 0) + second.get("iterations", 0)
+    stats["phase_iterations"] = [first.get("iterations", 0), second.get("iterations", 0)]
+    stats["phase_list_degrees"] = [cfg.short_k, cfg.k]
+    stats["phase_sample_sizes"] = [cfg.p, max(1, min(cfg.tail_p or cfg.p, cfg.k))]
+    stats["widen_seconds"] = widen_seconds
+    for part in (first, second):
+        for key, value in part.items():
+            if key == "kernel_seconds":
+                into = stats.setdefault(key, {})
+                for name, sec in value.items():
+                    into[name] = into.get(name, 0.0) + sec
 
 
 def _offset_ids(xp, ids, off):

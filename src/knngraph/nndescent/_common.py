@@ -11,7 +11,8 @@ import math
 
 import numpy as np
 
-__all__ = ["NEW", "OLD", "auto_sample_size", "forest_params", "forest_bytes_per_node"]
+__all__ = ["NEW", "OLD", "HOP_TABLE", "HOP_SHIFT", "HOPS", "MAX_HOP_LIST", "auto_sample_size", "forest_params",
+           "forest_bytes_per_node"]
 
 #: entry flags of a k-NN list (GNND section 4): NEW entries have not taken part in a local join yet
 NEW = 1
@@ -27,6 +28,16 @@ SLOTS = 32
 DC = 32
 #: warps per block of the warp-per-node kernels
 WPB = 4
+#: slots of the set of ids that a two-hop fill has seen for one node (a power of two; ``HOP_SHIFT`` turns
+#: a 32-bit multiplicative hash into a slot): the node, its list (at most MAX_HOP_LIST entries) and at
+#: most HOPS x HOPS ids of its neighbours' lists fill at most 0.57 of it, so every probe ends at an empty
+#: slot. The CPU's fill (``cpu.widen_lists``) and the GPU's (``_kernels.widen_kernel``) use the same set.
+HOP_TABLE = 2048
+HOP_SHIFT = 21
+#: neighbours whose lists a two-hop fill reads, and entries read from each list (the GPU: one per lane)
+HOPS = 32
+#: the longest short list that a two-hop fill widens
+MAX_HOP_LIST = 128
 #: an empty slot of ``cand`` (which holds (distance, id) keys packed by the join's ``pack``): all 64 bits
 #: set. A key, not an id (the id filler is ``ID_NONE``)
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)

@@ -21,7 +21,7 @@ from ..index import Index as IndexBase
 from ..index import load_graph_index, runtime_docs, save_graph_index
 from ..primitives.distances import DIST_COS, distance_kind, report_distances
 from . import _build
-from ._common import auto_sample_size
+from ._common import HOPS, MAX_HOP_LIST, auto_sample_size
 from ._params import IndexParams
 
 __all__ = ["Index", "build", "extend", "merge_graphs", "save", "load", "piece_params", "AUTO_MAX_SHARDS"]
@@ -41,6 +41,13 @@ MIN_SELECTIVE_BUILD_DEGREE = 32
 #: converges only with room behind it. Whole-list recall@k of the bundled sift 20k (CPU, the GPU's update):
 #: k=32 0.953 / 0.982 / 0.991 and k=64 0.942 / 0.975 / 0.990 with lists of 1, 1.5 and 2 times k.
 SELECTIVE_LIST_FACTOR = 2
+
+
+#: the two-phase schedule leaves its short lists after the first iteration that changes fewer than this
+#: share of their entries. A CPU study in the GPU's scheme (200k x 128 clustered rows, k=32, lists of 32
+#: then 64; ``benchmarks/studies/nndescent_wide_tail.py``) switched after 5 iterations at recall@32 0.89
+#: and reached recall@32 0.997 three iterations after the two-hop fill (a fixed 4 iterations: 0.996)
+SHORT_LIST_STOP = 0.1
 
 
 def _selective(params: IndexParams, dev) -> bool:
@@ -147,10 +154,16 @@ def _config(params: IndexParams, k: int, dev: Device, verbose: bool) -> _build.C
         init = params.init
     else:
         init = "random" if dev.is_cuda else "rp_forest"
-    p = params.sample_size or auto_sample_size(k, selective)
-    p = max(1, min(p, k))
+    # two phases (``IndexParams.two_phase``): lists of graph_degree (at least 32) first, then the k of the
+    # intermediate lists; the short lists' length bounds the two-hop fill's set (MAX_HOP_LIST)
+    short_k = max(params.graph_degree, min(MIN_SELECTIVE_BUILD_DEGREE, k))
+    if not (params.two_phase and selective and short_k < k and short_k <= MAX_HOP_LIST):
+        short_k = 0
+    p = params.sample_size or auto_sample_size(short_k or k, selective)
+    p = max(1, min(p, short_k or k))
     return _build.Config(k=k, p=p, max_iterations=params.max_iterations, threshold=params.termination_threshold,
-                         seed=params.seed, selective=selective, kind=kind, verbose=verbose, init=init)
+                         seed=params.seed, selective=selective, kind=kind, verbose=verbose, init=init,
+                         short_k=short_k, short_stop=SHORT_LIST_STOP, tail_p=max(1, p // 2), hops=HOPS)
 
 
 def _budget(memory_limit, dev: Device) -> int:

@@ -62,7 +62,7 @@ from ..primitives.lists import less
 from ..primitives.random import progression
 from ..primitives.warp import finish_device, warp_bitonic_sort, warp_min, warp_partials4, warp_sum
 from ._candidates import candidate_range
-from ._common import DC, EMPTY, NEW, OLD, SLOTS, WPB
+from ._common import DC, EMPTY, HOP_SHIFT, HOP_TABLE, NEW, OLD, SLOTS, WPB
 
 
 
@@ -292,6 +292,138 @@ def init_kernel(kc: int):
             s += cuda.gridDim.x * WPB
 
     return init_lists
+
+
+# --------------------------------------------------------------------------------------------------
+# widening short lists by two hops (the two-phase schedule of ``_build.build_in_memory``)
+
+@device_function
+def _claim(seen, off, v):
+    """Add id ``v`` (>= 0) to the warp's set seen[off : off + HOP_TABLE] (linear probing, -1 empty); True
+    if this lane added it. Lanes may add at once: a slot is taken by compare-and-swap."""
+    p = int32(((uint64(v) * uint64(2654435761)) & uint64(0xFFFFFFFF)) >> uint64(HOP_SHIFT))
+    while True:
+        old = cuda.atomic.cas(seen, off + p, int32(-1), int32(v))
+        if old == -1:
+            return True
+        if old == v:
+            return False
+        p = (p + 1) & (HOP_TABLE - 1)
+
+
+@functools.lru_cache(maxsize=None)
+def widen_kernel(sc: int, kc: int, wpb: int):
+    """The two-hop fill of lists of ``k1`` <= ``kc`` entries (``kc`` a power of two) into lists of
+    ``width`` entries, ``sc`` (a power of two) >= width + 64; ``wpb`` warps per block, one per node.
+
+    Each warp keeps the node's working list in shared memory: its k1 entries, then up to 64 staged
+    candidates. It reads the first ``hops`` entries of the lists of its first ``hops`` neighbours, one
+    list per step with one lane per entry; an id that is not yet in the set (the node, its list and the
+    ids read so far) is staged, the warp computes the staged ids' distances four rows at a time, and
+    once more than 32 are staged the working list is sorted by (distance, id) and cut to ``width``."""
+    jit = cuda.jit
+    try:
+        jit = cuda.jit(max_registers=64)  # latency-bound like the random initial lists (init_kernel)
+    except TypeError:  # the simulator's jit takes no register cap
+        pass
+    slots = wpb * sc
+    table = wpb * HOP_TABLE
+    own = wpb * kc
+
+    @jit
+    def widen_lists(x, inv, kind, gd1, gi1, gf1, gd, gi, gf, hops):
+        sd = cuda.shared.array(slots, float32)
+        si = cuda.shared.array(slots, int32)
+        seen = cuda.shared.array(table, int32)
+        oi = cuda.shared.array(own, int32)
+        of = cuda.shared.array(own, uint8)
+        w = cuda.threadIdx.x // WARP
+        lane = cuda.threadIdx.x % WARP
+        n = gd1.shape[0]
+        k1 = gd1.shape[1]
+        width = gd.shape[1]
+        base = w * sc
+        tb = w * HOP_TABLE
+        ob = w * kc
+        reach = min(hops, k1)
+        stage = base + width  # staged candidates: si/sd[stage : stage + staged]
+        s = cuda.blockIdx.x * wpb + w
+        while s < n:
+            for j in range(lane, HOP_TABLE, WARP):
+                seen[tb + j] = -1
+            for j in range(lane, sc, WARP):
+                if j < k1:
+                    sd[base + j] = gd1[s, j]
+                    si[base + j] = gi1[s, j]
+                else:
+                    sd[base + j] = INF
+                    si[base + j] = ID_NONE
+            for j in range(lane, kc, WARP):
+                oi[ob + j] = gi1[s, j] if j < k1 else -1
+                of[ob + j] = gf1[s, j] if j < k1 else OLD
+            cuda.syncwarp(FULL_MASK)
+            if lane == 0:
+                _claim(seen, tb, s)
+            cuda.syncwarp(FULL_MASK)
+            for j in range(lane, k1, WARP):
+                if oi[ob + j] >= 0:
+                    _claim(seen, tb, oi[ob + j])
+            cuda.syncwarp(FULL_MASK)
+            staged = 0
+            for t in range(reach):
+                u = oi[ob + t]
+                if u < 0:
+                    break  # empty entries only end a list
+                v = int32(-1)
+                if lane < reach:
+                    v = gi1[u, lane]
+                fresh = v >= 0 and _claim(seen, tb, v)
+                mask = cuda.ballot_sync(FULL_MASK, fresh)
+                count = cuda.popc(mask)
+                if fresh:
+                    si[stage + staged + cuda.popc(mask & cuda.lanemask_lt())] = v
+                cuda.syncwarp(FULL_MASK)
+                for g in range(0, count, 4):
+                    v0 = si[stage + staged + g]
+                    # past the last staged id: the node itself (a valid row), not stored
+                    v1 = si[stage + staged + g + 1] if g + 1 < count else s
+                    v2 = si[stage + staged + g + 2] if g + 2 < count else s
+                    v3 = si[stage + staged + g + 3] if g + 3 < count else s
+                    d0, d1, d2, d3 = _warp_distances4(kind, x, inv, s, v0, v1, v2, v3, lane)
+                    if lane < 4 and g + lane < count:
+                        sd[stage + staged + g + lane] = d0 if lane == 0 else (d1 if lane == 1 else (
+                            d2 if lane == 2 else d3))
+                staged += count
+                cuda.syncwarp(FULL_MASK)
+                if staged > WARP:  # room for the next list's 32 entries in the 64 staging slots
+                    warp_bitonic_sort(sd, si, base, sc, lane)
+                    for j in range(width + lane, sc, WARP):
+                        sd[base + j] = INF
+                        si[base + j] = ID_NONE
+                    staged = 0
+                    cuda.syncwarp(FULL_MASK)
+            if staged > 0:
+                warp_bitonic_sort(sd, si, base, sc, lane)
+                cuda.syncwarp(FULL_MASK)
+            for j in range(lane, width, WARP):
+                v = si[base + j]
+                if v < 0 or v == ID_NONE:
+                    gd[s, j] = INF
+                    gi[s, j] = -1
+                    gf[s, j] = OLD
+                else:
+                    # a listed entry keeps its flag; a new one is NEW within the first k1 entries, OLD behind
+                    f = NEW if j < k1 else OLD
+                    for c in range(k1):
+                        if oi[ob + c] == v:
+                            f = of[ob + c]
+                    gd[s, j] = sd[base + j]
+                    gi[s, j] = v
+                    gf[s, j] = f
+            cuda.syncwarp(FULL_MASK)
+            s += cuda.gridDim.x * wpb
+
+    return widen_lists
 
 
 # --------------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .._params import Interval, Metric, Options, Params
+from .._params import Boolean, Interval, Metric, Options, Params
 
 __all__ = ["IndexParams", "UPDATE_MODES", "INIT_MODES", "OUT_OF_CORE", "MAX_SAMPLE_SIZE"]
 
@@ -41,7 +41,7 @@ class IndexParams(Params):
         samples add up to p more of each. 0 = auto: graph_degree, at most 32 (the GNND authors used 64
         neighbours and p=32).
     max_iterations : int, default=20
-        Iteration cap.
+        Iteration cap (both phases of ``two_phase`` together).
     termination_threshold : float, default=0.001
         Stop when an iteration changes fewer than this share of the n * graph_degree list entries.
     update : {'auto', 'all', 'selective'}, default='auto'
@@ -49,6 +49,17 @@ class IndexParams(Params):
         longer lists than it returns (see ``intermediate_graph_degree``); 'all' inserts every improving
         pair (classic NN-Descent; CPU only). 'auto': 'selective' on the GPU, 'all' on the CPU,
         where distance computations dominate and 'all' reaches a given recall sooner.
+    two_phase : bool, default=True
+        With the selective update and lists longer than ``graph_degree`` (``intermediate_graph_degree``):
+        iterate on lists of ``graph_degree`` entries (at least 32) first, until an iteration changes
+        fewer than a tenth of their entries, then widen every list to the intermediate length with the
+        nearest of its neighbours' neighbours (the first 32 entries of the lists of its first 32 entries,
+        each id's distance computed once) and iterate on the wide lists with half the sample size until
+        the usual stop. The first iterations, from random lists, cost the most and do the same on short
+        lists in about half the time; the neighbours' neighbours fill a wide list nearly converged
+        (H200, 1M x 128 clustered rows, k=32: see ``benchmarks/results/nndescent_gpu_h200_two_phase.jsonl``).
+        False: the intermediate lists from the start. The graph's ``info`` reports ``phase_iterations``
+        and ``widen_seconds``.
     init : {'auto', 'random', 'rp_forest', 'cluster_windows'}, default='auto'
         Initial lists. 'random': graph_degree random nodes each (GNND Alg. 1). 'rp_forest' (CPU only):
         every node's nearest leaf-mates in a forest of random projection trees, as pynndescent starts
@@ -94,6 +105,7 @@ class IndexParams(Params):
     max_iterations: int = 20
     termination_threshold: float = 0.001
     update: str = "auto"
+    two_phase: bool = True
     init: str = "auto"
     seed: int = 0
     out_of_core: str = "auto"
@@ -104,6 +116,7 @@ class IndexParams(Params):
                     "intermediate_graph_degree": Interval(0, None), "sample_size": Interval(0, MAX_SAMPLE_SIZE),
                     "max_iterations": Interval(1, None),
                     "termination_threshold": Interval(0.0, 1.0, integer=False), "update": Options(UPDATE_MODES),
+                    "two_phase": Boolean(),
                     "init": Options(INIT_MODES), "seed": Interval(0, 2**63 - 1), "out_of_core": Options(OUT_OF_CORE),
                     "cluster_overlap": Interval(1, 8),
                     "cluster_margin": Interval(0.0, None, integer=False, allow_none=True)}

@@ -56,11 +56,13 @@ from ..primitives.lists import less
 from ..primitives.pair_distance import cpu_distance
 from ..primitives.random import mix, progression
 from ._candidates import candidate_range
-from ._common import NEW, OLD
+from ..primitives.visited import EMPTY as HASH_EMPTY
+from ..primitives.visited import hash_contains, hash_insert
+from ._common import HOP_SHIFT, HOP_TABLE, NEW, OLD
 from ._lists import distance_rows, in_list, insert, sort_row
 
 __all__ = ["Engine", "init_graph", "sample_forward", "sample_reverse", "local_join", "apply_updates",
-           "unpermute_lists", "join_capacity", "kernel"]
+           "unpermute_lists", "widen_lists", "join_capacity", "kernel"]
 
 
 def init_graph(i0, i1, x, inv, kind, gd, gi, gf, keep, split, seed):
@@ -141,6 +143,49 @@ def sample_reverse(i0, i1, fwd, nfwd, rev, nrev, seed, salt, n_workers):
                     if r < p:
                         rev[v, r] = s
                 nrev[v] = c + 1
+
+
+def widen_lists(i0, i1, x, inv, kind, gd1, gi1, gf1, gd, gi, gf, hops):
+    """The two-hop fill: row ``s`` of the (n, width) lists gets the ``width`` nearest of its short list
+    (n, k1) and of the first ``hops`` entries of the lists of its first ``hops`` entries (neighbours of
+    neighbours), by (distance, id). An id is computed once per node: a set of the ids seen (the node, its
+    list, the ids read so far; ``HOP_TABLE`` slots) drops the rest before any distance. Listed entries keep
+    their flags; new ones are NEW within the first k1 entries and OLD behind (their own NEW entries are
+    what the next iterations sample first). The GPU's ``widen_kernel`` fills by the same rule."""
+    n, k1 = gd1.shape
+    width = gd.shape[1]
+    reach = min(hops, k1)
+    seen = np.empty(HOP_TABLE, np.int32)
+    mask = HOP_TABLE - 1
+    for s in range(i0, i1):
+        seen[:] = HASH_EMPTY
+        hash_insert(seen, 0, mask, HOP_SHIFT, s)
+        for j in range(width):
+            if j < k1:
+                gd[s, j] = gd1[s, j]
+                gi[s, j] = gi1[s, j]
+                gf[s, j] = gf1[s, j]
+                if gi1[s, j] >= 0:
+                    hash_insert(seen, 0, mask, HOP_SHIFT, gi1[s, j])
+            else:
+                gd[s, j] = np.inf
+                gi[s, j] = -1
+                gf[s, j] = OLD
+        for t in range(reach):
+            u = gi1[s, t]
+            if u < 0:
+                break  # empty entries only end a list
+            for c in range(reach):
+                v = gi1[u, c]
+                if v < 0:
+                    break
+                if hash_contains(seen, 0, mask, HOP_SHIFT, v):
+                    continue
+                hash_insert(seen, 0, mask, HOP_SHIFT, v)
+                insert(gd, gi, gf, s, v, cpu_distance(kind, x, s, x, v, inv, inv))
+        for j in range(k1, width):
+            if gi[s, j] >= 0 and gf[s, j] == NEW and not in_list(gi1, s, gi[s, j]):
+                gf[s, j] = OLD
 
 
 def join_capacity(p: int, selective: bool) -> int:
@@ -456,10 +501,11 @@ _BUILDS = {fn.__name__: (SplitKernel(fn, fastmath=fast, combine=combine), items)
     (sample_reverse, False, None, lambda a: a[6]),
     (local_join, True, None, lambda a: a[16] - a[15]),
     (apply_updates, False, sum, lambda a: a[10]),
-    (unpermute_lists, False, None, lambda a: a[0].shape[0]))}
-init_graph, sample_forward, sample_reverse, local_join, apply_updates, unpermute_lists = (
+    (unpermute_lists, False, None, lambda a: a[0].shape[0]),
+    (widen_lists, True, None, lambda a: a[3].shape[0]))}
+init_graph, sample_forward, sample_reverse, local_join, apply_updates, unpermute_lists, widen_lists = (
     _BUILDS[name][0] for name in ("init_graph", "sample_forward", "sample_reverse", "local_join", "apply_updates",
-                                  "unpermute_lists"))
+                                  "unpermute_lists", "widen_lists"))
 
 
 def kernel(name: str, rows: int):
@@ -544,6 +590,12 @@ class Engine:
         from ._rptree import rp_forest_graph
 
         return rp_forest_graph(x, inv, kind, gd, gi, gf, n_trees, leaf_size, seed)
+
+    def widen(self, x, inv, kind, gd1, gi1, gf1, width, hops):
+        """(gd, gi, gf) of ``width`` columns from the short lists (:func:`widen_lists`)."""
+        gd, gi, gf = self.new_graph(gd1.shape[0], width)
+        kernel("widen_lists", gd1.shape[0])(x, inv, kind, gd1, gi1, gf1, gd, gi, gf, hops)
+        return gd, gi, gf
 
     def unpermute(self, gd, gi, order):
         """(distances, ids) of lists built on ``x[order]``, in the ids of ``x``."""

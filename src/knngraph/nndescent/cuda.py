@@ -163,6 +163,19 @@ class Engine:
         launch(K.init_kernel(pow2_at_least(k, 32)), self._warp_grid(n), C.WPB * 32,
                (x, inv, int(kind), gd, gi, gf, int(keep), int(split), np.int64(seed)))
 
+    def widen(self, x, inv, kind, gd1, gi1, gf1, width, hops):
+        """(gd, gi, gf) of ``width`` columns: each short list and the nearest of the first ``hops`` entries
+        of the lists of its first ``hops`` entries (:func:`_kernels.widen_kernel`; ``cpu.widen_lists`` has
+        the rule)."""
+        n, k1 = gd1.shape
+        gd, gi, gf = self.new_graph(n, width)
+        sc = pow2_at_least(width + 2 * C.HOPS, 32)
+        wpb = C.WPB if sc <= 256 else 2  # the shared sets and lists of a block stay within 48 KB
+        grid = 1 if self.simulate else max(1, min(math.ceil(n / wpb), self.sm_count * 64))
+        launch(K.widen_kernel(sc, pow2_at_least(k1, 32), wpb), grid, wpb * 32,
+               (x, inv, int(kind), gd1, gi1, gf1, gd, gi, gf, int(hops)))
+        return gd, gi, gf
+
     def smallest_per_row(self, tile, k):
         """(values, columns) of each row's k smallest entries, sorted by (value, column)."""
         from ..primitives import kselect
