@@ -120,6 +120,7 @@ def main(argv=None):
             info = index.graph.info or {}
             row = {**head, "part": "build", "variant": spec, "params": over, "seconds": secs,
                    "iterations": info.get("iterations"), "updates_per_iteration": info.get("updates_per_iteration"),
+                   "phase_iterations": info.get("phase_iterations"), "widen_seconds": info.get("widen_seconds"),
                    "recall@10": truth.recall(index.graph.indices, 10),
                    f"recall@{k}": truth.recall(index.graph.indices, k),
                    "peak_gpu_bytes_above_data": peak.peak_bytes()}

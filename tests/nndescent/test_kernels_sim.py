@@ -403,20 +403,22 @@ def _widened_by_rule(gd1, gi1, gf1, full, width, hops):
     return out
 
 
-@pytest.mark.parametrize("kind", [L2, IP])
-def test_widen_kernel_matches_cpu_and_the_two_hop_rule(rng, kind):
+@pytest.mark.parametrize("kind,d", [(L2, 7), (IP, 7), (L2, 40)])
+def test_widen_kernel_matches_cpu_and_the_two_hop_rule(rng, kind, d):
     """The two-hop fill (GPU kernel on the simulator, CPU kernel) against the rule computed in Python: 12
     nodes on 2 blocks of 4 warps (grid-stride loop), lists of 6 read 4 hops deep, widened to 10."""
-    n, d, k1, width, hops = 12, 7, 6, 10, 4
+    n, k1, width, hops = 12, 6, 10, 4
     x = _data(rng, n, d, np.int8 if kind != L2 else np.uint8)
     gd1, gi1, gf1, full = _short_lists(rng, x, k1, kind)
     want = _widened_by_rule(gd1, gi1, gf1, full, width, hops)
     got_cpu = tuple(np.empty((n, width), t) for t in (np.float32, np.int32, np.uint8))
     cpu.kernel("widen_lists", n)(x, _cpu_inv(x, kind), kind, gd1, gi1, gf1, *got_cpu, hops)
-    got_gpu = tuple(np.empty((n, width), t) for t in (np.float32, np.int32, np.uint8))
-    K.widen_kernel(pow2_at_least(width + 64, 32), pow2_at_least(k1, 32), K.WPB)[2, K.WPB * 32](
-        x, _inv(x, kind), kind, gd1, gi1, gf1, *got_gpu, hops)
-    for got in (got_cpu, got_gpu):
+    got = [got_cpu]
+    for chunks in (0, -(-d // 32)):  # the loop over dimensions as written, and unrolled
+        got.append(tuple(np.empty((n, width), t) for t in (np.float32, np.int32, np.uint8)))
+        K.widen_kernel(pow2_at_least(width + 64, 32), pow2_at_least(k1, 32), K.WPB, chunks)[2, K.WPB * 32](
+            x, _inv(x, kind), kind, gd1, gi1, gf1, *got[-1], hops)
+    for got in got:
         np.testing.assert_array_equal(got[1], want[1])
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[2], want[2])

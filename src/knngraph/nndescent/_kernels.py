@@ -311,8 +311,13 @@ def _claim(seen, off, v):
         p = (p + 1) & (HOP_TABLE - 1)
 
 
+#: the two-hop fill unrolls its distances' loop over dimensions up to this many lanes' chunks of 32
+#: (d <= 256), so that all of a row's loads are in flight at once
+HOP_UNROLL_CHUNKS = 8
+
+
 @functools.lru_cache(maxsize=None)
-def widen_kernel(sc: int, kc: int, wpb: int):
+def widen_kernel(sc: int, kc: int, wpb: int, chunks: int = 0):
     """The two-hop fill of lists of ``k1`` <= ``kc`` entries (``kc`` a power of two) into lists of
     ``width`` entries, ``sc`` (a power of two) >= width + 64; ``wpb`` warps per block, one per node.
 
@@ -320,7 +325,12 @@ def widen_kernel(sc: int, kc: int, wpb: int):
     candidates. It reads the first ``hops`` entries of the lists of its first ``hops`` neighbours, one
     list per step with one lane per entry; an id that is not yet in the set (the node, its list and the
     ids read so far) is staged, the warp computes the staged ids' distances four rows at a time, and
-    once more than 32 are staged the working list is sorted by (distance, id) and cut to ``width``."""
+    once more than 32 are staged the working list is sorted by (distance, id) and cut to ``width``.
+
+    ``chunks`` = ceil(d / 32) (at most ``HOP_UNROLL_CHUNKS``; 0: any d): the loop over dimensions has that
+    many steps, a constant, which the compiler unrolls so that the four rows' loads of every step are in
+    flight together (the rows are random, so the fill is bound by memory latency); lanes past d load
+    dimension d - 1 and add nothing."""
     jit = cuda.jit
     try:
         jit = cuda.jit(max_registers=64)  # latency-bound like the random initial lists (init_kernel)
@@ -342,6 +352,7 @@ def widen_kernel(sc: int, kc: int, wpb: int):
         n = gd1.shape[0]
         k1 = gd1.shape[1]
         width = gd.shape[1]
+        dim = x.shape[1]
         base = w * sc
         tb = w * HOP_TABLE
         ob = w * kc
@@ -389,7 +400,41 @@ def widen_kernel(sc: int, kc: int, wpb: int):
                     v1 = si[stage + staged + g + 1] if g + 1 < count else s
                     v2 = si[stage + staged + g + 2] if g + 2 < count else s
                     v3 = si[stage + staged + g + 3] if g + 3 < count else s
-                    d0, d1, d2, d3 = _warp_distances4(kind, x, inv, s, v0, v1, v2, v3, lane)
+                    if chunks > 0:
+                        a0 = float32(0.0)
+                        a1 = float32(0.0)
+                        a2 = float32(0.0)
+                        a3 = float32(0.0)
+                        for c in range(chunks):
+                            t0 = lane + c * WARP
+                            on = float32(1.0) if t0 < dim else float32(0.0)
+                            tc = min(t0, dim - 1)
+                            qt = float32(x[s, tc])
+                            e0 = float32(x[v0, tc])
+                            e1 = float32(x[v1, tc])
+                            e2 = float32(x[v2, tc])
+                            e3 = float32(x[v3, tc])
+                            if kind == DIST_L2SQ:
+                                e0 = (e0 - qt) * on
+                                e1 = (e1 - qt) * on
+                                e2 = (e2 - qt) * on
+                                e3 = (e3 - qt) * on
+                                a0 += e0 * e0
+                                a1 += e1 * e1
+                                a2 += e2 * e2
+                                a3 += e3 * e3
+                            else:
+                                qt *= on
+                                a0 += e0 * qt
+                                a1 += e1 * qt
+                                a2 += e2 * qt
+                                a3 += e3 * qt
+                        d0 = finish_device(kind, warp_sum(a0), inv, s, inv, v0)
+                        d1 = finish_device(kind, warp_sum(a1), inv, s, inv, v1)
+                        d2 = finish_device(kind, warp_sum(a2), inv, s, inv, v2)
+                        d3 = finish_device(kind, warp_sum(a3), inv, s, inv, v3)
+                    else:
+                        d0, d1, d2, d3 = _warp_distances4(kind, x, inv, s, v0, v1, v2, v3, lane)
                     if lane < 4 and g + lane < count:
                         sd[stage + staged + g + lane] = d0 if lane == 0 else (d1 if lane == 1 else (
                             d2 if lane == 2 else d3))
