@@ -38,6 +38,9 @@ HOP_SHIFT = 21
 HOPS = 32
 #: the longest short list that a two-hop fill widens
 MAX_HOP_LIST = 128
+#: the GPU's two-hop fill unrolls its distances' loop over dimensions up to this many chunks of 32 lanes
+#: (d <= 256), so that all of a row's loads are in flight at once
+HOP_UNROLL_CHUNKS = 8
 #: an empty slot of ``cand`` (which holds (distance, id) keys packed by the join's ``pack``): all 64 bits
 #: set. A key, not an id (the id filler is ``ID_NONE``)
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)

@@ -311,11 +311,6 @@ def _claim(seen, off, v):
         p = (p + 1) & (HOP_TABLE - 1)
 
 
-#: the two-hop fill unrolls its distances' loop over dimensions up to this many lanes' chunks of 32
-#: (d <= 256), so that all of a row's loads are in flight at once
-HOP_UNROLL_CHUNKS = 8
-
-
 @functools.lru_cache(maxsize=None)
 def widen_kernel(sc: int, kc: int, wpb: int, chunks: int = 0):
     """The two-hop fill of lists of ``k1`` <= ``kc`` entries (``kc`` a power of two) into lists of
@@ -327,7 +322,7 @@ def widen_kernel(sc: int, kc: int, wpb: int, chunks: int = 0):
     ids read so far) is staged, the warp computes the staged ids' distances four rows at a time, and
     once more than 32 are staged the working list is sorted by (distance, id) and cut to ``width``.
 
-    ``chunks`` = ceil(d / 32) (at most ``HOP_UNROLL_CHUNKS``; 0: any d): the loop over dimensions has that
+    ``chunks`` = ceil(d / 32) (at most ``_common.HOP_UNROLL_CHUNKS``; 0: any d): the loop over dimensions has that
     many steps, a constant, which the compiler unrolls so that the four rows' loads of every step are in
     flight together (the rows are random, so the fill is bound by memory latency); lanes past d load
     dimension d - 1 and add nothing."""

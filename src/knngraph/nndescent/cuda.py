@@ -173,7 +173,7 @@ class Engine:
         wpb = C.WPB if sc <= 256 else 2  # the shared sets and lists of a block stay within 48 KB
         grid = 1 if self.simulate else max(1, min(math.ceil(n / wpb), self.sm_count * 64))
         chunks = math.ceil(x.shape[1] / 32)
-        launch(K.widen_kernel(sc, pow2_at_least(k1, 32), wpb, chunks if chunks <= K.HOP_UNROLL_CHUNKS else 0), grid,
+        launch(K.widen_kernel(sc, pow2_at_least(k1, 32), wpb, chunks if chunks <= C.HOP_UNROLL_CHUNKS else 0), grid,
                wpb * 32,
                (x, inv, int(kind), gd1, gi1, gf1, gd, gi, gf, int(hops)))
         return gd, gi, gf
