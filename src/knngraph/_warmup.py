@@ -448,12 +448,15 @@ def _nndescent(inp: _Inputs) -> None:
     from ._api import knn_graph
     from .nndescent._rptree import LOCAL_ROWS
 
-    # more rows than the random projection forest splits in one piece (its level kernels split larger nodes)
+    # more rows than the random projection forest splits in one piece (its level kernels split larger nodes).
+    # The GPU's two-phase schedule (lists of k, then 2k with half the samples: another join kernel) needs
+    # iterations left after its short lists, which leave after 4-5 iterations on these rows
+    iterations = 12 if inp.on_gpu else 3
     for base, _, metrics in inp.runs(rows=LOCAL_ROWS + 1000):
         for metric in metrics:
             for k in inp.some(GRAPH_DEGREES):
                 knn_graph(base, k, method="nndescent", metric=metric, device=inp.device, verbose=False,
-                          max_iterations=3)
+                          max_iterations=iterations)
 
 
 def _grnnd(inp: _Inputs) -> None:

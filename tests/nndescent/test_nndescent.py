@@ -230,6 +230,246 @@ def test_out_of_core_clusters_metrics(metric):
     np.testing.assert_array_equal(g.indices, again.indices)  # same seed, same graph
 
 
+def _fold_reference(rows, piece_d, piece_i, res_d, res_i, done):
+    """The fold in plain NumPy (as the clustered build did it before its fold kernel): fresh rows take the
+    piece's list with ids made global; seen rows keep the first k distinct ids of both lists sorted by
+    (distance, id), -1 dropped, (inf, -1) padded."""
+    k = res_d.shape[1]
+    glob = np.where(piece_i >= 0, rows[np.maximum(piece_i, 0)], -1).astype(np.int32)
+    seen = done[rows]
+    res_d[rows[~seen]] = piece_d[~seen]
+    res_i[rows[~seen]] = glob[~seen]
+    for t in np.flatnonzero(seen):
+        g = rows[t]
+        d = np.concatenate([res_d[g], piece_d[t]])
+        ids = np.concatenate([res_i[g], glob[t]])
+        order = np.lexsort((ids, d))
+        out = []
+        for j in order:
+            if ids[j] >= 0 and ids[j] not in [v for _, v in out]:
+                out.append((d[j], ids[j]))
+        out = out[:k] + [(np.inf, -1)] * (k - len(out[:k]))
+        res_d[g] = [a for a, _ in out]
+        res_i[g] = [b for _, b in out]
+    done[rows] = True
+
+
+def _random_lists(rng, m, k, id_range, levels=8):
+    """m sorted lists of k entries: distinct ids below id_range, distances on a few levels (ties), a
+    random tail of (inf, -1) padding."""
+    d = np.full((m, k), np.inf, np.float32)
+    ids = np.full((m, k), -1, np.int32)
+    for r in range(m):
+        c = rng.integers(0, k + 1) if rng.random() < 0.3 else k
+        v = rng.choice(id_range, c, replace=False).astype(np.int32)
+        dv = (rng.integers(0, levels, c) / levels).astype(np.float32)
+        order = np.lexsort((v, dv))
+        d[r, :c], ids[r, :c] = dv[order], v[order]
+    return d, ids
+
+
+@pytest.mark.parametrize("m", [60, 9000])
+def test_fold_piece_lists_matches_numpy(m):
+    """The clustered build's fold kernel against the plain NumPy fold: fresh rows copied with global ids,
+    seen rows merged (the same id in both lists, at the same or another distance, kept once; ties by the
+    lower id; -1 padding dropped), done marked; 9000 rows run split over numba's threads."""
+    from knngraph.nndescent._merge_host import fold_piece_lists
+
+    rng = np.random.default_rng(m)
+    n, k = 3 * m, 6
+    res_d, res_i = _random_lists(rng, n, k, n)
+    done = rng.random(n) < 0.5
+    for step in range(3):
+        rows = np.sort(rng.choice(n, m, replace=False))
+        piece_d, piece_i = _random_lists(rng, m, k, m)
+        # some entries repeat a seen row's own entries: the same id at the same or a farther distance
+        for t in rng.choice(m, m // 4, replace=False):
+            g = rows[t]
+            local = np.searchsorted(rows, res_i[g])
+            hit = (res_i[g] >= 0) & (local < m) & (rows[np.minimum(local, m - 1)] == res_i[g])
+            for j in np.flatnonzero(hit)[:2]:
+                if local[j] not in piece_i[t]:
+                    piece_i[t, -1], piece_d[t, -1] = local[j], res_d[g, j] + (0.25 if j % 2 else 0.0)
+                    order = np.lexsort((np.where(piece_i[t] >= 0, rows[np.maximum(piece_i[t], 0)], 2**31 - 1),
+                                        piece_d[t]))
+                    piece_d[t], piece_i[t] = piece_d[t, order], piece_i[t, order]
+        want = [a.copy() for a in (res_d, res_i, done)]
+        _fold_reference(rows, piece_d, piece_i, *want)
+        fold_piece_lists(rows, piece_d, piece_i, res_d, res_i, done)
+        np.testing.assert_array_equal(res_i, want[1], err_msg=f"step {step}")
+        np.testing.assert_array_equal(res_d, want[0])
+        np.testing.assert_array_equal(done, want[2])
+    with pytest.raises(ValueError, match="sorted"):
+        fold_piece_lists(rows[::-1].copy(), piece_d, piece_i, res_d, res_i, done)
+
+
+def _clustered_rows(n=3000, seed=11):
+    rng = np.random.default_rng(seed)
+    basis = rng.normal(size=(6, 24))
+    centres = rng.normal(size=(40, 6)) * 2.5 @ basis
+    return (centres[rng.integers(0, 40, n)] + rng.normal(size=(n, 6)) @ basis
+            + rng.normal(size=(n, 24)) * 0.05).astype(np.float32)
+
+
+def test_out_of_core_clusters_fold_does_not_depend_on_timing(monkeypatch):
+    """The pieces' folds run on a worker thread while the next piece builds: the lists are those of the
+    pieces folded one after another in order (the plain NumPy fold replayed on the same piece lists), with
+    folds slowed at random as with none slowed; an error in a fold is raised by the build."""
+    import time
+
+    from knngraph.nndescent import _merge_host
+
+    x = _clustered_rows()
+    fold = _merge_host.fold_piece_lists
+    seen = []
+
+    def recording(rows, piece_d, piece_i, *res):
+        seen.append((rows.copy(), np.array(piece_d), np.array(piece_i)))
+        fold(rows, piece_d, piece_i, *res)
+
+    monkeypatch.setattr(_merge_host, "fold_piece_lists", recording)
+    g = _ooc(x, 10, memory_limit=3 * x.nbytes, out_of_core="clusters", cluster_margin=None)
+    info = g.info
+    assert info["pieces"] >= 8 and len(seen) == info["pieces"] and info["piece_iterations"]
+    assert info["pieces_fold_seconds"] > 0 and info["pieces_merge_seconds"] >= 0
+    width = seen[0][1].shape[1]  # the build's lists, longer than the graph's 10
+    res_d = np.empty((len(x), width), np.float32)
+    res_i = np.empty((len(x), width), np.int32)
+    done = np.zeros(len(x), bool)
+    for rows, piece_d, piece_i in seen:
+        _fold_reference(rows, piece_d, piece_i, res_d, res_i, done)
+    assert done.all()
+    np.testing.assert_array_equal(g.indices, res_i[:, :10])
+    np.testing.assert_array_equal(g.distances, res_d[:, :10])  # squared L2, the default metric
+
+    rng = np.random.default_rng(0)
+
+    def slow(*args):
+        time.sleep(rng.random() * 0.02)
+        fold(*args)
+
+    monkeypatch.setattr(_merge_host, "fold_piece_lists", slow)
+    again = _ooc(x, 10, memory_limit=3 * x.nbytes, out_of_core="clusters", cluster_margin=None)
+    np.testing.assert_array_equal(again.indices, g.indices)
+    np.testing.assert_array_equal(again.distances, g.distances)
+
+    calls = []
+
+    def failing(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("fold failed")
+        fold(*args)
+
+    monkeypatch.setattr(_merge_host, "fold_piece_lists", failing)
+    with pytest.raises(RuntimeError, match="fold failed"):
+        _ooc(x, 10, memory_limit=3 * x.nbytes, out_of_core="clusters", cluster_margin=None)
+
+
+class _FakeCupy:
+    """What the clustered build's hand-over of GPU lists uses of CuPy, on NumPy: a copy queued on a stream
+    runs when the stream or an event recorded on it is synchronised, or at once (``eager``). A fold that
+    does not wait for its copy, a buffer overwritten while a fold reads it, or a device array let go before
+    its copy ran (checked by the copy) gives other lists or an error."""
+
+    def __init__(self, eager, pinned=True):
+        import contextlib
+        import types
+        import weakref
+
+        class Stream:
+            def __init__(self, *args, **kwargs):
+                self.ops = []
+
+            def record(self):
+                return self  # synchronising an event runs the stream's queue: the copies before it and any after
+
+            def wait_event(self, event):
+                event.synchronize()
+
+            def synchronize(self):
+                while self.ops:
+                    self.ops.pop(0)()
+
+        class DeviceArray:
+            def __init__(self, a):
+                self.a = a.copy()
+                self.shape = a.shape
+
+            def get(self, stream, out, blocking=True):
+                assert not blocking and out.shape == self.shape
+                ref = weakref.ref(self)
+
+                def copy():
+                    assert ref() is not None, "a device array let go before its copy ran"
+                    out[...] = ref().a
+
+                copy() if eager else stream.ops.append(copy)
+
+        def empty_pinned(shape, dtype):
+            if not pinned:
+                raise MemoryError("no page-locked memory")
+            return np.empty(shape, dtype)
+
+        self.DeviceArray = DeviceArray
+        self.main = Stream()
+        self.cuda = types.SimpleNamespace(Device=lambda i: contextlib.nullcontext(), Stream=Stream,
+                                          get_current_stream=lambda: self.main)
+        self.ascontiguousarray = lambda a: a
+        self.get_default_pinned_memory_pool = lambda: types.SimpleNamespace(free_all_blocks=lambda: None)
+        self.cupyx = types.SimpleNamespace(empty_pinned=empty_pinned)
+
+
+@pytest.mark.parametrize("eager,pinned", [(False, True), (True, True), (False, False)])
+def test_out_of_core_clusters_fold_of_gpu_lists(monkeypatch, eager, pinned):
+    """The hand-over of GPU lists (a fake CuPy on NumPy): copies into two page-locked buffers on a side
+    stream, the worker waiting for each copy before it folds, a buffer reused only once its fold is done,
+    the device arrays held until copied; without page-locked memory, plain copies; host lists (small
+    pieces) as they are. Slow folds give the lists of the pieces folded in order."""
+    import sys
+    import time
+
+    from knngraph import _device
+    from knngraph.nndescent import _build, _merge_host
+
+    fake = _FakeCupy(eager, pinned)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setitem(sys.modules, "cupyx", fake.cupyx)
+    monkeypatch.setattr(_device, "_IDLE_STREAMS", {})
+    fold = _merge_host.fold_piece_lists
+
+    def slow(*args):
+        time.sleep(0.01)
+        fold(*args)
+
+    monkeypatch.setattr(_merge_host, "fold_piece_lists", slow)
+
+    class Engine:
+        is_cuda, simulate, device_index, cp = True, False, 0, fake
+
+        @staticmethod
+        def to_host(a):
+            return a.a.copy() if isinstance(a, fake.DeviceArray) else a
+
+    rng = np.random.default_rng(1)
+    n, k, m = 400, 5, 150
+    got = (np.empty((n, k), np.float32), np.empty((n, k), np.int32), np.zeros(n, bool))
+    want = [a.copy() for a in got]
+    folder = _build._Folder(Engine, *got, m)
+    for step in range(7):
+        rows = np.sort(rng.choice(n, m - step, replace=False))
+        piece_d, piece_i = _random_lists(rng, len(rows), k, len(rows))
+        _fold_reference(rows, piece_d, piece_i, *want)
+        if step == 3:  # the exact lists of a small piece: host arrays
+            folder.add(rows, piece_d, piece_i)
+        else:
+            folder.add(rows, fake.DeviceArray(piece_d), fake.DeviceArray(piece_i))
+    folder.close()
+    assert folder.fold_seconds > 0 and (folder.stream is not None) == pinned
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("strategy", ["auto", "clusters", "shard_pairs"])
 def test_too_small_memory_limit_says_how_much(strategy):
     x = np.random.default_rng(0).random((300, 16), dtype=np.float32)

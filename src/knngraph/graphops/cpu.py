@@ -121,41 +121,57 @@ def prune(base, inv, kind, factor, primary, primary2, secondary, degree, fill):
     return out_ids, out_d
 
 
+@numba.njit(cache=True)
+def merge_row(ad, ai, bd, bi, out_d, out_i):
+    """The first ``len(out_d)`` distinct ids of the (distance, id)-sorted 1-d lists a and b, merged into
+    ``out_d`` / ``out_i`` (which must not share memory with a or b); -1 entries are skipped and missing ones
+    padded with (inf, -1). The one row merge of :func:`merge_sorted_lists` and of the clustered
+    NN-Descent build's fold of piece lists into its running lists (``knngraph.nndescent._merge_host``)."""
+    ka = ad.shape[0]
+    kb = bd.shape[0]
+    k = out_d.shape[0]
+    i = 0
+    j = 0
+    c = 0
+    # the comparison and the picks as selects, no branches but the predictable ones (a list running out, a
+    # repeated id), and the repeat test without an early exit (it compiles to vector compares): 1M rows
+    # of two random 32-entry lists, one thread, 395 ms against 605 ms for the branching loop
+    # (``less``'s short-circuit, a scan that stops at the first repeat)
+    while c < k and (i < ka or j < kb):
+        a_left = i < ka
+        b_left = j < kb
+        da = np.float32(np.inf)
+        va = np.int32(-1)
+        db = np.float32(np.inf)
+        vb = np.int32(-1)
+        if a_left:
+            da = ad[i]
+            va = ai[i]
+        if b_left:
+            db = bd[j]
+            vb = bi[j]
+        # less(da, va, db, vb) without its short-circuit
+        take_a = a_left & ((not b_left) | (da < db) | ((da == db) & (va < vb)))
+        d = da if take_a else db
+        v = va if take_a else vb
+        i += take_a
+        j += 1 - take_a
+        skip = v < 0
+        for t in range(c):
+            skip |= out_i[t] == v
+        if not skip:
+            out_d[c] = d
+            out_i[c] = v
+            c += 1
+    for t in range(c, k):
+        out_d[t] = np.inf
+        out_i[t] = -1
+
+
 def _merge_lists(i0, i1, ad, ai, bd, bi, out_d, out_i):
-    """Per row: the first k (= out width) distinct ids of the (distance, id)-sorted rows a and b, merged;
-    -1 entries are skipped and missing ones padded with (inf, -1)."""
-    n = ad.shape[0]
-    ka = ad.shape[1]
-    kb = bd.shape[1]
-    k = out_d.shape[1]
+    """Per row: :func:`merge_row` of rows a and b into the row of out (k = out width)."""
     for r in range(i0, i1):
-        i = 0
-        j = 0
-        c = 0
-        while c < k and (i < ka or j < kb):
-            take_a = j >= kb or (i < ka and less(ad[r, i], ai[r, i], bd[r, j], bi[r, j]))
-            if take_a:
-                d = ad[r, i]
-                v = ai[r, i]
-                i += 1
-            else:
-                d = bd[r, j]
-                v = bi[r, j]
-                j += 1
-            if v < 0:
-                continue
-            dup = False
-            for t in range(c):
-                if out_i[r, t] == v:
-                    dup = True
-                    break
-            if not dup:
-                out_d[r, c] = d
-                out_i[r, c] = v
-                c += 1
-        for t in range(c, k):
-            out_d[r, t] = np.inf
-            out_i[r, t] = -1
+        merge_row(ad[r], ai[r], bd[r], bi[r], out_d[r], out_i[r])
 
 
 _MERGE = SplitKernel(_merge_lists)

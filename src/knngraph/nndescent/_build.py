@@ -11,7 +11,9 @@ engine arrays (NumPy or CuPy); the public functions convert at the edges.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import math
 import time
@@ -240,8 +242,8 @@ def plan_shard_rows(engine, n, d, itemsize, cfg: Config, budget: int, *, cosine:
 
 class _Prefetcher:
     """Loads a fixed sequence of row blocks (row ranges or row lists; from memory, a memory map or the
-    GPU) one step ahead on a worker thread; on the GPU the host-to-device copy runs on its own stream, overlapping the merge
-    kernels of the current step."""
+    GPU) one step ahead on a worker thread; on the GPU the host-to-device copy runs on its own stream, overlapping the
+    kernels of the current step (a shard pair's merge, a cluster piece's build)."""
 
     def __init__(self, engine, data, sequence):
         self.engine = engine
@@ -294,6 +296,142 @@ class _Prefetcher:
 
     def close(self):
         self.pool.shutdown(wait=True)
+
+
+class _Folder:
+    """Folds each cluster piece's lists into the running host lists (:func:`._merge_host.fold_piece_lists`:
+    compiled, split over numba's threads, GIL released) on one worker thread while the caller builds the
+    next piece.
+
+    Pieces share rows, so the folds run one at a time in the order the pieces are handed over (a single
+    worker takes them first in, first out): the lists do not depend on how the folds interleave with the
+    builds. :meth:`add` hands a piece over:
+
+    * host arrays (the CPU engine, the simulator, the exact lists of small pieces) as they are;
+    * the GPU's lists are copied into one of :attr:`SLOTS` page-locked buffers on a side stream, after the
+      work queued on the caller's stream so far; the worker waits for the copy (an event), lets the device
+      arrays go (they are held until then, so that the next build cannot reuse their memory while the copy
+      reads it) and folds from the buffer. Where page-locked memory cannot be had, the caller copies into
+      pageable memory (``engine.to_host``) and the worker folds that.
+
+    At most :attr:`SLOTS` folds are outstanding: before a piece takes a slot, the fold of the piece that
+    used it last must be done (the caller waits). A fold's error is raised by the next :meth:`add` or by
+    :meth:`close`. ``handoff_seconds``: the caller's time in :meth:`add` and :meth:`close` (waiting for a
+    slot, queueing the copies, or copying where there is no page-locked memory); ``fold_seconds``: the
+    worker's time (waiting for the copy and folding)."""
+
+    SLOTS = 2
+    #: page-locked bytes above which :meth:`close` gives CuPy's page-locked pool back to the system (the
+    #: pool would keep the buffers for later builds)
+    KEEP_PINNED_BYTES = 256 << 20
+
+    def __init__(self, engine, res_d, res_i, done, max_rows: int):
+        self.engine = engine
+        self.res = (res_d, res_i, done)
+        self.max_rows = int(max_rows)
+        self.on_device = engine.is_cuda and not engine.simulate
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="knngraph-fold")
+        self.pending: collections.deque = collections.deque()  # the folds not yet seen done, oldest first
+        self.count = 0
+        self.pinned: list = [None] * self.SLOTS  # per slot: (distances, ids) page-locked, or False
+        self.stream = None
+        self._streams = contextlib.ExitStack()
+        self.handoff_seconds = 0.0
+        self.fold_seconds = 0.0  # written by the worker only
+
+    def add(self, rows, gd, gi):
+        """Hand over a piece: ``rows`` its sorted global row ids, (gd, gi) its lists (engine or host arrays,
+        ids local to the piece)."""
+        t0 = time.perf_counter()
+        try:
+            # a slot's buffers are reused SLOTS pieces later: by then the fold that read them is done
+            while self.pending and (len(self.pending) >= self.SLOTS or self.pending[0].done()):
+                self.pending.popleft().result()  # raises the fold's error
+            slot = self.count % self.SLOTS
+            self.count += 1
+            if isinstance(gd, np.ndarray) or not self.on_device:
+                job = (self.engine.to_host(gd), self.engine.to_host(gi), None, None)
+            else:
+                job = self._copy_async(slot, gd, gi)
+            self.pending.append(self.pool.submit(self._fold, rows, *job))
+        finally:
+            self.handoff_seconds += time.perf_counter() - t0
+
+    def _buffers(self, slot: int):
+        """The slot's page-locked (distances, ids) buffers of ``max_rows`` rows, allocated on first use;
+        None where page-locked memory cannot be had (then no slot tries again)."""
+        if self.pinned[slot] is None:
+            try:
+                import cupyx
+
+                k = self.res[0].shape[1]
+                self.pinned[slot] = (cupyx.empty_pinned((self.max_rows, k), np.float32),
+                                     cupyx.empty_pinned((self.max_rows, k), np.int32))
+            except Exception:  # noqa: BLE001 - no page-locked memory (or no cupyx): plain copies instead
+                self.pinned = [False] * self.SLOTS
+        return self.pinned[slot] or None
+
+    def _copy_async(self, slot: int, gd, gi):
+        """(distances, ids, copied event, device arrays to hold) of a copy of the GPU lists into the slot's
+        page-locked buffers, queued on the side stream after the caller's stream's work; a plain copy
+        where there are no buffers."""
+        bufs = self._buffers(slot) if gd.shape[0] <= self.max_rows else None
+        if bufs is None:
+            return self.engine.to_host(gd), self.engine.to_host(gi), None, None
+        cp = self.engine.cp
+        m = gd.shape[0]
+        with cp.cuda.Device(self.engine.device_index):
+            gd, gi = cp.ascontiguousarray(gd), cp.ascontiguousarray(gi)
+            if self.stream is None:
+                (self.stream,) = self._streams.enter_context(borrowed_streams(self.engine.device_index,
+                                                                             "list-download"))
+            self.stream.wait_event(cp.cuda.get_current_stream().record())
+            hd, hi = bufs[0][:m], bufs[1][:m]
+            for src, dst in ((gd, hd), (gi, hi)):
+                try:
+                    src.get(stream=self.stream, out=dst, blocking=False)
+                except TypeError:  # a CuPy without ``blocking``: a copy on a given stream is asynchronous
+                    src.get(stream=self.stream, out=dst)
+            copied = self.stream.record()
+        return hd, hi, copied, [gd, gi]
+
+    def _fold(self, rows, hd, hi, copied, hold):
+        """The worker: wait for the copy (if any), let the device lists go, fold."""
+        from ._merge_host import fold_piece_lists
+
+        t0 = time.perf_counter()
+        try:
+            if copied is not None:
+                copied.synchronize()
+                with self.engine.cp.cuda.Device(self.engine.device_index):
+                    hold.clear()
+            fold_piece_lists(rows, hd, hi, *self.res)
+        finally:
+            self.fold_seconds += time.perf_counter() - t0
+
+    def close(self, *, failed: bool = False):
+        """Wait for the folds in order (raising the first error), or with ``failed`` (the caller is raising)
+        drop those not started and wait for the running one; then wait for the copies still queued and give
+        the side stream and the page-locked buffers back."""
+        t0 = time.perf_counter()
+        try:
+            if not failed:
+                while self.pending:
+                    self.pending.popleft().result()
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pending.clear()
+            try:
+                if self.stream is not None:
+                    # a copy still queued writes into a page-locked buffer: done before it is let go
+                    self.stream.synchronize()
+            finally:
+                self._streams.close()
+                pinned = sum(b[0].nbytes + b[1].nbytes for b in self.pinned if b)
+                self.pinned = [None] * self.SLOTS
+                if pinned > self.KEEP_PINNED_BYTES:
+                    self.engine.cp.get_default_pinned_memory_pool().free_all_blocks()
+                self.handoff_seconds += time.perf_counter() - t0
 
 
 def sharded_build(engine, data, cfg: Config, shard_rows: int, *, stats=None):
@@ -437,11 +575,17 @@ def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, ov
     """Out-of-core GNND over overlapping clusters (see :mod:`knngraph.partition`): k-means centroids, every
     row in the piece of its nearest cluster and in those of its 2nd to ``overlap``-th nearest ones whose
     border it lies within ``margin`` neighbourhood radii of (None: in all of them), each piece built in
-    memory (the next piece's rows loaded meanwhile) and folded into the running top-k of its rows.
-    Returns host arrays (distances, ids)."""
+    memory (the next piece's rows loaded meanwhile, :class:`_Prefetcher`) and folded into the running
+    top-k of its rows on the host (:class:`_Folder`: a compiled, threaded kernel on a worker thread, in
+    piece order, while the next piece builds; on the GPU each piece's lists go to page-locked memory by an
+    asynchronous copy on a side stream). Returns host arrays (distances, ids).
+
+    ``stats`` gets the partition's figures and the pieces': ``pieces_build_seconds`` (the builds, on the
+    calling thread, up to the device's synchronisation), ``pieces_merge_seconds`` (the calling thread's
+    time handing the pieces' lists over and waiting for the folds: the part of the merge the builds do not
+    hide) and ``pieces_fold_seconds`` (the worker's time: waiting for each copy and folding)."""
     from .. import partition as P
 
-    xp = engine.xp
     n = data.shape[0]
     k = cfg.k
     t0 = time.perf_counter()
@@ -474,13 +618,16 @@ def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, ov
     small = SMALL_PIECE_PER_K * (k + 1)
     t_plan = time.perf_counter() - t0
     # every row's list is written by its first piece and merged with those of its later pieces (the rows
-    # that sit in one piece only, most of them, need no merge); rows of no piece keep (inf, -1)
+    # that sit in one piece only, most of them, need no merge); rows of no piece keep (inf, -1). The fold
+    # of a piece into these host lists runs on a worker thread while the next piece builds (_Folder)
     res_d = np.empty((n, k), np.float32)
     res_i = np.empty((n, k), np.int32)
     done = np.zeros(n, bool)
     iterations = []
-    t_build = t_merge = 0.0
+    t_build = 0.0
     fetch = _Prefetcher(engine, data, pieces)
+    folder = _Folder(engine, res_d, res_i, done, max((len(r) for r in pieces), default=0))
+    failed = True
     try:
         with progress(len(pieces), "nn-descent clusters", disable=not cfg.verbose, min_steps=1) as bar:
             for s, rows in enumerate(pieces):
@@ -491,39 +638,24 @@ def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, ov
                 tb = time.perf_counter()
                 if len(rows) <= small:
                     hd, hi = small_exact_lists(engine.to_host(block), k, metric)
-                    gd, gi = to_internal(engine.asarray(hd), metric, xp), engine.asarray(hi)
+                    gd, gi = to_internal(hd, metric, np), hi
                 else:
                     st: dict = {}
                     gd, gi = build_in_memory(engine, block, dataclasses.replace(cfg, seed=cfg.seed + 7919 * s,
                                                                                 verbose=False), stats=st)
                     iterations.append(st.get("iterations", 0))
-                ids = engine.asarray(rows.astype(np.int32))
-                glob = xp.where(gi >= 0, ids[xp.maximum(gi, 0)], np.int32(-1)).astype(np.int32)
                 engine.synchronize()
-                tm = time.perf_counter()
-                t_build += tm - tb
-                seen = done[rows]
-                if not seen.any():
-                    res_d[rows] = engine.to_host(gd)
-                    res_i[rows] = engine.to_host(glob)
-                else:
-                    fresh = ~seen
-                    if fresh.any():
-                        at = engine.asarray(np.flatnonzero(fresh))
-                        res_d[rows[fresh]] = engine.to_host(gd[at])
-                        res_i[rows[fresh]] = engine.to_host(glob[at])
-                    old = rows[seen]
-                    at = engine.asarray(np.flatnonzero(seen))
-                    md, mi = engine.merge_lists(engine.asarray(res_d[old]), engine.asarray(res_i[old]), gd[at],
-                                                glob[at], k)
-                    res_d[old] = engine.to_host(md)
-                    res_i[old] = engine.to_host(mi)
-                done[rows] = True
-                t_merge += time.perf_counter() - tm
-                del block, gd, gi, glob
+                t_build += time.perf_counter() - tb
+                # ids local to the piece: the fold maps them to rows (sorted, so the lists' order holds)
+                folder.add(rows, gd, gi)
+                del block, gd, gi
                 bar.update(1)
+        failed = False
     finally:
-        fetch.close()
+        try:
+            folder.close(failed=failed)
+        finally:
+            fetch.close()
     missing = ~done
     res_d[missing] = np.inf
     res_i[missing] = -1
@@ -536,6 +668,6 @@ def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, ov
                      piece_iterations=iterations, partition_seconds=t_plan,
                      partition_seconds_by_step={"kmeans": t_kmeans, "assign": t_assign,
                                                 "split": t_plan - t_kmeans - t_assign},
-                     pieces_build_seconds=t_build, pieces_merge_seconds=t_merge,
-                     seconds=time.perf_counter() - t0)
+                     pieces_build_seconds=t_build, pieces_merge_seconds=folder.handoff_seconds,
+                     pieces_fold_seconds=folder.fold_seconds, seconds=time.perf_counter() - t0)
     return res_d, res_i
