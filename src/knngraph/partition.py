@@ -141,7 +141,9 @@ def _rows_on(engine, data, rows):
         import cupy as cp
 
         return cp.asnumpy(data[cp.asarray(rows)])
-    return engine.asarray(np.asarray(data[rows]))
+    from .primitives.gather import gather_rows  # numba: imported when a host gather runs
+
+    return engine.asarray(gather_rows(data, rows))
 
 
 def _score_rows(m: int, d: int, c: int) -> int:

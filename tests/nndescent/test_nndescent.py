@@ -132,6 +132,28 @@ def test_out_of_core_clusters_base_4x_memory_limit(sift):
     assert r >= 0.9 and r2 >= 0.84 and r > r2 + 0.03, (r, r2)
 
 
+def test_out_of_core_pieces_stop_at_the_piece_threshold():
+    """With the selective update (the GPU's), the pieces of a clustered out-of-core build stop at
+    ``piece_termination_threshold`` (auto: an iteration changing under a tenth of a piece's entries): fewer
+    iterations than pieces run to 0.001, the first ten neighbours nearly as good."""
+    from knngraph.datasets import load_sample
+
+    x = np.asarray(load_sample().base[:8000], np.float32)
+    k = 10
+    ex = knngraph.knn_graph(x, k, method="exact", device="cpu", verbose=False)
+    runs = {}
+    for stop in (None, 0.001):
+        g = _ooc(x, k, memory_limit=x.nbytes // 3, update="selective", init="random",
+                 piece_termination_threshold=stop)
+        runs[stop] = (g.info["piece_iterations"], knngraph.graph_recall(g, k, true_graph=ex))
+    (auto_its, auto_r), (full_its, full_r) = runs[None], runs[0.001]
+    assert len(auto_its) == len(full_its) >= 3
+    assert sum(auto_its) < sum(full_its) and max(auto_its) <= 8, (auto_its, full_its)
+    assert auto_r >= 0.85 and auto_r >= full_r - 0.03, (auto_r, full_r)
+    with pytest.raises(ValueError, match="piece_termination_threshold"):
+        nndescent.IndexParams(piece_termination_threshold=1.5)
+
+
 def test_out_of_core_clusters_build_border_rows_only(monkeypatch):
     """Clustered rows (40 Gaussian blobs whose centres overlap in a 6-dimensional subspace), pieces of at
     most a fifth of the rows: the border rule builds 1.17 rows per row at recall@10 0.984 against brute

@@ -272,7 +272,9 @@ class _Prefetcher:
         elif self.engine.is_cuda and not self.engine.simulate and isinstance(self.data, self.engine.cp.ndarray):
             block = self.data[self.engine.cp.asarray(item)]
         else:
-            block = self.data[item]
+            from ..primitives.gather import gather_rows
+
+            block = gather_rows(self.data, item)  # on numba's threads: a piece's rows of a large base
         if not self.engine.is_cuda or self.engine.simulate:
             return np.ascontiguousarray(block)
         cp = self.engine.cp

@@ -48,6 +48,9 @@ SELECTIVE_LIST_FACTOR = 2
 #: then 64; ``benchmarks/studies/nndescent_wide_tail.py``) switched after 5 iterations at recall@32 0.89
 #: and reached recall@32 0.997 three iterations after the two-hop fill (a fixed 4 iterations: 0.996)
 SHORT_LIST_STOP = 0.1
+#: the pieces of an out-of-core build over clusters stop, with the selective update, at the same share
+#: (``IndexParams.piece_termination_threshold``)
+PIECE_STOP = SHORT_LIST_STOP
 
 
 def _selective(params: IndexParams, dev) -> bool:
@@ -213,7 +216,10 @@ def _build_arrays(data, k, params: IndexParams, dev: Device, verbose: bool, info
             # the pair plan raises MemoryError when not even two small shards fit: then nothing fits
             strategy = "shard_pairs" if -(-n // min(pair_rows(), (n + 1) // 2)) <= AUTO_MAX_SHARDS else "clusters"
         if strategy == "clusters":
-            cfg = short
+            stop = params.piece_termination_threshold
+            if stop is None:
+                stop = PIECE_STOP if short.selective else params.termination_threshold
+            cfg = dataclasses.replace(short, threshold=stop)
             rows = force_shard_rows or _build.plan_piece_rows(engine, n, d, data.dtype.itemsize, cfg, budget,
                                                               cosine=cosine)
             rows = min(rows, max(n // 2, 1))

@@ -1,0 +1,51 @@
+"""Rows of a large host array gathered by row ids on several threads: :func:`gather_rows`.
+
+NumPy's fancy indexing (``data[rows]``) copies on one thread. The out-of-core builds gather a cluster's
+rows (a few hundred thousand of a memory-mapped or in-memory base) for every piece and every halving of
+the partition; one thread of NumPy moved about 1-2 GB/s there, which on a GPU machine made the gathers,
+not the GPU, the pace of the partition. Here a compiled kernel copies the rows' bytes, split over numba's
+threads (:class:`~knngraph.primitives.compile.SplitKernel`, GIL released), for every dtype at once (the
+rows are copied as bytes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .compile import SERIAL_BELOW, SplitKernel
+from .cpu_inputs import writable_view
+
+__all__ = ["gather_rows"]
+
+
+def _gather(i0, i1, src, rows, out):
+    """out[t] = src[rows[t]] for t in [i0, i1) (byte rows)."""
+    w = src.shape[1]
+    for t in range(i0, i1):
+        r = rows[t]
+        for j in range(w):
+            out[t, j] = src[r, j]
+
+
+_GATHER = SplitKernel(_gather)
+
+
+def gather_rows(data, rows) -> np.ndarray:
+    """``data[rows]`` as a new C-contiguous NumPy array: for a C-contiguous 2-d NumPy array (a memory map
+    too) of at least :data:`~knngraph.primitives.compile.SERIAL_BELOW` rows' worth of bytes asked, copied
+    on numba's threads; anything else (a small gather, an array of another layout, an object that takes
+    index arrays) by ``data[rows]``. ``rows``: integer row ids, each in [0, len(data)) (an IndexError
+    names the first one that is not)."""
+    rows = np.asarray(rows)
+    if not (isinstance(data, np.ndarray) and data.ndim == 2 and data.flags.c_contiguous
+            and rows.ndim == 1 and rows.dtype.kind in "iu") or len(rows) * data.shape[1] * data.itemsize < (
+                SERIAL_BELOW << 10):
+        return np.ascontiguousarray(data[rows])
+    rows = rows.astype(np.int64, copy=False)
+    if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= data.shape[0]):
+        bad = rows[(rows < 0) | (rows >= data.shape[0])][0]
+        raise IndexError(f"row {int(bad)} is out of bounds for an array of {data.shape[0]} rows")
+    out = np.empty((len(rows), data.shape[1]), data.dtype)
+    src = writable_view(data).view(np.uint8).reshape(data.shape[0], -1)
+    _GATHER.run(len(rows), len(rows), src, rows, out.view(np.uint8).reshape(len(rows), -1))
+    return out
