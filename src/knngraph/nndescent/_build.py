@@ -258,6 +258,9 @@ class _Prefetcher:
             with engine.cp.cuda.Device(engine.device_index):
                 self.consumer = engine.cp.cuda.get_current_stream()
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self.pinned = None  # the page-locked buffer of host blocks bound for the GPU (False: none to be had)
+        self.load_seconds = 0.0  # the worker's time loading
+        self.wait_seconds = 0.0  # the caller's time waiting for loads
         self.next_future = self._submit(0)
 
     def _submit(self, pos):
@@ -267,6 +270,18 @@ class _Prefetcher:
 
     def _load(self, item):
         """Rows ``lo:hi`` for a ``(lo, hi)`` item, else the rows of a sorted index array."""
+        t0 = time.perf_counter()
+        try:
+            return self._load_block(item)
+        finally:
+            self.load_seconds += time.perf_counter() - t0
+
+    def _load_block(self, item):
+        if (self.engine.is_cuda and not self.engine.simulate and isinstance(self.data, np.ndarray)
+                and self.data.ndim == 2):
+            staged = self._load_pinned(item)
+            if staged is not None:
+                return staged
         if isinstance(item, tuple):
             block = self.data[item[0]:item[1]]
         elif self.engine.is_cuda and not self.engine.simulate and isinstance(self.data, self.engine.cp.ndarray):
@@ -289,15 +304,63 @@ class _Prefetcher:
                 stream.synchronize()
             return arr
 
+    @staticmethod
+    def _rows(item) -> int:
+        return item[1] - item[0] if isinstance(item, tuple) else len(item)
+
+    def _load_pinned(self, item):
+        """A host array's block on the GPU through one page-locked buffer (allocated once, as large as the
+        largest block; the worker loads one block at a time): the rows gathered on numba's threads
+        straight into it, then one copy at the bus's speed (a copy from pageable memory is staged through
+        the driver's buffers, several times slower). None where page-locked memory cannot be had."""
+        from ..primitives.gather import gather_rows
+
+        cp = self.engine.cp
+        rows = self._rows(item)
+        shape = (rows,) + tuple(self.data.shape[1:])
+        with cp.cuda.Device(self.engine.device_index):
+            if self.pinned is None:
+                try:
+                    import cupyx
+
+                    most = max(self._rows(it) for it in self.sequence)
+                    self.pinned = cupyx.empty_pinned((most,) + tuple(self.data.shape[1:]), self.data.dtype)
+                except Exception:  # noqa: BLE001 - no page-locked memory: the plain path from now on
+                    self.pinned = False
+            if self.pinned is False:
+                return None
+            pinned = self.pinned[:rows]
+            if isinstance(item, tuple):
+                np.copyto(pinned, self.data[item[0]:item[1]])
+            else:
+                gather_rows(self.data, item, out=pinned)
+            after = self.consumer.record()
+            with borrowed_streams(self.engine.device_index, "block-load") as (stream,), stream:
+                stream.wait_event(after)
+                arr = cp.empty(shape, self.data.dtype)
+                arr.set(pinned, stream=stream)
+                stream.synchronize()  # the buffer is filled again only after the copy
+            return arr
+
     def next(self):
-        """The next block of the sequence; starts loading the one after it."""
+        """The next block of the sequence; starts loading the one after it. ``wait_seconds`` adds the
+        caller's wait for it."""
         fut = self.next_future
         self.pos += 1
         self.next_future = self._submit(self.pos)
-        return fut.result()
+        t0 = time.perf_counter()
+        try:
+            return fut.result()
+        finally:
+            self.wait_seconds += time.perf_counter() - t0
 
     def close(self):
         self.pool.shutdown(wait=True)
+        if self.pinned is not None and self.pinned is not False:
+            nbytes = self.pinned.nbytes
+            self.pinned = None
+            if nbytes > _Folder.KEEP_PINNED_BYTES:
+                self.engine.cp.get_default_pinned_memory_pool().free_all_blocks()
 
 
 class _Folder:
@@ -671,5 +734,6 @@ def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, ov
                      partition_seconds_by_step={"kmeans": t_kmeans, "assign": t_assign,
                                                 "split": t_plan - t_kmeans - t_assign},
                      pieces_build_seconds=t_build, pieces_merge_seconds=folder.handoff_seconds,
-                     pieces_fold_seconds=folder.fold_seconds, seconds=time.perf_counter() - t0)
+                     pieces_fold_seconds=folder.fold_seconds, pieces_load_seconds=fetch.load_seconds,
+                     pieces_load_wait_seconds=fetch.wait_seconds, seconds=time.perf_counter() - t0)
     return res_d, res_i
