@@ -32,14 +32,15 @@ class IndexParams(Params):
         GNND's selective update (the GPU's), where each sample inserts only its nearest partners and a
         list converges short of its last true neighbours, ``max(32, 2 graph_degree)`` (sift-photos 450k,
         k=64, H200: lists of 64 entries 0.62 s at whole-list recall@64 0.922, of 128 entries 1.15 s at
-        0.982; ``benchmarks/studies/nndescent_full_list.py``); with the update 'all',
+        0.982, one phase; ``benchmarks/studies/nndescent_full_list.py``; with ``two_phase`` 0.80 s at
+        0.987); with the update 'all',
         ``max(16, graph_degree)``; the pieces of an out-of-core build over clusters keep
         ``max(32 or 16, graph_degree)``, as the merge of each row's lists from its overlapping pieces
         completes the tail. Capped at n - 1.
     sample_size : int, default=0
         p, the NEW and OLD entries sampled from each list per iteration (GNND section 4.1); reverse
         samples add up to p more of each. 0 = auto: graph_degree, at most 32 (the GNND authors used 64
-        neighbours and p=32).
+        neighbours and p=32). The second phase of ``two_phase`` samples half as many.
     max_iterations : int, default=20
         Iteration cap (both phases of ``two_phase`` together).
     termination_threshold : float, default=0.001
@@ -56,8 +57,10 @@ class IndexParams(Params):
         nearest of its neighbours' neighbours (the first 32 entries of the lists of its first 32 entries,
         each id's distance computed once) and iterate on the wide lists with half the sample size until
         the usual stop. The first iterations, from random lists, cost the most and do the same on short
-        lists in about half the time; the neighbours' neighbours fill a wide list nearly converged
-        (H200, 1M x 128 clustered rows, k=32: see ``benchmarks/results/nndescent_gpu_h200_two_phase.jsonl``).
+        lists in about half the time; the neighbours' neighbours fill a wide list nearly converged.
+        H200, 1,000 overlapping clusters of 128-d rows, k=32: 1M rows 1.19 s at graph recall@10 0.9995 /
+        recall@32 0.995 (one phase: 2.44 s at 0.9999 / 0.991), 16M rows 25.7 s at 0.9994 / 0.994 (38.8 s
+        at 1.000 / 0.988); ``benchmarks/results/nndescent_gpu_h200_two_phase.jsonl``.
         False: the intermediate lists from the start. The graph's ``info`` reports ``phase_iterations``
         and ``widen_seconds``.
     init : {'auto', 'random', 'rp_forest', 'cluster_windows'}, default='auto'
@@ -86,8 +89,8 @@ class IndexParams(Params):
         iteration changes fewer than a tenth of its lists' entries, as the two-phase schedule's short
         lists do: its nearest entries have converged by then (the first ten nearly all), and a row's lists
         from its overlapping pieces are merged. H200, 10M x 128 rows of 5000 separate clusters, k=32, a
-        quarter of the data's memory: 27.5 s at graph recall@10 0.962 / recall@32 0.902 against 40.8 s
-        at 0.963 / 0.924 with the pieces run to 0.001 (the in-memory build: 17.0 s;
+        quarter of the data's memory, one process: 26.7 s at graph recall@10 0.962 / recall@32 0.902
+        against 37.8 s at 0.963 / 0.923 with the pieces run to 0.001 (the in-memory build: 17.4 s;
         ``benchmarks/results/nndescent_out_of_core_gpu_h200.jsonl``).
     cluster_margin : float or None, default=0.2
         With ``out_of_core='clusters'``: a row joins its j-th nearest cluster (j = 2 to
