@@ -365,9 +365,9 @@ def test_join_kernel_staging_chunk_of_16(rng):
         np.testing.assert_allclose(gd, ref[0], rtol=1e-5, atol=1e-5)
 
 
-def _short_lists(rng, x, k1, kind):
+def _short_lists(rng, x, k1, kind, short_rows=1, empty=2):
     """Exact-distance lists of k1 random distinct ids per node, sorted by (distance, id), random flags; the
-    last node's list ends in two empty entries (-1, inf)."""
+    lists of the last ``short_rows`` nodes end in ``empty`` empty entries (-1, inf)."""
     from knngraph.metrics import pairwise_distances
 
     n = x.shape[0]
@@ -377,7 +377,7 @@ def _short_lists(rng, x, k1, kind):
     gd = np.take_along_axis(full, gi, 1)
     order = np.lexsort((gi, gd), axis=1)
     gi, gd = np.take_along_axis(gi, order, 1), np.take_along_axis(gd, order, 1)
-    gi[-1, -2:], gd[-1, -2:] = -1, np.inf
+    gi[-short_rows:, -empty:], gd[-short_rows:, -empty:] = -1, np.inf
     gf = rng.integers(0, 2, size=gi.shape).astype(np.uint8)
     gf[gi < 0] = 0
     return gd, gi, gf, full
@@ -424,3 +424,36 @@ def test_widen_kernel_matches_cpu_and_the_two_hop_rule(rng, kind, d):
         np.testing.assert_array_equal(got[2], want[2])
     new = np.array([[v >= 0 and v not in gi1[s] for v in row] for s, row in enumerate(want[1])])
     assert (want[1][:, k1:] >= 0).any() and (new & (want[2] == 1)).any() and (new & (want[2] == 0)).any()
+
+
+def test_widen_kernel_full_reach_with_empty_entries(rng):
+    """The library's reach (32 neighbours' lists, 32 entries each): many candidates per node, so the
+    working list is sorted and cut several times while staging; a third of the lists end in 5 empty
+    entries, within the 32 read (a node's walk stops there; a neighbour's list is read up to there)."""
+    n, d, k1, width, hops = 90, 5, 32, 40, 32
+    x = _data(rng, n, d)
+    gd1, gi1, gf1, full = _short_lists(rng, x, k1, L2, short_rows=30, empty=5)
+    # more than 32 new ids staged for some node: a sort and cut before the walk's end
+    fresh = [len({int(v) for u in gi1[s, :hops] if u >= 0 for v in gi1[u, :hops] if v >= 0} - set(gi1[s].tolist())
+                 - {s}) for s in range(n)]
+    assert max(fresh) > 32
+    want = _widened_by_rule(gd1, gi1, gf1, full, width, hops)
+    got_cpu = tuple(np.empty((n, width), t) for t in (np.float32, np.int32, np.uint8))
+    cpu.kernel("widen_lists", n)(x, _cpu_inv(x, L2), L2, gd1, gi1, gf1, *got_cpu, hops)
+    got_gpu = tuple(np.empty((n, width), t) for t in (np.float32, np.int32, np.uint8))
+    K.widen_kernel(pow2_at_least(width + 64, 32), pow2_at_least(k1, 32), K.WPB, 1)[2, K.WPB * 32](
+        x, _inv(x, L2), L2, gd1, gi1, gf1, *got_gpu, hops)
+    for got in (got_cpu, got_gpu):
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[2], want[2])
+    assert (want[1] >= 0).all()  # every list filled to 40 from its neighbours' 32 x 32 entries
+
+
+def test_widen_limits_are_checked():
+    from knngraph.nndescent._common import check_widen
+
+    check_widen(128, 256, 32)
+    for k1, width, hops in ((129, 256, 32), (64, 257, 32), (64, 128, 33), (64, 32, 32)):
+        with pytest.raises(ValueError, match="a two-hop fill widens lists of 1 to 128 entries to at most 256"):
+            check_widen(k1, width, hops)

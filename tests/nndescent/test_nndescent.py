@@ -764,6 +764,28 @@ def test_two_phase_schedule_widens_short_lists_by_two_hops():
     assert capped.info["iterations"] <= 3
 
 
+def test_two_phase_config_limits_and_sample_sizes():
+    """Which builds run two phases (the selective update, lists longer than graph_degree, short lists of at
+    most 128 and wide ones of at most 256 entries) and their sample sizes: an automatic p is the short
+    lists' (32), a given one is kept for the wide lists and merges, the first phase taking at most its
+    lists' length, the second half of it."""
+    from knngraph._device import Device
+
+    gpu, cpu = Device("cuda"), Device("cpu")
+
+    def cfg(k, dev=gpu, **kw):
+        return nd_index._config(nndescent.IndexParams(graph_degree=32, **kw), k, dev, False)
+
+    c = cfg(64)
+    assert (c.short_k, c.p, c.tail_p, c.hops) == (32, 32, 16, 32)
+    assert cfg(64, two_phase=False).short_k == 0 and cfg(32).short_k == 0 and cfg(257).short_k == 0
+    assert cfg(256).short_k == 32 and cfg(64, cpu).short_k == 0 and cfg(64, cpu, update="selective").short_k == 32
+    c = cfg(128, sample_size=32, intermediate_graph_degree=128)
+    assert (c.p, c.tail_p) == (32, 16)
+    c = nd_index._config(nndescent.IndexParams(graph_degree=16, sample_size=24), 64, gpu, False)
+    assert (c.short_k, c.p, c.tail_p) == (32, 24, 12)
+
+
 def test_intermediate_graph_degree_below_graph_degree_is_refused():
     x = np.random.default_rng(0).random((300, 8), dtype=np.float32)
     with pytest.raises(ValueError, match=r"intermediate_graph_degree=8 must be 0 \(automatic\) or at least "

@@ -141,7 +141,7 @@ def build_in_memory(engine, data, cfg: Config, *, stats=None, callback=None, pre
         refine(engine, x, inv, gd, gi, gf, cfg, split=0, stats=stats, callback=report, extra=extra, desc=desc)
     else:
         first: dict = {}
-        short = dataclasses.replace(cfg, k=cfg.short_k, threshold=cfg.short_stop)
+        short = dataclasses.replace(cfg, k=cfg.short_k, p=min(cfg.p, cfg.short_k), threshold=cfg.short_stop)
         done = len(refine(engine, x, inv, gd, gi, gf, short, split=0, stats=first, callback=report, extra=extra,
                           desc=desc + " short lists"))
         t0 = time.perf_counter()
@@ -174,14 +174,26 @@ def _two_phase_stats(stats, first, second, widen_seconds, cfg: Config):
     stats["iterations"] = first.get("iterations", 0) + second.get("iterations", 0)
     stats["phase_iterations"] = [first.get("iterations", 0), second.get("iterations", 0)]
     stats["phase_list_degrees"] = [cfg.short_k, cfg.k]
-    stats["phase_sample_sizes"] = [cfg.p, max(1, min(cfg.tail_p or cfg.p, cfg.k))]
+    stats["phase_sample_sizes"] = [min(cfg.p, cfg.short_k), max(1, min(cfg.tail_p or cfg.p, cfg.k))]
     stats["widen_seconds"] = widen_seconds
+    # the engine's own figures (refine_stats): numbers added, lists joined, dicts of numbers added by key
     for part in (first, second):
         for key, value in part.items():
-            if key == "kernel_seconds":
-                into = stats.setdefault(key, {})
-                for name, sec in value.items():
-                    into[name] = into.get(name, 0.0) + sec
+            if key in ("updates_per_iteration", "seconds_per_iteration", "iterations"):
+                continue
+            have = stats.get(key)
+            if key not in stats:
+                stats[key] = dict(value) if isinstance(value, dict) else (
+                    list(value) if isinstance(value, list) else value)
+            elif isinstance(value, dict) and isinstance(have, dict):
+                for name, v in value.items():
+                    have[name] = have.get(name, 0) + v
+            elif isinstance(value, list) and isinstance(have, list):
+                have.extend(value)
+            elif isinstance(value, (int, float)) and isinstance(have, (int, float)):
+                stats[key] = have + value
+            else:
+                stats[key] = value
 
 
 def _offset_ids(xp, ids, off):

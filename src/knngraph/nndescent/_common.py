@@ -11,7 +11,8 @@ import math
 
 import numpy as np
 
-__all__ = ["NEW", "OLD", "HOP_TABLE", "HOP_SHIFT", "HOPS", "MAX_HOP_LIST", "auto_sample_size", "forest_params",
+__all__ = ["NEW", "OLD", "HOP_TABLE", "HOP_SHIFT", "HOPS", "MAX_HOP_LIST", "MAX_HOP_WIDTH",
+           "check_widen", "auto_sample_size", "forest_params",
            "forest_bytes_per_node"]
 
 #: entry flags of a k-NN list (GNND section 4): NEW entries have not taken part in a local join yet
@@ -36,14 +37,25 @@ HOP_TABLE = 2048
 HOP_SHIFT = 21
 #: neighbours whose lists a two-hop fill reads, and entries read from each list (the GPU: one per lane)
 HOPS = 32
-#: the longest short list that a two-hop fill widens
+#: the longest short list that a two-hop fill widens, and the widest list it fills (the GPU's shared memory
+#: holds a warp's working list of the next power of two >= width + 64 entries)
 MAX_HOP_LIST = 128
+MAX_HOP_WIDTH = 256
 #: the GPU's two-hop fill unrolls its distances' loop over dimensions up to this many chunks of 32 lanes
 #: (d <= 256), so that all of a row's loads are in flight at once
 HOP_UNROLL_CHUNKS = 8
 #: an empty slot of ``cand`` (which holds (distance, id) keys packed by the join's ``pack``): all 64 bits
 #: set. A key, not an id (the id filler is ``ID_NONE``)
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def check_widen(k1: int, width: int, hops: int) -> None:
+    """The limits of a two-hop fill (both engines): lists of at most MAX_HOP_LIST entries widened to at
+    most MAX_HOP_WIDTH, at most HOPS neighbours' lists read (the id set's size, the GPU's lanes and shared
+    memory)."""
+    if not (1 <= k1 <= MAX_HOP_LIST and k1 <= width <= MAX_HOP_WIDTH and 1 <= hops <= HOPS):
+        raise ValueError(f"a two-hop fill widens lists of 1 to {MAX_HOP_LIST} entries to at most {MAX_HOP_WIDTH}, "
+                         f"reading 1 to {HOPS} neighbours' lists; got lists of {k1} to {width}, {hops} hops")
 
 
 def auto_sample_size(k: int, selective: bool) -> int:

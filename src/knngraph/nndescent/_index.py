@@ -21,7 +21,7 @@ from ..index import Index as IndexBase
 from ..index import load_graph_index, runtime_docs, save_graph_index
 from ..primitives.distances import DIST_COS, distance_kind, report_distances
 from . import _build
-from ._common import HOPS, MAX_HOP_LIST, auto_sample_size
+from ._common import HOPS, MAX_HOP_LIST, MAX_HOP_WIDTH, auto_sample_size
 from ._params import IndexParams
 
 __all__ = ["Index", "build", "extend", "merge_graphs", "save", "load", "piece_params", "AUTO_MAX_SHARDS"]
@@ -160,10 +160,12 @@ def _config(params: IndexParams, k: int, dev: Device, verbose: bool) -> _build.C
     # two phases (``IndexParams.two_phase``): lists of graph_degree (at least 32) first, then the k of the
     # intermediate lists; the short lists' length bounds the two-hop fill's set (MAX_HOP_LIST)
     short_k = max(params.graph_degree, min(MIN_SELECTIVE_BUILD_DEGREE, k))
-    if not (params.two_phase and selective and short_k < k and short_k <= MAX_HOP_LIST):
+    if not (params.two_phase and selective and short_k < k and short_k <= MAX_HOP_LIST and k <= MAX_HOP_WIDTH):
         short_k = 0
+    # an automatic p is the short lists' (the first phase's; the second samples half as many); a given one is
+    # kept for the wide lists (and merges), the first phase taking at most its lists' length
     p = params.sample_size or auto_sample_size(short_k or k, selective)
-    p = max(1, min(p, short_k or k))
+    p = max(1, min(p, k))
     return _build.Config(k=k, p=p, max_iterations=params.max_iterations, threshold=params.termination_threshold,
                          seed=params.seed, selective=selective, kind=kind, verbose=verbose, init=init,
                          short_k=short_k, short_stop=SHORT_LIST_STOP, tail_p=max(1, p // 2), hops=HOPS)

@@ -51,7 +51,8 @@ class IndexParams(Params):
         pair (classic NN-Descent; CPU only). 'auto': 'selective' on the GPU, 'all' on the CPU,
         where distance computations dominate and 'all' reaches a given recall sooner.
     two_phase : bool, default=True
-        With the selective update and lists longer than ``graph_degree`` (``intermediate_graph_degree``):
+        With the selective update and lists longer than ``graph_degree`` (``intermediate_graph_degree``;
+        short lists of at most 128 entries, wide ones of at most 256; others take one phase):
         iterate on lists of ``graph_degree`` entries (at least 32) first, until an iteration changes
         fewer than a tenth of their entries, then widen every list to the intermediate length with the
         nearest of its neighbours' neighbours (the first 32 entries of the lists of its first 32 entries,

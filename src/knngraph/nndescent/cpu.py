@@ -58,7 +58,7 @@ from ..primitives.random import mix, progression
 from ._candidates import candidate_range
 from ..primitives.visited import EMPTY as HASH_EMPTY
 from ..primitives.visited import hash_contains, hash_insert
-from ._common import HOP_SHIFT, HOP_TABLE, NEW, OLD
+from ._common import HOP_SHIFT, HOP_TABLE, NEW, OLD, check_widen
 from ._lists import distance_rows, in_list, insert, sort_row
 
 __all__ = ["Engine", "init_graph", "sample_forward", "sample_reverse", "local_join", "apply_updates",
@@ -593,6 +593,7 @@ class Engine:
 
     def widen(self, x, inv, kind, gd1, gi1, gf1, width, hops):
         """(gd, gi, gf) of ``width`` columns from the short lists (:func:`widen_lists`)."""
+        check_widen(gd1.shape[1], width, hops)
         gd, gi, gf = self.new_graph(gd1.shape[0], width)
         kernel("widen_lists", gd1.shape[0])(x, inv, kind, gd1, gi1, gf1, gd, gi, gf, hops)
         return gd, gi, gf

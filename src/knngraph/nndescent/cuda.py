@@ -168,6 +168,7 @@ class Engine:
         of the lists of its first ``hops`` entries (:func:`_kernels.widen_kernel`; ``cpu.widen_lists`` has
         the rule)."""
         n, k1 = gd1.shape
+        C.check_widen(k1, width, hops)
         gd, gi, gf = self.new_graph(n, width)
         sc = pow2_at_least(width + 2 * C.HOPS, 32)
         wpb = C.WPB if sc <= 256 else 2  # the shared sets and lists of a block stay within 48 KB

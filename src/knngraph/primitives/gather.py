@@ -33,8 +33,8 @@ _GATHER = SplitKernel(_gather)
 def gather_rows(data, rows, out: np.ndarray | None = None) -> np.ndarray:
     """``data[rows]`` as a C-contiguous NumPy array (``out`` when given: C-contiguous, of that shape and
     dtype, e.g. page-locked memory for a copy to a GPU): for a C-contiguous 2-d NumPy array (a memory map
-    too) of at least :data:`~knngraph.primitives.compile.SERIAL_BELOW` rows' worth of bytes asked, copied
-    on numba's threads; anything else (a small gather, an array of another layout, an object that takes
+    too) and a gather of at least ``SERIAL_BELOW`` KiB (8 MiB), copied by the compiled kernel (on numba's
+    threads from :data:`~knngraph.primitives.compile.SERIAL_BELOW` rows); anything else (a small gather, an array of another layout, an object that takes
     index arrays) by ``data[rows]``. ``rows``: integer row ids, each in [0, len(data)) (an IndexError
     names the first one that is not)."""
     rows = np.asarray(rows)
