@@ -255,6 +255,31 @@ def borrowed_streams(device_index: int, role: str, priorities: tuple = (0,)):
             _IDLE_STREAMS[key].append(streams)
 
 
+#: a user of CuPy's page-locked pool that held more than this gives the pool's free blocks back to the
+#: system when it is done (:func:`let_page_locked_go`); below it, the pool keeps them for later calls
+KEEP_PAGE_LOCKED_BYTES = 256 << 20
+
+
+def page_locked(shape, dtype):
+    """An empty page-locked host array (from CuPy's pool), or None where page-locked memory cannot be had
+    (the caller copies through pageable memory instead)."""
+    try:
+        import cupyx
+
+        return cupyx.empty_pinned(shape, dtype)
+    except Exception:  # noqa: BLE001 - no page-locked memory (or no cupyx)
+        return None
+
+
+def let_page_locked_go(nbytes: int) -> None:
+    """After buffers of ``nbytes`` page-locked bytes in all were let go (no copy reads them any more): give
+    CuPy's pool's free blocks back to the system when that was more than :data:`KEEP_PAGE_LOCKED_BYTES`."""
+    if nbytes > KEEP_PAGE_LOCKED_BYTES:
+        import cupy
+
+        cupy.get_default_pinned_memory_pool().free_all_blocks()
+
+
 def release_device_memory(device: Device) -> int:
     """Give the blocks CuPy's pools cache on ``device`` back to the driver (after a failed build, so the
     next one finds the memory free); returns the bytes given back."""

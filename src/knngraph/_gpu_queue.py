@@ -126,11 +126,8 @@ def _synchronize(devs) -> BaseException | None:
 
 class _StagedQueries:
     """Host queries copied into page-locked memory one row range at a time, as the devices need them (the
-    first device computes while the next one's rows are copied); kept until :meth:`release`."""
-
-    #: a call that staged more than this gives its page-locked blocks back to the system (CuPy's pool
-    #: would keep them for later calls)
-    KEEP_BYTES = 256 << 20
+    first device computes while the next one's rows are copied); kept until :meth:`release`, which gives
+    the page-locked blocks of a large call back to the system (:func:`knngraph._device.let_page_locked_go`)."""
 
     def __init__(self, q):
         self.q = q
@@ -163,7 +160,7 @@ class _StagedQueries:
         """Wait for every device's stream (a copy still reading a buffer returned to CuPy's pool would read
         whatever is written there next), then let the buffers go; if a device fails to synchronise they are
         kept for the life of the process and (``raising``) its error is raised."""
-        import cupy as cp
+        from ._device import let_page_locked_go
 
         error = _synchronize(devs)
         buffers = [*self.ranges.values(), *self.results]
@@ -173,9 +170,10 @@ class _StagedQueries:
             self._held.append(buffers)
             if raising:
                 raise error
-        elif sum(buf.nbytes for buf in buffers) > self.KEEP_BYTES:
+        else:
+            nbytes = sum(buf.nbytes for buf in buffers)
             del buffers
-            cp.get_default_pinned_memory_pool().free_all_blocks()
+            let_page_locked_go(nbytes)
 
 
 def _queue_searches(module, index, q, staged, k: int, params, first: Device, filter, masks,

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from .._device import borrowed_streams, format_bytes
+from .._device import borrowed_streams, format_bytes, let_page_locked_go, page_locked
 from .._progress import progress
 from ._common import forest_bytes_per_node, forest_params
 from ._windows import window_bytes_per_node
@@ -334,12 +334,10 @@ class _Prefetcher:
         shape = (rows,) + tuple(self.data.shape[1:])
         with cp.cuda.Device(self.engine.device_index):
             if self.pinned is None:
-                try:
-                    import cupyx
-
-                    most = max(self._rows(it) for it in self.sequence)
-                    self.pinned = cupyx.empty_pinned((most,) + tuple(self.data.shape[1:]), self.data.dtype)
-                except Exception:  # noqa: BLE001 - no page-locked memory: the plain path from now on
+                most = max(self._rows(it) for it in self.sequence)
+                # False: no page-locked memory, the plain path from now on
+                self.pinned = page_locked((most,) + tuple(self.data.shape[1:]), self.data.dtype)
+                if self.pinned is None:
                     self.pinned = False
             if self.pinned is False:
                 return None
@@ -373,8 +371,7 @@ class _Prefetcher:
         if self.pinned is not None and self.pinned is not False:
             nbytes = self.pinned.nbytes
             self.pinned = None
-            if nbytes > _Folder.KEEP_PINNED_BYTES:
-                self.engine.cp.get_default_pinned_memory_pool().free_all_blocks()
+            let_page_locked_go(nbytes)
 
 
 class _Folder:
@@ -400,9 +397,6 @@ class _Folder:
     worker's time (waiting for the copy and folding)."""
 
     SLOTS = 2
-    #: page-locked bytes above which :meth:`close` gives CuPy's page-locked pool back to the system (the
-    #: pool would keep the buffers for later builds)
-    KEEP_PINNED_BYTES = 256 << 20
 
     def __init__(self, engine, res_d, res_i, done, max_rows: int):
         self.engine = engine
@@ -440,13 +434,11 @@ class _Folder:
         """The slot's page-locked (distances, ids) buffers of ``max_rows`` rows, allocated on first use;
         None where page-locked memory cannot be had (then no slot tries again)."""
         if self.pinned[slot] is None:
-            try:
-                import cupyx
-
-                k = self.res[0].shape[1]
-                self.pinned[slot] = (cupyx.empty_pinned((self.max_rows, k), np.float32),
-                                     cupyx.empty_pinned((self.max_rows, k), np.int32))
-            except Exception:  # noqa: BLE001 - no page-locked memory (or no cupyx): plain copies instead
+            k = self.res[0].shape[1]
+            bufs = (page_locked((self.max_rows, k), np.float32), page_locked((self.max_rows, k), np.int32))
+            # no page-locked memory: plain copies instead, for every slot
+            self.pinned[slot] = bufs
+            if bufs[0] is None or bufs[1] is None:
                 self.pinned = [False] * self.SLOTS
         return self.pinned[slot] or None
 
@@ -508,8 +500,7 @@ class _Folder:
                 self._streams.close()
                 pinned = sum(b[0].nbytes + b[1].nbytes for b in self.pinned if b)
                 self.pinned = [None] * self.SLOTS
-                if pinned > self.KEEP_PINNED_BYTES:
-                    self.engine.cp.get_default_pinned_memory_pool().free_all_blocks()
+                let_page_locked_go(pinned)
                 self.handoff_seconds += time.perf_counter() - t0
 
 

@@ -29,10 +29,11 @@ SLOTS = 32
 DC = 32
 #: warps per block of the warp-per-node kernels
 WPB = 4
-#: slots of the set of ids that a two-hop fill has seen for one node (a power of two; ``HOP_SHIFT`` turns
-#: a 32-bit multiplicative hash into a slot): the node, its list (at most MAX_HOP_LIST entries) and at
-#: most HOPS x HOPS ids of its neighbours' lists fill at most 0.57 of it, so every probe ends at an empty
-#: slot. The CPU's fill (``cpu.widen_lists``) and the GPU's (``_kernels.widen_kernel``) use the same set.
+#: slots of the set of ids that a two-hop fill has seen for one node (a power of two): the node, its list
+#: (at most MAX_HOP_LIST entries) and at most HOPS x HOPS ids of its neighbours' lists fill at most 0.57 of
+#: it, so every probe ends at an empty slot. The visited tables of the library: on the CPU
+#: (``cpu.widen_lists``) :mod:`knngraph.primitives.visited`'s, ``HOP_SHIFT`` turning its 32-bit hash into
+#: a slot; on the GPU (``_kernels.widen_kernel``) the searchers' ``claim``, lanes adding ids at once.
 HOP_TABLE = 2048
 HOP_SHIFT = 21
 #: neighbours whose lists a two-hop fill reads, and entries read from each list (the GPU: one per lane)

@@ -60,9 +60,11 @@ from ..primitives.distances import DIST_L2SQ
 from ..primitives.intrinsics import dp4a_i8, dp4a_u8
 from ..primitives.lists import less
 from ..primitives.random import progression
-from ..primitives.warp import finish_device, warp_bitonic_sort, warp_min, warp_partials4, warp_sum
+from ..primitives.warp import (finish_device, warp_bitonic_sort, warp_min, warp_partials4, warp_partials4_unrolled,
+                               warp_sum)
 from ._candidates import candidate_range
-from ._common import DC, EMPTY, HOP_SHIFT, HOP_TABLE, NEW, OLD, SLOTS, WPB
+from ..beam._kernels import claim
+from ._common import DC, EMPTY, HOP_TABLE, NEW, OLD, SLOTS, WPB
 
 
 
@@ -98,11 +100,15 @@ def unpack(key):
 
 
 @device_function
-def _warp_distances4(kind, x, inv, u, v0, v1, v2, v3, lane):
+def _warp_distances4(kind, x, inv, u, v0, v1, v2, v3, lane, steps):
     """Distances from x[u] to four rows, by the whole warp, the four rows' loads in flight together:
     the random initial lists are latency-bound (``benchmarks/studies/profile_join.py`` times the init). Every
-    lane returns the four results."""
-    a0, a1, a2, a3 = warp_partials4(kind, x, v0, v1, v2, v3, x, u, x.shape[1], lane)
+    lane returns the four results. ``steps`` > 0: ceil(d / 32), a constant of the calling kernel, for the
+    unrolled loop over dimensions (:func:`~knngraph.primitives.warp.warp_partials4_unrolled`)."""
+    if steps > 0:
+        a0, a1, a2, a3 = warp_partials4_unrolled(kind, x, v0, v1, v2, v3, x, u, x.shape[1], lane, steps)
+    else:
+        a0, a1, a2, a3 = warp_partials4(kind, x, v0, v1, v2, v3, x, u, x.shape[1], lane)
     return (finish_device(kind, warp_sum(a0), inv, u, inv, v0), finish_device(kind, warp_sum(a1), inv, u, inv, v1),
             finish_device(kind, warp_sum(a2), inv, u, inv, v2), finish_device(kind, warp_sum(a3), inv, u, inv, v3))
 
@@ -274,7 +280,7 @@ def init_kernel(kc: int):
                 v1 = _entry_id(c1, lo, skip)
                 v2 = _entry_id(c2, lo, skip)
                 v3 = _entry_id(c3, lo, skip)
-                d0, d1, d2, d3 = _warp_distances4(kind, x, inv, s, v0, v1, v2, v3, lane)
+                d0, d1, d2, d3 = _warp_distances4(kind, x, inv, s, v0, v1, v2, v3, lane, 0)
                 if lane < 4 and j0 + lane < fill:
                     j = keep + j0 + lane
                     sd[base + j] = d0 if lane == 0 else (d1 if lane == 1 else (d2 if lane == 2 else d3))
@@ -297,20 +303,6 @@ def init_kernel(kc: int):
 # --------------------------------------------------------------------------------------------------
 # widening short lists by two hops (the two-phase schedule of ``_build.build_in_memory``)
 
-@device_function
-def _claim(seen, off, v):
-    """Add id ``v`` (>= 0) to the warp's set seen[off : off + HOP_TABLE] (linear probing, -1 empty); True
-    if this lane added it. Lanes may add at once: a slot is taken by compare-and-swap."""
-    p = int32(((uint64(v) * uint64(2654435761)) & uint64(0xFFFFFFFF)) >> uint64(HOP_SHIFT))
-    while True:
-        old = cuda.atomic.cas(seen, off + p, int32(-1), int32(v))
-        if old == -1:
-            return True
-        if old == v:
-            return False
-        p = (p + 1) & (HOP_TABLE - 1)
-
-
 @functools.lru_cache(maxsize=None)
 def widen_kernel(sc: int, kc: int, wpb: int, chunks: int = 0):
     """The two-hop fill of lists of ``k1`` <= ``kc`` entries (``kc`` a power of two) into lists of
@@ -322,10 +314,10 @@ def widen_kernel(sc: int, kc: int, wpb: int, chunks: int = 0):
     ids read so far) is staged, the warp computes the staged ids' distances four rows at a time, and
     once more than 32 are staged the working list is sorted by (distance, id) and cut to ``width``.
 
-    ``chunks`` = ceil(d / 32) (at most ``_common.HOP_UNROLL_CHUNKS``; 0: any d): the loop over dimensions has that
-    many steps, a constant, which the compiler unrolls so that the four rows' loads of every step are in
-    flight together (the rows are random, so the fill is bound by memory latency); lanes past d load
-    dimension d - 1 and add nothing."""
+    ``chunks`` = ceil(d / 32) (at most ``_common.HOP_UNROLL_CHUNKS``; 0: any d): the loop over dimensions
+    has that many steps, a constant, which the compiler unrolls so that the four rows' loads of every step
+    are in flight together (the rows are random, so the fill is bound by memory latency;
+    :func:`~knngraph.primitives.warp.warp_partials4_unrolled`)."""
     jit = cuda.jit
     try:
         jit = cuda.jit(max_registers=64)  # latency-bound like the random initial lists (init_kernel)
@@ -347,7 +339,6 @@ def widen_kernel(sc: int, kc: int, wpb: int, chunks: int = 0):
         n = gd1.shape[0]
         k1 = gd1.shape[1]
         width = gd.shape[1]
-        dim = x.shape[1]
         base = w * sc
         tb = w * HOP_TABLE
         ob = w * kc
@@ -369,11 +360,11 @@ def widen_kernel(sc: int, kc: int, wpb: int, chunks: int = 0):
                 of[ob + j] = gf1[s, j] if j < k1 else OLD
             cuda.syncwarp(FULL_MASK)
             if lane == 0:
-                _claim(seen, tb, s)
+                claim(seen, tb, HOP_TABLE - 1, s)
             cuda.syncwarp(FULL_MASK)
             for j in range(lane, k1, WARP):
                 if oi[ob + j] >= 0:
-                    _claim(seen, tb, oi[ob + j])
+                    claim(seen, tb, HOP_TABLE - 1, oi[ob + j])
             cuda.syncwarp(FULL_MASK)
             staged = 0
             for t in range(reach):
@@ -383,7 +374,7 @@ def widen_kernel(sc: int, kc: int, wpb: int, chunks: int = 0):
                 v = int32(-1)
                 if lane < reach:
                     v = gi1[u, lane]
-                fresh = v >= 0 and _claim(seen, tb, v)
+                fresh = v >= 0 and claim(seen, tb, HOP_TABLE - 1, v)
                 mask = cuda.ballot_sync(FULL_MASK, fresh)
                 count = cuda.popc(mask)
                 if fresh:
@@ -395,41 +386,7 @@ def widen_kernel(sc: int, kc: int, wpb: int, chunks: int = 0):
                     v1 = si[stage + staged + g + 1] if g + 1 < count else s
                     v2 = si[stage + staged + g + 2] if g + 2 < count else s
                     v3 = si[stage + staged + g + 3] if g + 3 < count else s
-                    if chunks > 0:
-                        a0 = float32(0.0)
-                        a1 = float32(0.0)
-                        a2 = float32(0.0)
-                        a3 = float32(0.0)
-                        for c in range(chunks):
-                            t0 = lane + c * WARP
-                            on = float32(1.0) if t0 < dim else float32(0.0)
-                            tc = min(t0, dim - 1)
-                            qt = float32(x[s, tc])
-                            e0 = float32(x[v0, tc])
-                            e1 = float32(x[v1, tc])
-                            e2 = float32(x[v2, tc])
-                            e3 = float32(x[v3, tc])
-                            if kind == DIST_L2SQ:
-                                e0 = (e0 - qt) * on
-                                e1 = (e1 - qt) * on
-                                e2 = (e2 - qt) * on
-                                e3 = (e3 - qt) * on
-                                a0 += e0 * e0
-                                a1 += e1 * e1
-                                a2 += e2 * e2
-                                a3 += e3 * e3
-                            else:
-                                qt *= on
-                                a0 += e0 * qt
-                                a1 += e1 * qt
-                                a2 += e2 * qt
-                                a3 += e3 * qt
-                        d0 = finish_device(kind, warp_sum(a0), inv, s, inv, v0)
-                        d1 = finish_device(kind, warp_sum(a1), inv, s, inv, v1)
-                        d2 = finish_device(kind, warp_sum(a2), inv, s, inv, v2)
-                        d3 = finish_device(kind, warp_sum(a3), inv, s, inv, v3)
-                    else:
-                        d0, d1, d2, d3 = _warp_distances4(kind, x, inv, s, v0, v1, v2, v3, lane)
+                    d0, d1, d2, d3 = _warp_distances4(kind, x, inv, s, v0, v1, v2, v3, lane, chunks)
                     if lane < 4 and g + lane < count:
                         sd[stage + staged + g + lane] = d0 if lane == 0 else (d1 if lane == 1 else (
                             d2 if lane == 2 else d3))

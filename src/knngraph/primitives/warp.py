@@ -15,7 +15,7 @@ from .distances import DIST_L2SQ
 from .lists import less
 from .pair_distance import finish_distance, finish_query_distance
 
-__all__ = ["warp_sum", "warp_min", "warp_distance", "warp_partials4", "bitonic_stages", "warp_bitonic_sort",
+__all__ = ["warp_sum", "warp_min", "warp_distance", "accumulate4", "warp_partials4", "warp_partials4_unrolled", "bitonic_stages", "warp_bitonic_sort",
            "warp_sort32", "less_device", "finish_device", "finish_query_device"]
 
 #: the CUDA builds of the shared CPU/GPU helpers the warp code uses (forced inline)
@@ -65,6 +65,34 @@ def warp_distance(kind, x, i, y, j, inv_x, inv_y, lane):
 
 
 @device_function
+def accumulate4(kind, qt, x0, x1, x2, x3, a0, a1, a2, a3):
+    """Four partial sums with one dimension more: query value ``qt``, the four rows' values x0..x3 (float32);
+    squared differences (L2) or products."""
+    if kind == DIST_L2SQ:
+        x0 -= qt
+        x1 -= qt
+        x2 -= qt
+        x3 -= qt
+        a0 += x0 * x0
+        a1 += x1 * x1
+        a2 += x2 * x2
+        a3 += x3 * x3
+    else:
+        a0 += x0 * qt
+        a1 += x1 * qt
+        a2 += x2 * qt
+        a3 += x3 * qt
+    return a0, a1, a2, a3
+
+
+@device_function
+def _partials4_step(kind, base, v0, v1, v2, v3, q, qrow, t, a0, a1, a2, a3):
+    """The four partial sums after dimension ``t`` (:func:`accumulate4`)."""
+    return accumulate4(kind, float32(q[qrow, t]), float32(base[v0, t]), float32(base[v1, t]), float32(base[v2, t]),
+                       float32(base[v3, t]), a0, a1, a2, a3)
+
+
+@device_function
 def warp_partials4(kind, base, v0, v1, v2, v3, q, qrow, dim, lane):
     """Per-lane partial sums (lane t: dims t, t + 32, ...) of four rows of ``base`` against q[qrow, :dim]:
     squared differences (L2) or products. The four rows' loads are in flight together, which is what
@@ -75,25 +103,28 @@ def warp_partials4(kind, base, v0, v1, v2, v3, q, qrow, dim, lane):
     a2 = float32(0.0)
     a3 = float32(0.0)
     for t in range(lane, dim, WARP):
-        qt = float32(q[qrow, t])
-        x0 = float32(base[v0, t])
-        x1 = float32(base[v1, t])
-        x2 = float32(base[v2, t])
-        x3 = float32(base[v3, t])
-        if kind == DIST_L2SQ:
-            x0 -= qt
-            x1 -= qt
-            x2 -= qt
-            x3 -= qt
-            a0 += x0 * x0
-            a1 += x1 * x1
-            a2 += x2 * x2
-            a3 += x3 * x3
-        else:
-            a0 += x0 * qt
-            a1 += x1 * qt
-            a2 += x2 * qt
-            a3 += x3 * qt
+        a0, a1, a2, a3 = _partials4_step(kind, base, v0, v1, v2, v3, q, qrow, t, a0, a1, a2, a3)
+    return a0, a1, a2, a3
+
+
+@device_function
+def warp_partials4_unrolled(kind, base, v0, v1, v2, v3, q, qrow, dim, lane, steps):
+    """:func:`warp_partials4` over ``steps`` = ceil(dim / 32) steps, ``steps`` a compile-time constant of the
+    caller (a kernel factory's): the compiler unrolls the loop, so that every step's loads are in flight
+    together, for callers whose rows are random reads (NN-Descent's two-hop fill). Lanes past ``dim`` read
+    dimension dim - 1 and keep their sums."""
+    a0 = float32(0.0)
+    a1 = float32(0.0)
+    a2 = float32(0.0)
+    a3 = float32(0.0)
+    for c in range(steps):
+        t = lane + c * WARP
+        b0, b1, b2, b3 = _partials4_step(kind, base, v0, v1, v2, v3, q, qrow, min(t, dim - 1), a0, a1, a2, a3)
+        if t < dim:
+            a0 = b0
+            a1 = b1
+            a2 = b2
+            a3 = b3
     return a0, a1, a2, a3
 
 

@@ -37,8 +37,8 @@ from numba import cuda, float32, int32, uint32
 from ..primitives import bitset, lists, visited
 from ..primitives.compile import cuda_version, device_function
 from ..primitives.constants import FULL_MASK, INF, WARP
-from ..primitives.distances import DIST_COS, DIST_L2SQ
-from ..primitives.warp import finish_query_device, warp_partials4, warp_sum
+from ..primitives.distances import DIST_COS
+from ..primitives.warp import accumulate4, finish_query_device, warp_partials4, warp_sum
 from ._layout import (MODE_GENERIC, MODE_HAMMING, MODE_PACKED_I8, MODE_PACKED_U8, SHARED_BUDGET,  # noqa: F401
                       shared_bytes_per_warp, warps_per_block)
 
@@ -92,20 +92,7 @@ def _dist4_packed(kind, words, v0, v1, v2, v3, qv, w, nwords, signed, lane):
             x1 = _byte(y1, b, signed)
             x2 = _byte(y2, b, signed)
             x3 = _byte(y3, b, signed)
-            if kind == DIST_L2SQ:
-                x0 -= q
-                x1 -= q
-                x2 -= q
-                x3 -= q
-                a0 += x0 * x0
-                a1 += x1 * x1
-                a2 += x2 * x2
-                a3 += x3 * x3
-            else:
-                a0 += x0 * q
-                a1 += x1 * q
-                a2 += x2 * q
-                a3 += x3 * q
+            a0, a1, a2, a3 = accumulate4(kind, q, x0, x1, x2, x3, a0, a1, a2, a3)
         s += 1
     return a0, a1, a2, a3
 
