@@ -71,3 +71,40 @@ def test_rewritten_slots_match_a_fresh_flattening(launches):
 def test_float32_scalars_are_refused(launches):
     with pytest.raises(TypeError, match="8-byte"):
         PreparedLaunch(object(), (1, np.float32(2.0)), device_id=0)
+
+
+def test_packed_launch_hands_the_driver_each_flattened_value(launches):
+    """A plain launch (``launch`` without a prepared kernel) packs every argument into 8-byte slots: the
+    driver must find numba's data model of each array, int64 patterns of integers (negative strides and
+    offsets as two's complement), float64 floats, and a float32 scalar in the low 4 bytes of its slot."""
+    import ctypes
+
+    seen = []
+
+    def record(*call):
+        n = len(want)
+        ptrs = (ctypes.c_uint64 * n).from_address(call[9])
+        seen.append((call[:9], [ctypes.c_uint64.from_address(p).value for p in ptrs]))
+
+    launches_driver = sys.modules["cupy_backends.cuda.api"].driver
+    launches_driver.launchKernel = record
+    _cuda_launch._driver_launch.cache_clear()
+    try:
+        view = DeviceArray(0x3000, (4, 8), np.float32)
+        view.strides = (32, -4)  # a reversed view
+        args = (view, 7, -2, np.float32(1.5), 0.25, np.int32(-9), DeviceArray(0x4000, (5,), np.int64))
+        want = []
+        for a in args:
+            for v in flatten(a):
+                v = np.asarray(v)
+                want.append(int(v.view(np.uint32)) if v.dtype == np.float32 else int(v.view(np.uint64)))
+        fn = types.SimpleNamespace(kernel=types.SimpleNamespace(ptr=0xCAFE))
+        _cuda_launch._launch_packed(fn, 3, 64, args, types.SimpleNamespace(ptr=0x55))
+    finally:
+        _cuda_launch._driver_launch.cache_clear()
+    ((head, values),) = seen
+    assert head == (0xCAFE, 3, 1, 1, 64, 1, 1, 0, 0x55)
+    assert values == want
+    assert values[:9] == [0, 0, 32, 4, 0x3000, 4, 8, 32, (1 << 64) - 4]
+    assert np.array(values[10], np.uint64).view(np.int64) == -2
+    assert np.uint32(values[11]).view(np.float32) == np.float32(1.5)

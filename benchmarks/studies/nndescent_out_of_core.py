@@ -44,8 +44,8 @@ DEFAULT_VARIANTS = ("in_memory;cluster_overlap=3,cluster_margin=none;cluster_ove
 #: the info fields of an out-of-core build that each line keeps
 INFO_KEYS = ("clusters", "pieces", "overlap", "margin", "neighbour_radius", "border_distance", "copies", "rows_built",
              "piece_rows_max", "piece_rows_mean", "max_piece_rows", "partition_seconds", "partition_seconds_by_step",
-             "pieces_build_seconds", "pieces_merge_seconds", "pieces_fold_seconds", "pieces_load_seconds",
-             "pieces_load_wait_seconds", "piece_iterations")
+             "partition_load_seconds", "partition_load_wait_seconds", "pieces_build_seconds", "pieces_merge_seconds",
+             "pieces_fold_seconds", "pieces_load_seconds", "pieces_load_wait_seconds", "piece_iterations")
 
 
 def make_data(kind: str, n: int, d: int, seed: int, device: str):

@@ -195,6 +195,31 @@ def test_tensor_core_gemm_equals_fp32_gemm(metric, dtype, rng):
     np.testing.assert_array_equal(d_tc[sure], d32[sure])
 
 
+def test_fp16_cosine_keys_from_raw_dot_products(rng):
+    """float16 cosine ranks by the tensor cores' dot products of the vectors as given, scaled by inverse
+    norms: the answers it proves are the fp32 path's (normalised float32 rows) bit for bit, nearly every
+    row is proven, a zero row is at distance 1 from everything and duplicates at exactly 0."""
+    from knngraph.bruteforce.cuda import exact_knn
+
+    base = (rng.standard_normal((5000, 64)) * rng.uniform(0.01, 50, (5000, 1))).astype(np.float16)
+    base[150] = 0
+    base[4000:4100] = base[:100]  # duplicates at other norms' rows
+    q = np.concatenate([base[:100], rng.standard_normal((200, 64)).astype(np.float16), base[150:151]])
+    stats = {}
+    d_tc, i_tc, unsure_tc = exact_knn(base, q, 20, "cosine", memory_limit=1 << 30, stats=stats, verbose=False)
+    assert stats["gemm"] == "fp16"
+    d32, i32, unsure32 = exact_knn(base, q, 20, "cosine", memory_limit=1 << 30, tensor_cores=False, verbose=False)
+    sure = ~(unsure_tc | unsure32)
+    assert sure.mean() >= 0.95, sure.mean()
+    np.testing.assert_array_equal(i_tc[sure], i32[sure])
+    np.testing.assert_array_equal(d_tc[sure], d32[sure])
+    assert (d_tc[:100, :2] == 0).all()  # each duplicate pair at exactly 0
+    assert (d_tc[-1] == 1).all()  # the zero query
+    ref_d, ref_i = _ref(base.astype(np.float32), q.astype(np.float32), 20, "cosine")
+    d, i = knngraph.knn(base, q, 20, metric="cosine", device="cuda")
+    assert recall_at_k(i, ref_i, 20, distances=_dist_of(base, q, i, "cosine"), true_distances=ref_d) == 1.0
+
+
 @pytest.mark.parametrize("metric", ["sqeuclidean", "euclidean"])
 def test_duplicates_are_at_distance_zero_on_gpu(metric, rng):
     base = (rng.standard_normal((5000, 64)) * 100 + 1000).astype(np.float32)

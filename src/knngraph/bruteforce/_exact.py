@@ -100,6 +100,8 @@ class NumericPlan:
     def transform(self, block, xp):
         """float32 T(v) of a block of vectors: shifted, scaled and, for cosine, normalised (the block
         itself when nothing is to be done)."""
+        if self.metric == "cosine" and xp is not np and self.identity:
+            return unit_rows(block)  # float16 rows read as they are: no float32 copy first
         x = block.astype(xp.float32, copy=False)
         if self.shift is not None:
             x = x - xp.asarray(self.shift)
@@ -150,6 +152,8 @@ class NumericPlan:
         """Exact distances (squared L2, -<q, x>, or 1 - cos) -> the metric's reported distances (float32;
         ValueError when they do not fit float32)."""
         if self.metric == "cosine":
+            if xp is not np:
+                return _cosine_reported_kernel()(dist)  # one launch for the clip and the cast
             return xp.clip(dist, 0, 2).astype(xp.float32)
         d = dist.astype(xp.float64)
         if self.metric == "euclidean":
@@ -305,7 +309,7 @@ def finish_candidates(xp, keys, ids, row_term, queries, tq, rows, plan: NumericP
     (distances of the original vectors, exact in float64). Returns (reported distances float32 (m, k),
     ids int32 (m, k), unsure bool (m,))."""
     m, c = ids.shape
-    ids = xp.where(ids == ID_NONE, -1, ids).astype(xp.int32)
+    ids = xp.where(ids == ID_NONE, -1, ids).astype(xp.int32) if xp is np else _none_to_minus_one_kernel()(ids)
     row_term = xp.asarray(row_term, dtype=xp.float64)
     # cosine queries are unit rows: their norms are neither needed nor checked (a host sync less)
     qn2 = None if plan.metric == "cosine" else (tq.astype(xp.float64) ** 2).sum(axis=1)
@@ -344,6 +348,23 @@ def _unproven(xp, last_key, row_term, err, kth, last_id):
         slack = 4.0 * _U * np.abs(kth)
         return (last_id >= 0) & ~(kth <= bound - slack) & np.isfinite(kth)
     return _unproven_kernel()(last_key, row_term, err, kth, last_id)
+
+
+@functools.lru_cache(maxsize=None)
+def _cosine_reported_kernel():
+    import cupy as cp
+
+    # the NumPy expression's clip to [0, 2] and cast to float32
+    return cp.ElementwiseKernel("float64 d", "float32 y", "y = (float)(d < 0.0 ? 0.0 : (d > 2.0 ? 2.0 : d))",
+                                "knngraph_cosine_reported")
+
+
+@functools.lru_cache(maxsize=None)
+def _none_to_minus_one_kernel():
+    import cupy as cp
+
+    # int32 ids with the selection's ID_NONE as -1, in one launch (a comparison, a where and a cast before)
+    return cp.ElementwiseKernel("int32 x", "int32 y", f"y = x == {ID_NONE} ? -1 : x", "knngraph_none_to_minus_one")
 
 
 @functools.lru_cache(maxsize=None)

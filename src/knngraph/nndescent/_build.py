@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from .._device import borrowed_streams, format_bytes, let_page_locked_go, page_locked
+from .._prefetch import BlockPrefetcher
 from .._progress import progress
 from ._common import forest_bytes_per_node, forest_params
 from ._windows import window_bytes_per_node
@@ -254,124 +255,10 @@ def plan_shard_rows(engine, n, d, itemsize, cfg: Config, budget: int, *, cosine:
     return int(min(rows, n))
 
 
-class _Prefetcher:
-    """Loads a fixed sequence of row blocks (row ranges or row lists; from memory, a memory map or the
-    GPU) one step ahead on a worker thread; on the GPU the host-to-device copy runs on its own stream, overlapping the
-    kernels of the current step (a shard pair's merge, a cluster piece's build)."""
-
-    def __init__(self, engine, data, sequence):
-        self.engine = engine
-        self.data = data
-        self.sequence = list(sequence)
-        self.pos = 0
-        # the stream the blocks are used on (this thread's): a block is copied after the work queued there
-        # so far, so the block of an earlier load, freed while kernels reading it were queued, is
-        # overwritten only after them
-        self.consumer = None
-        if engine.is_cuda and not engine.simulate:
-            with engine.cp.cuda.Device(engine.device_index):
-                self.consumer = engine.cp.cuda.get_current_stream()
-        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        self.pinned = None  # the page-locked buffer of host blocks bound for the GPU (False: none to be had)
-        self.load_seconds = 0.0  # the worker's time loading
-        self.wait_seconds = 0.0  # the caller's time waiting for loads
-        self.next_future = self._submit(0)
-
-    def _submit(self, pos):
-        if pos >= len(self.sequence):
-            return None
-        return self.pool.submit(self._load, self.sequence[pos])
-
-    def _load(self, item):
-        """Rows ``lo:hi`` for a ``(lo, hi)`` item, else the rows of a sorted index array."""
-        t0 = time.perf_counter()
-        try:
-            return self._load_block(item)
-        finally:
-            self.load_seconds += time.perf_counter() - t0
-
-    def _load_block(self, item):
-        if (self.engine.is_cuda and not self.engine.simulate and isinstance(self.data, np.ndarray)
-                and self.data.ndim == 2):
-            staged = self._load_pinned(item)
-            if staged is not None:
-                return staged
-        if isinstance(item, tuple):
-            block = self.data[item[0]:item[1]]
-        elif self.engine.is_cuda and not self.engine.simulate and isinstance(self.data, self.engine.cp.ndarray):
-            block = self.data[self.engine.cp.asarray(item)]
-        else:
-            from ..primitives.gather import gather_rows
-
-            block = gather_rows(self.data, item)  # on numba's threads: a piece's rows of a large base
-        if not self.engine.is_cuda or self.engine.simulate:
-            return np.ascontiguousarray(block)
-        cp = self.engine.cp
-        with cp.cuda.Device(self.engine.device_index):
-            if isinstance(block, cp.ndarray):
-                return cp.ascontiguousarray(block)
-            host = np.ascontiguousarray(block)
-            after = self.consumer.record()
-            with borrowed_streams(self.engine.device_index, "block-load") as (stream,), stream:
-                stream.wait_event(after)
-                arr = cp.asarray(host)
-                stream.synchronize()
-            return arr
-
-    @staticmethod
-    def _rows(item) -> int:
-        return item[1] - item[0] if isinstance(item, tuple) else len(item)
-
-    def _load_pinned(self, item):
-        """A host array's block on the GPU through one page-locked buffer (allocated once, as large as the
-        largest block; the worker loads one block at a time): the rows gathered on numba's threads
-        straight into it, then one copy at the bus's speed (a copy from pageable memory is staged through
-        the driver's buffers, several times slower). None where page-locked memory cannot be had."""
-        from ..primitives.gather import gather_rows
-
-        cp = self.engine.cp
-        rows = self._rows(item)
-        shape = (rows,) + tuple(self.data.shape[1:])
-        with cp.cuda.Device(self.engine.device_index):
-            if self.pinned is None:
-                most = max(self._rows(it) for it in self.sequence)
-                # False: no page-locked memory, the plain path from now on
-                self.pinned = page_locked((most,) + tuple(self.data.shape[1:]), self.data.dtype)
-                if self.pinned is None:
-                    self.pinned = False
-            if self.pinned is False:
-                return None
-            pinned = self.pinned[:rows]
-            if isinstance(item, tuple):
-                np.copyto(pinned, self.data[item[0]:item[1]])
-            else:
-                gather_rows(self.data, item, out=pinned)
-            after = self.consumer.record()
-            with borrowed_streams(self.engine.device_index, "block-load") as (stream,), stream:
-                stream.wait_event(after)
-                arr = cp.empty(shape, self.data.dtype)
-                arr.set(pinned, stream=stream)
-                stream.synchronize()  # the buffer is filled again only after the copy
-            return arr
-
-    def next(self):
-        """The next block of the sequence; starts loading the one after it. ``wait_seconds`` adds the
-        caller's wait for it."""
-        fut = self.next_future
-        self.pos += 1
-        self.next_future = self._submit(self.pos)
-        t0 = time.perf_counter()
-        try:
-            return fut.result()
-        finally:
-            self.wait_seconds += time.perf_counter() - t0
-
-    def close(self):
-        self.pool.shutdown(wait=True)
-        if self.pinned is not None and self.pinned is not False:
-            nbytes = self.pinned.nbytes
-            self.pinned = None
-            let_page_locked_go(nbytes)
+def _load_device(engine):
+    """The GPU the engine's blocks load to (:class:`knngraph._prefetch.BlockPrefetcher`), or None for
+    host blocks (the CPU engine; the simulator, whose arrays are NumPy's)."""
+    return engine.device_index if engine.is_cuda and not engine.simulate else None
 
 
 class _Folder:
@@ -524,7 +411,7 @@ def sharded_build(engine, data, cfg: Config, shard_rows: int, *, stats=None):
     res_i = []
     t0 = time.perf_counter()
     merge_iters = []
-    fetch = _Prefetcher(engine, data, sequence)
+    fetch = BlockPrefetcher(data, sequence, device_index=_load_device(engine))
     try:
         with progress(n_shards + n_shards * (n_shards - 1) // 2, "nn-descent shards",
                       disable=not cfg.verbose, min_steps=1) as bar:
@@ -645,15 +532,22 @@ def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, ov
     """Out-of-core GNND over overlapping clusters (see :mod:`knngraph.partition`): k-means centroids, every
     row in the piece of its nearest cluster and in those of its 2nd to ``overlap``-th nearest ones whose
     border it lies within ``margin`` neighbourhood radii of (None: in all of them), each piece built in
-    memory (the next piece's rows loaded meanwhile, :class:`_Prefetcher`) and folded into the running
-    top-k of its rows on the host (:class:`_Folder`: a compiled, threaded kernel on a worker thread, in
-    piece order, while the next piece builds; on the GPU each piece's lists go to page-locked memory by an
-    asynchronous copy on a side stream). Returns host arrays (distances, ids).
+    memory (the next piece's rows loaded meanwhile, :class:`knngraph._prefetch.BlockPrefetcher`) and
+    folded into the running top-k of its rows on the host (:class:`_Folder`: a compiled, threaded kernel
+    on a worker thread, in piece order, while the next piece builds; on the GPU each piece's lists go to
+    page-locked memory by an asynchronous copy on a side stream). Returns host arrays (distances, ids).
 
-    ``stats`` gets the partition's figures and the pieces': ``pieces_build_seconds`` (the builds, on the
+    ``stats`` gets the partition's figures and the pieces': ``partition_seconds`` (k-means, assignment
+    and splitting; ``partition_seconds_by_step`` has each), ``partition_load_seconds`` and
+    ``partition_load_wait_seconds`` (the passes of the assignment and the halvings over host rows bound
+    for the GPU: the loader's time gathering and copying the next block, and the calling thread's time
+    waiting for it: the part of the loads the GPU's work does not hide; 0 where the blocks are read
+    directly, on the CPU and for data already on the GPU), ``pieces_build_seconds`` (the builds, on the
     calling thread, up to the device's synchronisation), ``pieces_merge_seconds`` (the calling thread's
     time handing the pieces' lists over and waiting for the folds: the part of the merge the builds do not
-    hide) and ``pieces_fold_seconds`` (the worker's time: waiting for each copy and folding)."""
+    hide), ``pieces_fold_seconds`` (the worker's time: waiting for each copy and folding),
+    ``pieces_load_seconds`` and ``pieces_load_wait_seconds`` (the pieces' rows: the loader's time, the
+    calling thread's wait)."""
     from .. import partition as P
 
     n = data.shape[0]
@@ -669,13 +563,15 @@ def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, ov
     engine.synchronize()
     t_kmeans = time.perf_counter() - t0
     radius = threshold = border = None
+    loads: dict = {}  # the partition's block loads (nearest_centroids, split_pieces)
     if margin is None or overlap < 2:
         # every row in its `overlap` nearest clusters, halved at medians (the partition of the several-device
         # and Dask graphs)
-        labels = P.nearest_centroids(engine, data, cent, cfg.kind, overlap, block_rows)
+        labels = P.nearest_centroids(engine, data, cent, cfg.kind, overlap, block_rows, stats=loads)
     else:
         labels, border, radii = P.nearest_centroids(engine, data, cent, cfg.kind, overlap, block_rows,
-                                                    with_border=True, probes=P.probe_rows(n, cfg.seed), k=k)
+                                                    with_border=True, probes=P.probe_rows(n, cfg.seed), k=k,
+                                                    stats=loads)
         radius = float(np.median(radii))
         threshold = P.border_threshold(border, margin * radius, MAX_COPIES)
         labels[:, 1:][border[:, 1:] > threshold] = -1
@@ -683,7 +579,7 @@ def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, ov
     pool = POOL_PER_K * (k + 1)
     # split below max_rows by `pool`: a pool of outlier rows may join a piece (split_pieces)
     pieces = P.split_pieces(data, labels, len(cent), cfg.kind, cfg.seed, max(pool, max_rows - pool), block_rows,
-                            min_rows=pool, engine=engine, border=border, cut_margin=threshold)
+                            min_rows=pool, engine=engine, border=border, cut_margin=threshold, stats=loads)
     del labels, border
     small = SMALL_PIECE_PER_K * (k + 1)
     t_plan = time.perf_counter() - t0
@@ -695,7 +591,7 @@ def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, ov
     done = np.zeros(n, bool)
     iterations = []
     t_build = 0.0
-    fetch = _Prefetcher(engine, data, pieces)
+    fetch = BlockPrefetcher(data, pieces, device_index=_load_device(engine))
     folder = _Folder(engine, res_d, res_i, done, max((len(r) for r in pieces), default=0))
     failed = True
     try:
@@ -738,6 +634,8 @@ def clustered_build(engine, data, cfg: Config, max_rows: int, *, metric: str, ov
                      piece_iterations=iterations, partition_seconds=t_plan,
                      partition_seconds_by_step={"kmeans": t_kmeans, "assign": t_assign,
                                                 "split": t_plan - t_kmeans - t_assign},
+                     partition_load_seconds=loads.get("load_seconds", 0.0),
+                     partition_load_wait_seconds=loads.get("load_wait_seconds", 0.0),
                      pieces_build_seconds=t_build, pieces_merge_seconds=folder.handoff_seconds,
                      pieces_fold_seconds=folder.fold_seconds, pieces_load_seconds=fetch.load_seconds,
                      pieces_load_wait_seconds=fetch.wait_seconds, seconds=time.perf_counter() - t0)

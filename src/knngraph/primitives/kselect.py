@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from .._cuda_launch import launch
+from .._device import sm_count as multiprocessors
 
 __all__ = ["SELECT_STRATEGIES", "MAX_FILTER_K", "resolve_select", "TileSelector", "sort_rows", "smallest_per_row",
            "smallest_per_row_host"]
@@ -48,9 +49,16 @@ def sort_rows(keys, ids):
     return u2.view(cp.float32), ids_s
 
 
+#: rows (a warp each) per multiprocessor below which a tile's rows are split into column ranges (then merged).
+#: On an H200 (132 SMs), 2k rows x 18k columns, k=32: one split 0.32 ms, two 0.43, three 0.51 (the old rule
+#: of 32 warps per SM chose three); 1k x 5k: 0.20 against 0.26-0.29; splitting pays only when rows leave
+#: most multiprocessors idle (each split count timed on the same tile with :meth:`TileSelector.offer_tile`).
+SPLIT_BELOW_ROWS_PER_SM = 4
+
+
 def _splits_for(rows: int, cols: int, k: int, sm_count: int) -> int:
-    """Column splits per row so that at least ~32 warps per SM have work."""
-    target = sm_count * 32
+    """Column splits per row so that at least :data:`SPLIT_BELOW_ROWS_PER_SM` warps per SM have work."""
+    target = sm_count * SPLIT_BELOW_ROWS_PER_SM
     if rows >= target:
         return 1
     splits = math.ceil(target / rows)
@@ -153,7 +161,7 @@ def _selector_for(k: int, device_id: int) -> TileSelector:
     import cupy as cp
 
     with cp.cuda.Device(device_id) as dev:
-        return TileSelector(resolve_select("auto", k), k, int(dev.attributes["MultiProcessorCount"]))
+        return TileSelector(resolve_select("auto", k), k, multiprocessors(dev.id))
 
 
 def smallest_per_row(tile, k: int):
