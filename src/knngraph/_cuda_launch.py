@@ -578,13 +578,13 @@ class PreparedLaunch:
         self.device_id = int(device_id)
         self.fn, self._module = _function_for(kernel, example_args, self.device_id, max_registers)
         self._function = _function_pointer(self.fn)
-        flat = [flatten(a) for a in example_args]
-        self._starts = np.cumsum([0] + [len(f) for f in flat]).tolist()
-        values = [np.asarray(v) for f in flat for v in f]
-        if any(v.itemsize != 8 for v in values):
+        if any(isinstance(a, np.float32) for a in example_args):
+            # a slot is rewritten as 8 bytes (scalar_slots); a float32 parameter is read from 4 of them
             raise TypeError("a prepared launch passes 8-byte values only (no float32 scalars)")
-        self.values = np.array([v.view(np.uint64) for v in values], np.uint64)
-        self.pointers = self.values.ctypes.data + 8 * np.arange(len(values), dtype=np.uint64)
+        flat = [_packed_values((a,)) for a in example_args]
+        self._starts = np.cumsum([0] + [len(f) for f in flat]).tolist()
+        self.values = np.array([v for f in flat for v in f], np.uint64)
+        self.pointers = _slot_pointers(self.values)
         self._pointers_address = int(self.pointers.ctypes.data)
         from cupy_backends.cuda.api import driver
 
@@ -673,7 +673,7 @@ _U64 = (1 << 64) - 1
 def _packed_values(args) -> list:
     """The flattened values of a launch's arguments (:func:`_flatten`'s order) as 64-bit patterns (Python
     ints): arrays as numba's data model, integers as int64, float32 scalars in the low half of their slot,
-    other floats as float64."""
+    other floats as float64. Plain launches (:func:`launch`) and :class:`PreparedLaunch` pack with it."""
     values: list = []
     for a in args:
         if hasattr(a, "__cuda_array_interface__") and hasattr(a, "dtype"):
@@ -689,6 +689,11 @@ def _packed_values(args) -> list:
     return values
 
 
+def _slot_pointers(values: np.ndarray) -> np.ndarray:
+    """The array of pointers to each 8-byte slot of ``values`` that ``cuLaunchKernel`` reads."""
+    return values.ctypes.data + 8 * np.arange(len(values), dtype=np.uint64)
+
+
 def _launch_packed(fn, blocks: int, threads: int, args, stream) -> None:
     """``cuLaunchKernel`` with the arguments packed into one buffer of 8-byte slots and the array of
     pointers into it: the driver reads each parameter's own size from its slot (4 bytes of a float32 slot,
@@ -696,7 +701,7 @@ def _launch_packed(fn, blocks: int, threads: int, args, stream) -> None:
     converted each of ~50-70 NumPy scalars on its own, a tenth of a millisecond per launch: the host time of
     a small search's three launches was a quarter of the search."""
     values = np.array(_packed_values(args), np.uint64)
-    pointers = values.ctypes.data + 8 * np.arange(len(values), dtype=np.uint64)
+    pointers = _slot_pointers(values)
     s = stream if stream is not None else _current_stream()
     _driver_launch()(_function_pointer(fn), int(blocks), 1, 1, int(threads), 1, 1, 0, s.ptr,
                      int(pointers.ctypes.data), 0)

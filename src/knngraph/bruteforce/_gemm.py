@@ -77,16 +77,7 @@ def unit_rows(x, *, inverse: bool = False):
     an einsum (a fifth of a millisecond of host work per call) and a masked assignment whose boolean index
     synchronised with the device. ``inverse``: also each row's :func:`rounded_inverse_norms`, from the same
     launch (returns both)."""
-    import cupy as cp
-
-    x = _rows_for_kernel(x)
-    m, d = x.shape
-    out = cp.empty((m, d), cp.float32)
-    inv = cp.empty(m, cp.float32) if inverse else out
-    if m:
-        warps = 4
-        _rows_kernel(x.dtype.char)(((m + warps - 1) // warps,), (32 * warps,),
-                                   (x, out, inv, np.int64(m), np.int64(d), np.int32(1), np.int32(int(inverse))))
+    out, inv = _rows(x, unit=True, inverse=inverse)
     return (out, inv) if inverse else out
 
 
@@ -96,24 +87,25 @@ def rounded_inverse_norms(x):
     each is within one float32 rounding of the true value, what the exact search's key bound assumes
     (:func:`knngraph.primitives.distances.inverse_norms`, which the approximate searches use, sums in
     float32)."""
+    return _rows(x, unit=False, inverse=True)[1]
+
+
+def _rows(x, *, unit: bool, inverse: bool):
+    """(unit rows or None, inverse norms or None) of CuPy rows from one launch of the rows kernel: float16
+    rows read as they are, other dtypes through a float32 copy."""
     import cupy as cp
 
-    x = _rows_for_kernel(x)
+    x = cp.ascontiguousarray(x) if x.dtype == cp.float16 else cp.ascontiguousarray(x, dtype=cp.float32)
     m, d = x.shape
-    inv = cp.empty(m, cp.float32)
+    out = cp.empty((m, d), cp.float32) if unit else None
+    inv = cp.empty(m, cp.float32) if inverse else None
     if m:
         warps = 4
+        # an output not asked for is never written: the other one stands in for its pointer
         _rows_kernel(x.dtype.char)(((m + warps - 1) // warps,), (32 * warps,),
-                                   (x, inv, inv, np.int64(m), np.int64(d), np.int32(0), np.int32(1)))
-    return inv
-
-
-def _rows_for_kernel(x):
-    import cupy as cp
-
-    if x.dtype == cp.float16:
-        return cp.ascontiguousarray(x)
-    return cp.ascontiguousarray(x, dtype=cp.float32)
+                                   (x, out if unit else inv, inv if inverse else out, np.int64(m), np.int64(d),
+                                    np.int32(unit), np.int32(inverse)))
+    return out, inv
 
 
 _ROWS_SOURCE = r"""
@@ -249,9 +241,10 @@ class GemmPlan:
             return norm2 - 2.0 * _SHIFT * ssum - 2.0 * _SHIFT * _SHIFT * d
         return norm2
 
-    def row_scale(self, block, op):
-        """With :attr:`scaled`, each query's inverse norm (what :meth:`dots` multiplies by), else None."""
-        return rounded_inverse_norms(block) if self.scaled else None
+    def query_scale(self, block):
+        """With :attr:`scaled`: (the queries' unit rows, the exact finish's transformed queries; their inverse
+        norms, what :meth:`dots` multiplies by) from one launch, else (None, None)."""
+        return unit_rows(block, inverse=True) if self.scaled else (None, None)
 
     def rescore_rows(self, block, op):
         """The rows the exact distances of candidates are read from, transformed as the queries are
@@ -268,7 +261,7 @@ class GemmPlan:
 
     def dots(self, q_op, x_op, out, q_scale=None, x_scale=None):
         """out = q_op . x_op^T (on the current stream); with :attr:`scaled`, the keys
-        -(out[i, j] q_scale[i]) x_scale[j] instead (the inverse norms of :meth:`row_scale` and
+        -(out[i, j] q_scale[i]) x_scale[j] instead (the inverse norms of :meth:`query_scale` and
         :meth:`column_term`)."""
         import cupy as cp
 

@@ -24,7 +24,7 @@ from .._device import sm_count as multiprocessors
 from .._progress import progress
 from ..primitives.kselect import MAX_FILTER_K, TileSelector, resolve_select
 from ._exact import NumericPlan, finish_candidates, plan_numerics
-from ._gemm import plan_gemm, unit_rows
+from ._gemm import plan_gemm
 
 __all__ = ["exact_knn", "plan_tiles"]
 
@@ -146,11 +146,7 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
                     qe = min(nq, qs + qb)
                     with s_gemm:
                         q_given = cp.asarray(queries[qs:qe])
-                        q_raw = numerics.prepare(q_given, cp)
-                        q = plan.operand(q_raw)
-                        q_row = plan.row_term(q_raw, q)
-                        q_scale = plan.row_scale(q_raw, q)
-                        del q_raw
+                        q, q_row, q_scale, tq = _query_block(q_given, numerics, plan)
                     with s_sel:
                         best_k = cp.empty((qe - qs, c), cp.float32)
                         best_i = cp.empty((qe - qs, c), cp.int32)
@@ -183,8 +179,6 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
                     s_sel.wait_event(s_gemm.record())
                     with s_sel:
                         keys, ids = selector.finish(best_k, best_i)
-                        # the float32 operand is the transformed queries (the same operations, in order)
-                        tq = q if plan.mode == "fp32" else numerics.transform(q_given, cp)
                         block_d, block_i, block_u = finish_candidates(
                             cp, keys, ids, q_row, q_given, tq, xb_rows if rows_transformed else base, numerics, k,
                             rows_transformed=rows_transformed)
@@ -204,6 +198,21 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
             return out_d, out_i, unsure
 
 
+def _query_block(q_given, numerics: NumericPlan, plan):
+    """(GEMM operand, row terms, row scales for :meth:`GemmPlan.dots` or None, transformed queries for the
+    exact finish) of a block of device queries, on the current stream."""
+    import cupy as cp
+
+    q_raw = numerics.prepare(q_given, cp)
+    q = plan.operand(q_raw)
+    q_row = plan.row_term(q_raw, q)
+    tq, q_scale = plan.query_scale(q_raw)  # float16 cosine: both from one launch
+    if tq is None:
+        # the float32 operand is the transformed queries (the same operations, in order)
+        tq = q if plan.mode == "fp32" else numerics.transform(q_given, cp)
+    return q, q_row, q_scale, tq
+
+
 def _one_pass(queries, xb, xb_col, rows, rows_transformed: bool, numerics: NumericPlan, plan, selector, k: int,
               c: int, graph: bool):
     """The search of device queries that fit one query block against a resident base that fits one tile
@@ -213,15 +222,7 @@ def _one_pass(queries, xb, xb_col, rows, rows_transformed: bool, numerics: Numer
     (18k x 384 float16 base, 2k queries: a third of a 1.8 ms call on an H200)."""
     import cupy as cp
 
-    q_raw = numerics.prepare(queries, cp)
-    q = plan.operand(q_raw)
-    q_row = plan.row_term(q_raw, q)
-    tq = None
-    if plan.scaled and numerics.identity:
-        # the queries' unit rows (for the exact finish) and inverse norms (for the keys) from one launch
-        tq, q_scale = unit_rows(queries, inverse=True)
-    else:
-        q_scale = plan.row_scale(q_raw, q)
+    q, q_row, q_scale, tq = _query_block(queries, numerics, plan)
     nq, n = q.shape[0], xb.shape[0]
     dots = plan.dots(q, xb, cp.empty((nq, n), plan.out_dtype()), q_scale, xb_col)
     best_k = cp.empty((nq, c), cp.float32)
@@ -229,8 +230,6 @@ def _one_pass(queries, xb, xb_col, rows, rows_transformed: bool, numerics: Numer
     sel_col, sel_alpha = plan.selection_terms(xb_col)
     selector.offer_tile(dots, sel_col, sel_alpha, 0, 0 if graph else -1, best_k, best_i, first_tile=True)
     keys, ids = selector.finish(best_k, best_i)
-    if tq is None:
-        tq = q if plan.mode == "fp32" else numerics.transform(queries, cp)
     d, i, unsure = finish_candidates(cp, keys, ids, q_row, queries, tq, rows, numerics, k,
                                      rows_transformed=rows_transformed)
     return cp.ascontiguousarray(d), cp.ascontiguousarray(i), unsure
