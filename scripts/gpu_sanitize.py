@@ -10,7 +10,9 @@ extend), graph preparation, SONG search (generic, packed 8-bit and hashed), the 
 distance mode, warp and block per query), the list merge. ``builders``: GGNN (build: brute force,
 merges, symmetric linking with the device link placement, refinement; search) and GRNND (the paper's
 pruning and the relaxed one), float32 and uint8, L2 and cosine. Sizes are small: the sanitizer runs
-kernels tens of times slower. ``--quick``: float32 and L2 only. ``--lineinfo``: kernels compiled with
+kernels tens of times slower. ``exact``: exact searches of device queries on an index (the one pass and base tiles streamed
+under a small memory limit; float16 cosine's unit rows, inverse norms and key pass; the search's check
+flags, with a query that holds inf). ``--quick``: float32 and L2 only. ``--lineinfo``: kernels compiled with
 line information, so a report names the source line of each access instead of an offset.
 """
 
@@ -60,7 +62,7 @@ def main():
     import cupy as cp
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--parts", default="core,builders")
+    ap.add_argument("--parts", default="core,builders,exact")
     ap.add_argument("--quick", action="store_true", help="float32 and L2 only")
     ap.add_argument("--lineinfo", action="store_true", help="compile the kernels with line information")
     args = ap.parse_args()
@@ -74,6 +76,8 @@ def main():
         builders(t0, args.quick)
     if "core" in parts:
         core(t0, args.quick)
+    if "exact" in parts:
+        exact_searches(t0, args.quick)
     cp.cuda.runtime.deviceSynchronize()
     print(f"sanitizer workload done in {time.perf_counter() - t0:.0f} s", flush=True)
 
@@ -123,6 +127,32 @@ def core(t0, quick=False):
     g1 = knngraph.knn_graph(x[:700], 8, device="cuda", verbose=False)
     g2 = knngraph.knn_graph(x[700:], 8, device="cuda", verbose=False)
     knngraph.merge_graphs(g1, g2, x[:700], x[700:], device="cuda", verbose=False)
+
+
+def exact_searches(t0, quick=False):
+    import cupy as cp
+
+    from knngraph import bruteforce
+
+    for metric in ("sqeuclidean",) if quick else ("sqeuclidean", "euclidean", "inner_product", "cosine"):
+        for dtype in ("float32",) if quick else ("float32", "float16"):
+            x = cp.asarray(data(dtype, 700, 64, 7))
+            q = cp.asarray(data(dtype, 45, 64, 8))
+            index = bruteforce.build(bruteforce.IndexParams(metric=metric), x, device="cuda", verbose=False)
+            for limit in (None, "1MB"):  # one pass; base tiles streamed
+                _, i = bruteforce.search(index, q, 7, memory_limit=limit, verbose=False)
+                _, i_host = bruteforce.search(index, cp.asnumpy(q), 7, device="cpu", verbose=False)
+                if (cp.asnumpy(i) != i_host).mean() > 0.01:
+                    raise SystemExit(f"exact {metric} {dtype}: GPU answers differ from the CPU's")
+            q[3, 3] = cp.inf
+            try:
+                bruteforce.search(index, q, 7, verbose=False)
+            except ValueError as exc:
+                if "queries row 3 contains NaN or inf" not in str(exc):
+                    raise
+            else:
+                raise SystemExit("a query holding inf was not refused")
+            print(f"exact {metric} {dtype}: ok ({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
 if __name__ == "__main__":

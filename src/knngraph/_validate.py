@@ -152,6 +152,48 @@ def check_finite(x, name: str) -> None:
         raise ValueError(f"{name} row {row} contains NaN or inf; remove or fix non-finite vectors")
 
 
+def flag_nonfinite(x, flags, slot: int) -> bool:
+    """Set ``flags[slot]`` (an int32 CuPy array) to 1 on the device when the C-contiguous float CuPy array
+    ``x`` holds NaN or inf, without waiting for the answer: a search reads its flags with the one
+    transfer it makes at its end (:func:`check_finite` is a reduction and a host sync of its own, a
+    tenth of a small search). Returns False, launching nothing, for arrays it does not take (other
+    dtypes, not C-contiguous): check those with :func:`check_finite`. Each value's exponent bits are
+    tested (all ones: inf or NaN), as integers of the value's width."""
+    if x.dtype.kind != "f" or x.dtype.itemsize not in (2, 4, 8) or not x.flags.c_contiguous:
+        return False
+    size = x.size
+    if size:
+        threads = 256
+        blocks = min((size + threads - 1) // threads, 1024)
+        _nonfinite_flag_kernel(x.dtype.itemsize)((blocks,), (threads,),
+                                                 (x, np.int64(size), flags[slot:slot + 1]))
+    return True
+
+
+_NONFINITE_FLAG_SOURCE = r"""
+extern "C" __global__ void knngraph_flag_nonfinite_NAME(const BITS* __restrict__ x, long long size, int* flag) {
+    const BITS exponent = EXPONENT;
+    bool bad = false;
+    long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < size; i += step)
+        bad |= (x[i] & exponent) == exponent;
+    if (__any_sync(0xffffffffu, bad) && threadIdx.x % 32 == 0) atomicOr(flag, 1);
+}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _nonfinite_flag_kernel(itemsize: int):
+    """The exponent test of :func:`flag_nonfinite` for float16 (2), float32 (4) or float64 (8) values."""
+    import cupy
+
+    bits, exponent = {2: ("unsigned short", "0x7c00u"), 4: ("unsigned int", "0x7f800000u"),
+                      8: ("unsigned long long", "0x7ff0000000000000ull")}[itemsize]
+    source = (_NONFINITE_FLAG_SOURCE.replace("NAME", str(8 * itemsize)).replace("BITS", bits)
+              .replace("EXPONENT", exponent))
+    return cupy.RawKernel(source, f"knngraph_flag_nonfinite_{8 * itemsize}")
+
+
 @functools.lru_cache(maxsize=None)
 def _all_finite_kernel():
     import cupy

@@ -138,6 +138,59 @@ def test_nan_on_device_names_row():
         knngraph.knn(x, x[:3], 2)
 
 
+@pytest.mark.parametrize("metric", ["sqeuclidean", "cosine", "inner_product"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_device_queries_are_checked_by_the_search_flags(metric, dtype, bad, rng):
+    """Device queries are checked for NaN and inf by a kernel whose flag the search reads at its end: the
+    error names the first bad row as the eager check does, on the one-pass and the tiled paths, and the
+    index answers the next search correctly."""
+    import cupy as cp
+
+    from knngraph import bruteforce
+
+    base = cp.asarray(rng.standard_normal((3000, 64)).astype(dtype))
+    good = rng.standard_normal((300, 64)).astype(dtype)
+    index = bruteforce.build(bruteforce.IndexParams(metric=metric), base, device="cuda", verbose=False)
+    for rows in (7, 300):
+        q = cp.asarray(good[:rows])
+        q[rows - 2, 5] = bad
+        q[rows - 1, 0] = bad
+        for limit in (None, "2MB"):  # one pass; base tiles streamed
+            with pytest.raises(ValueError, match=f"^queries row {rows - 2} contains NaN or inf"):
+                bruteforce.search(index, q, 5, verbose=False, memory_limit=limit)
+    d, i = bruteforce.search(index, cp.asarray(good), 5, verbose=False)
+    d_ref, i_ref = bruteforce.search(index, good, 5, device="cpu", verbose=False)
+    assert recall_at_k(cp.asnumpy(i), i_ref, 5, distances=cp.asnumpy(d), true_distances=d_ref) == 1.0
+
+
+def test_device_queries_out_of_float32_range_raise_after_the_search(rng):
+    import cupy as cp
+
+    x = cp.asarray((rng.random((50, 4)) * 1e20).astype(np.float32))
+    with pytest.raises(ValueError, match=r"^queries against base: sqeuclidean distances .* exceed the float32"):
+        knngraph.knn(x, x[:5], 3, device="cuda")
+    d, i = knngraph.knn(x, x[:5], 3, metric="euclidean", device="cuda")
+    assert (cp.asnumpy(i)[:, 0] == np.arange(5)).all() and np.isfinite(cp.asnumpy(d)).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_flag_nonfinite_sets_its_slot_only_for_nan_or_inf(dtype):
+    import cupy as cp
+
+    from knngraph._validate import flag_nonfinite
+
+    for size, where in ((1, 0), (1000, 999), (300001, 123457)):
+        for value, want in ((1.0, 0), (np.inf, 1), (-np.inf, 1), (np.nan, 1), (np.finfo(dtype).max, 0)):
+            x = cp.zeros(size, dtype)
+            x[where] = value
+            flags = cp.zeros(4, cp.int32)
+            assert flag_nonfinite(x.reshape(-1, 1), flags, 2)
+            assert flags.get().tolist() == [0, 0, want, 0], (size, value)
+    assert not flag_nonfinite(cp.zeros((4, 4), dtype)[:, ::2], cp.zeros(4, cp.int32), 0)  # not contiguous
+    assert not flag_nonfinite(cp.zeros((4, 4), cp.int32), cp.zeros(4, cp.int32), 0)
+
+
 def _device_data():
     p = os.environ.get("KNNGRAPH_DEVICE_DATA")
     if p and (Path(p) / "sift450k-base.u8bin").exists():

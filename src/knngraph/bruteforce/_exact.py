@@ -35,6 +35,7 @@ import math
 
 import numpy as np
 
+from .._validate import check_finite
 from ..metrics import normalize_rows
 from ..primitives.constants import ID_NONE, pow2_at_least
 from ..primitives.distances import DIST_COS, DIST_IP, DIST_L2SQ
@@ -148,13 +149,18 @@ class NumericPlan:
             return self.gamma * (qn2 + 2.0 * self.max_norm2)
         return self.gamma * xp.sqrt(qn2 * self.max_norm2)
 
-    def to_reported(self, dist, xp):
-        """Exact distances (squared L2, -<q, x>, or 1 - cos) -> the metric's reported distances (float32;
-        ValueError when they do not fit float32)."""
+    def to_reported(self, dist, ids, xp, flags=None):
+        """(reported distances, ids): exact distances (squared L2, -<q, x>, or 1 - cos) -> the metric's
+        reported distances (float32; ValueError when they do not fit float32), and ``ids`` as they are.
+        On the GPU one launch that also writes the ids (often a view of the first k columns) as a new
+        C-ordered array and, with a search's ``flags`` (:func:`new_flags`, needed there unless cosine),
+        sets ``flags[FLAG_RANGE]`` instead of raising (no host sync)."""
+        if xp is not np:
+            if self.metric == "cosine":
+                return _cosine_reported_kernel()(dist, ids)  # the clip to [0, 2] and the cast
+            return _reported_kernel(self.metric)(dist, ids, flags)
         if self.metric == "cosine":
-            if xp is not np:
-                return _cosine_reported_kernel()(dist)  # one launch for the clip and the cast
-            return xp.clip(dist, 0, 2).astype(xp.float32)
+            return xp.clip(dist, 0, 2).astype(xp.float32), ids
         d = dist.astype(xp.float64)
         if self.metric == "euclidean":
             d = xp.sqrt(xp.maximum(d, 0))
@@ -162,10 +168,8 @@ class NumericPlan:
             d = xp.maximum(d, 0)
         finite = xp.isfinite(d)
         if bool(xp.any(finite & (xp.abs(d) > _F32_MAX))):
-            raise ValueError(f"{self.metric} distances of this data exceed the float32 range (> {_F32_MAX:.3g}); "
-                             "knngraph reports float32 distances: scale the vectors down (or use 'euclidean' "
-                             "or 'cosine', whose distances stay smaller)")
-        return d.astype(xp.float32)
+            raise ValueError(_range_message(self.metric))
+        return d.astype(xp.float32), ids
 
 
 def plan_numerics(base, metric: str, xp) -> NumericPlan:
@@ -298,7 +302,7 @@ def _host(a):
 
 
 def finish_candidates(xp, keys, ids, row_term, queries, tq, rows, plan: NumericPlan, k: int, *,
-                      rows_transformed: bool):
+                      rows_transformed: bool, flags=None):
     """Exact top-k from each query's candidates, and whether that is proven.
 
     ``keys`` / ``ids``: (m, c) candidates sorted by key, ``ID_NONE`` for none; ``row_term``: what each
@@ -307,21 +311,31 @@ def finish_candidates(xp, keys, ids, row_term, queries, tq, rows, plan: NumericP
     candidate rows are read: the transformed base (``rows_transformed``, e.g. the resident GEMM operand;
     distances are then taken between transformed vectors and scaled back) or the base as given
     (distances of the original vectors, exact in float64). Returns (reported distances float32 (m, k),
-    ids int32 (m, k), unsure bool (m,))."""
+    ids int32 (m, k), unsure bool (m,)).
+
+    ``flags``: on the GPU, the search's check flags (:func:`new_flags`, required there): the checks set
+    them instead of raising, and the caller raises with :func:`raise_flagged` after the one transfer of
+    its search; nothing here waits for the device. On the CPU the checks raise here."""
     m, c = ids.shape
-    ids = xp.where(ids == ID_NONE, -1, ids).astype(xp.int32) if xp is np else _none_to_minus_one_kernel()(ids)
-    row_term = xp.asarray(row_term, dtype=xp.float64)
-    # cosine queries are unit rows: their norms are neither needed nor checked (a host sync less)
-    qn2 = None if plan.metric == "cosine" else (tq.astype(xp.float64) ** 2).sum(axis=1)
-    if qn2 is not None and not bool(xp.all(xp.isfinite(qn2))):
-        raise ValueError("queries hold values too large for float32 arithmetic relative to the base; scale the "
-                         "queries and the base down together")
+    gpu = xp is not np
+    if gpu and flags is None:
+        raise TypeError("finish_candidates on the GPU needs the search's flags (new_flags)")
+    # the GPU's kernels read the row terms as they are and widen them to float64 (NumPy widens first)
+    row_term = row_term if gpu else np.asarray(row_term, dtype=np.float64)
+    # cosine queries are unit rows: their norms are neither needed nor checked
+    qn2 = None
+    if plan.metric != "cosine":
+        qn2 = (tq.astype(xp.float64) ** 2).sum(axis=1) if not gpu else _squared_norms64_kernel()(tq, axis=1)
+    if not gpu and qn2 is not None and not bool(np.all(np.isfinite(qn2))):
+        raise ValueError(_QUERY_NORMS_MESSAGE)  # (on the GPU: the unproven kernel's flag, below)
     s2 = plan.scale * plan.scale
     if plan.gamma == 0.0:
         # exact keys: the distances follow from them (key + row term), no recomputation
+        ids = xp.where(ids == ID_NONE, -1, ids).astype(xp.int32) if not gpu else _none_to_minus_one_kernel()(ids)
         dist = keys[:, :k].astype(xp.float64) + row_term[:, None]
         dist = xp.where(ids[:, :k] < 0, np.inf, dist / (1.0 if plan.metric == "cosine" else s2))
-        return plan.to_reported(dist, xp), ids[:, :k], xp.zeros(m, dtype=bool)
+        return *plan.to_reported(dist, ids[:, :k], xp, flags), xp.zeros(m, dtype=bool)
+    # (rescore takes ID_NONE as no candidate and returns -1 for it; a scale of 1 divides nothing)
     if plan.metric == "cosine":
         # on unit vectors: identical vectors are at exactly 0 (rows transformed here when needed)
         dist, ids = rescore(tq, rows, ids, plan.kind, xp,
@@ -329,34 +343,82 @@ def finish_candidates(xp, keys, ids, row_term, queries, tq, rows, plan: NumericP
         dist_t = dist
     elif rows_transformed:
         dist_t, ids = rescore(tq, rows, ids, plan.kind, xp)
-        dist = dist_t / s2
+        dist = dist_t / s2 if s2 != 1.0 else dist_t
     else:
         dist, ids = rescore(queries, rows, ids, plan.kind, xp)
-        dist_t = dist * s2
-    unsure = _unproven(xp, keys[:, c - 1], row_term, plan.key_error(qn2, xp), dist_t[:, k - 1], ids[:, c - 1])
-    return plan.to_reported(dist[:, :k], xp), ids[:, :k], unsure
+        dist_t = dist * s2 if s2 != 1.0 else dist
+    unsure = _unproven(xp, keys[:, c - 1], row_term, plan.key_error(qn2, xp), dist_t[:, k - 1], ids[:, c - 1],
+                       flags)
+    return *plan.to_reported(dist[:, :k], ids[:, :k], xp, flags), unsure
 
 
-def _unproven(xp, last_key, row_term, err, kth, last_id):
+#: slots of a GPU search's check flags (:func:`new_flags`): int32, zero at the start, set to 1 by the
+#: kernels that find the condition; the search reads them with its one transfer (each check was a host
+#: sync of its own, a tenth of a small search each) and raises with :func:`raise_flagged`
+FLAG_QUERIES_NONFINITE, FLAG_QUERY_NORMS, FLAG_RANGE, FLAG_UNSURE = range(4)
+
+_QUERY_NORMS_MESSAGE = ("queries hold values too large for float32 arithmetic relative to the base; scale the "
+                        "queries and the base down together")
+
+
+def _range_message(metric: str) -> str:
+    return (f"{metric} distances of this data exceed the float32 range (> {_F32_MAX:.3g}); knngraph reports "
+            "float32 distances: scale the vectors down (or use 'euclidean' or 'cosine', whose distances stay "
+            "smaller)")
+
+
+def new_flags(cp):
+    """A GPU search's check flags (see :data:`FLAG_UNSURE` and the others), zeroed on the current stream."""
+    return cp.zeros(4, cp.int32)
+
+
+def raise_flagged(flags, queries, metric: str) -> bool:
+    """Raise what a search's flags (host values) say, in the order the checks come: queries with NaN or
+    inf (naming the row: :func:`knngraph._validate.check_finite`), query norms too large for float32,
+    distances beyond float32. Returns whether any answer is unproven."""
+    if flags[FLAG_QUERIES_NONFINITE]:
+        check_finite(queries, "queries")
+        raise ValueError("queries contain NaN or inf; remove or fix non-finite vectors")  # (named above)
+    if flags[FLAG_QUERY_NORMS]:
+        raise ValueError(_QUERY_NORMS_MESSAGE)
+    if flags[FLAG_RANGE]:
+        raise ValueError(_range_message(metric))
+    return bool(flags[FLAG_UNSURE])
+
+
+def _unproven(xp, last_key, row_term, err, kth, last_id, flags=None):
     """Per query: whether its k-th exact (transformed) distance ``kth`` is not proven. Every non-candidate's
     key is >= the last candidate's key ``last_key``, so its exact distance is >= ``last_key + row_term -
     err``; the k-th distance must lie below that by the float32 rounding of exact distances (4 ulps). A
     query whose last candidate id ``last_id`` is -1 had every point as a candidate: nothing was missed.
-    On the GPU one fused kernel (a dozen array operations, each a launch, before)."""
+    On the GPU one fused kernel (a dozen array operations, each a launch, before), which also sets the
+    search's ``flags``: :data:`FLAG_UNSURE` when a query is unproven, :data:`FLAG_QUERY_NORMS` when a
+    query's error bound is not finite (its norm overflows float32 arithmetic)."""
     if xp is np:
         bound = last_key.astype(np.float64) + row_term - err
         slack = 4.0 * _U * np.abs(kth)
         return (last_id >= 0) & ~(kth <= bound - slack) & np.isfinite(kth)
-    return _unproven_kernel()(last_key, row_term, err, kth, last_id)
+    return _unproven_kernel()(last_key, row_term, err, kth, last_id, flags)
 
 
 @functools.lru_cache(maxsize=None)
 def _cosine_reported_kernel():
     import cupy as cp
 
-    # the NumPy expression's clip to [0, 2] and cast to float32
-    return cp.ElementwiseKernel("float64 d", "float32 y", "y = (float)(d < 0.0 ? 0.0 : (d > 2.0 ? 2.0 : d))",
+    # the NumPy expression's clip to [0, 2] and cast to float32; the ids copied alongside
+    return cp.ElementwiseKernel("float64 d, int32 id_in", "float32 y, int32 id_out",
+                                "y = (float)(d < 0.0 ? 0.0 : (d > 2.0 ? 2.0 : d)); id_out = id_in",
                                 "knngraph_cosine_reported")
+
+
+@functools.lru_cache(maxsize=None)
+def _squared_norms64_kernel():
+    import cupy as cp
+
+    # each row's float64 sum of squares in one launch (a widening copy, a square and a sum before); the
+    # order of the sum differs from NumPy's, by far less than the factor 2 of slack in the key bound
+    return cp.ReductionKernel("T x", "float64 y", "(double)x * (double)x", "a + b", "y = a", "0",
+                              "knngraph_squared_norms64")
 
 
 @functools.lru_cache(maxsize=None)
@@ -371,10 +433,33 @@ def _none_to_minus_one_kernel():
 def _unproven_kernel():
     import cupy as cp
 
-    # the same float64 operations, in the same order, as the NumPy expressions above
+    # the same float64 operations, in the same order, as the NumPy expressions above (the row term widened
+    # first, as NumPy's caller does); the flags are the search's (written through a cast: CuPy passes the
+    # inputs of an elementwise kernel as const)
     return cp.ElementwiseKernel(
-        "float32 last_key, float64 row_term, float64 err, float64 kth, int32 last_id", "bool unsure",
-        f"""double bound = ((double)last_key + row_term) - err;
+        "float32 last_key, R row_term, float64 err, float64 kth, int32 last_id, raw int32 flags", "bool unsure",
+        f"""double bound = ((double)last_key + (double)row_term) - err;
         double slack = {4.0 * _U!r} * fabs(kth);
-        unsure = last_id >= 0 && !(kth <= bound - slack) && isfinite(kth);""",
+        unsure = last_id >= 0 && !(kth <= bound - slack) && isfinite(kth);
+        if (unsure) atomicOr((int*)&flags[{FLAG_UNSURE}], 1);
+        if (!isfinite(err)) atomicOr((int*)&flags[{FLAG_QUERY_NORMS}], 1);""",
         "knngraph_unproven")
+
+
+@functools.lru_cache(maxsize=None)
+def _reported_kernel(metric: str):
+    """float64 exact distances -> the metric's float32 reported distances in one launch (the ids copied
+    alongside), setting the search's ``flags[FLAG_RANGE]`` where a finite one exceeds float32: the NumPy path of
+    :meth:`NumericPlan.to_reported` (clamp at 0 keeping NaN, square root for euclidean, range check,
+    cast), each a launch and the check a host sync there."""
+    import cupy as cp
+
+    value = {"euclidean": "double v = d < 0.0 ? 0.0 : d; v = sqrt(v);",
+             "sqeuclidean": "double v = d < 0.0 ? 0.0 : d;"}.get(metric, "double v = d;")
+    return cp.ElementwiseKernel(
+        "float64 d, int32 id_in, raw int32 flags", "float32 y, int32 id_out",
+        value + f"""
+        if (isfinite(v) && fabs(v) > {_F32_MAX!r}) atomicOr((int*)&flags[{FLAG_RANGE}], 1);
+        y = (float)v;
+        id_out = id_in;""",
+        f"knngraph_reported_{metric}")

@@ -46,6 +46,11 @@ _GEMM_DEFAULT = -1
 _SHIFT = 128
 
 
+#: the host scalars (1, 0) that cuBLAS reads as alpha and beta: float32, or int32 for the integer GEMM
+_ONE_ZERO = {False: (np.ones(1, np.float32), np.zeros(1, np.float32)),
+             True: (np.ones(1, np.int32), np.zeros(1, np.int32))}
+
+
 def _gemm_ex(q, x, out, a_type, c_type, compute):
     """out[nq, nb] = q[nq, d] . x[nb, d]^T via cublasGemmEx on the current CuPy stream."""
     import cupy as cp
@@ -55,9 +60,7 @@ def _gemm_ex(q, x, out, a_type, c_type, compute):
     nb = x.shape[0]
     handle = cp.cuda.device.get_cublas_handle()
     cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
-    scalar = np.int32 if compute == _COMPUTE_32I else np.float32
-    alpha = np.ones(1, scalar)
-    beta = np.zeros(1, scalar)
+    alpha, beta = _ONE_ZERO[compute == _COMPUTE_32I]
     mode = cublas.getPointerMode(handle)
     cublas.setPointerMode(handle, 0)  # host pointers for alpha/beta
     try:
@@ -154,13 +157,28 @@ def _rows_kernel(char: str):
 
 _COSINE_KEYS_SOURCE = r"""
 extern "C" __global__ void knngraph_cosine_keys(float* __restrict__ dots, const float* __restrict__ inv_q,
-                                                const float* __restrict__ inv_x, long long cols) {
+                                                const float* __restrict__ inv_x, long long cols, int by4) {
     long long row = blockIdx.y;
     float s = -inv_q[row];
     float* r = dots + row * cols;
     long long step = (long long)gridDim.x * blockDim.x;
-    for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < cols; j += step)
-        r[j] = (r[j] * s) * inv_x[j];
+    long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (by4) {  /* rows and inverse norms 16-byte aligned: four values per load and store */
+        float4* r4 = reinterpret_cast<float4*>(r);
+        const float4* x4 = reinterpret_cast<const float4*>(inv_x);
+        for (long long j = first; j < cols / 4; j += step) {
+            float4 v = r4[j];
+            float4 w = x4[j];
+            v.x = (v.x * s) * w.x;
+            v.y = (v.y * s) * w.y;
+            v.z = (v.z * s) * w.z;
+            v.w = (v.w * s) * w.w;
+            r4[j] = v;
+        }
+    } else {
+        for (long long j = first; j < cols; j += step)
+            r[j] = (r[j] * s) * inv_x[j];
+    }
 }
 """
 
@@ -231,7 +249,7 @@ class GemmPlan:
 
         d = block.shape[1]
         if self.metric == "cosine":
-            return cp.ones(block.shape[0], cp.float32)
+            return _constant(cp.cuda.Device().id, 1.0, block.shape[0])
         if self.metric == "inner_product":
             if self.shift:
                 return (-float(_SHIFT)) * op.astype(cp.float32).sum(axis=1) - float(_SHIFT * _SHIFT * d)
@@ -274,9 +292,14 @@ class GemmPlan:
         if self.scaled:
             rows, cols = out.shape
             if rows and cols:
+                # float4 accesses where every row and the inverse norms start on 16 bytes (a base tile's
+                # slice of them may not): the scalar pass reached about a fifth of the memory bandwidth
+                by4 = cols % 4 == 0 and out.data.ptr % 16 == 0 and x_scale.data.ptr % 16 == 0
                 threads = 256
-                grid_x = min((cols + threads - 1) // threads, 64)
-                _cosine_keys_kernel()((grid_x, rows), (threads,), (out, q_scale, x_scale, np.int64(cols)))
+                per_row = cols // 4 if by4 else cols
+                grid_x = min((per_row + threads - 1) // threads, 64)
+                _cosine_keys_kernel()((grid_x, rows), (threads,),
+                                      (out, q_scale, x_scale, np.int64(cols), np.int32(by4)))
         return out
 
     def selection_terms(self, colterm):
@@ -287,28 +310,30 @@ class GemmPlan:
         if not self.scaled:
             return colterm, np.float32(self.alpha)
         m = colterm.shape[0]
-        return _zeros(cp.cuda.Device().id, m), np.float32(1.0)
+        return _constant(cp.cuda.Device().id, 0.0, m), np.float32(1.0)
 
 
-_ZEROS: dict = {}
-_ZEROS_LOCK = threading.Lock()
+_CONSTANTS: dict = {}
+_CONSTANTS_LOCK = threading.Lock()
 
 
-def _zeros(device_id: int, m: int):
-    """``m`` float32 zeros on GPU ``device_id``, read-only, shared by every call and thread: a slice of one
-    array per device, made again longer when a longer one is asked for (complete before it is handed out,
-    so any stream may read it)."""
+def _constant(device_id: int, value: float, m: int):
+    """``m`` float32 copies of ``value`` on GPU ``device_id``, read-only, shared by every call and thread
+    (the selection's zero column terms, cosine's unit row terms; making them was a fill launch per call):
+    a slice of one array per device and value, made again longer when a longer one is asked for
+    (complete before it is handed out, so any stream may read it)."""
     import cupy as cp
 
-    held = _ZEROS.get(device_id)
+    key = (device_id, value)
+    held = _CONSTANTS.get(key)
     if held is None or held.shape[0] < m:
-        with _ZEROS_LOCK:
-            held = _ZEROS.get(device_id)
+        with _CONSTANTS_LOCK:
+            held = _CONSTANTS.get(key)
             if held is None or held.shape[0] < m:
                 with cp.cuda.Device(device_id):
-                    held = cp.zeros(max(m, 1 << 16), cp.float32)
+                    held = cp.full(max(m, 1 << 16), value, cp.float32)
                     cp.cuda.get_current_stream().synchronize()
-                _ZEROS[device_id] = held
+                _CONSTANTS[key] = held
     return held[:m]
 
 

@@ -23,7 +23,8 @@ from ..index import Index as IndexBase
 from ..index import KNNResult, assembling, check_out, cpu_threads, fill_out, load_index, runtime_docs, save_index
 from ..primitives.filters import prepare_filter
 from ..primitives.kselect import resolve_select
-from ._exact import plan_numerics
+from .._validate import flag_nonfinite
+from ._exact import FLAG_QUERIES_NONFINITE, new_flags, plan_numerics, raise_flagged
 from ._params import IndexParams, SearchParams
 
 __all__ = ["Index", "build", "search", "extend", "save", "load"]
@@ -61,11 +62,15 @@ def _budget(memory_limit, dev: Device):
 
 
 def _exact(dev: Device, base, queries, k, metric, *, graph, select, memory_limit, verbose, stats=None,
-           plan=None, prepared: dict | None = None):
+           plan=None, prepared: dict | None = None, queries_checked: bool = True):
     """(distances, ids) of the exact top-k, on the implementation for ``dev`` (validated arrays).
 
     ``prepared``: the index's dict of what its searches keep (the numeric plan of ``base``; the GPU's
-    resident GEMM operand), or None to keep nothing.
+    resident GEMM operand), or None to keep nothing. ``queries_checked``: False when the caller has not
+    checked the queries for NaN and inf (:func:`knngraph._validate.check_finite`): on a GPU with device
+    queries and the warp filter, a kernel flags them and the search raises the same error once it reads
+    its flags, its one wait for the device (the filter ranks NaN keys after every number, so nothing
+    else changes); otherwise they are checked here first.
 
     Queries whose candidates could not prove their answer (:mod:`._exact`) are searched again with four
     times the candidates, until every answer is proven (at worst with every point a candidate). Distances
@@ -73,7 +78,8 @@ def _exact(dev: Device, base, queries, k, metric, *, graph, select, memory_limit
     the base's own rows)."""
     try:
         return _exact_unnamed(dev, base, queries, k, metric, graph=graph, select=select, memory_limit=memory_limit,
-                              verbose=verbose, stats=stats, plan=plan, prepared=prepared)
+                              verbose=verbose, stats=stats, plan=plan, prepared=prepared,
+                              queries_checked=queries_checked)
     except ValueError as exc:
         if "exceed the float32 range" not in str(exc):
             raise
@@ -82,7 +88,7 @@ def _exact(dev: Device, base, queries, k, metric, *, graph, select, memory_limit
 
 
 def _exact_unnamed(dev: Device, base, queries, k, metric, *, graph, select, memory_limit, verbose, stats=None,
-                   plan=None, prepared=None):
+                   plan=None, prepared=None, queries_checked=True):
     impl = implementation(__package__, dev)
     xp = _xp_of(base) if dev.is_cuda else np
     if plan is None:
@@ -95,13 +101,26 @@ def _exact_unnamed(dev: Device, base, queries, k, metric, *, graph, select, memo
     budget = _budget(memory_limit, dev)
     n = base.shape[0]
     n_available = n - 1 if graph else n
-    keep = {"prepared": prepared} if dev.is_cuda else {}
+    c = plan.candidates(k, n_available)
     with device_context(dev):
+        flags = None
+        if dev.is_cuda:
+            import cupy
+
+            flags = new_flags(cupy)
+        deferred = (flags is not None and not queries_checked and select != "quickselect"
+                    and resolve_select("auto", c) == "warp_filter" and is_device_array(queries)
+                    and flag_nonfinite(queries, flags, FLAG_QUERIES_NONFINITE))
+        if not queries_checked and not deferred:
+            check_finite(queries, "queries")
+        keep = {"prepared": prepared, "flags": flags} if dev.is_cuda else {}
         d, i, unsure = impl.exact_knn(base, queries, k, metric, graph=graph, memory_limit=budget, select=select,
                                       device_index=dev.index, verbose=verbose, stats=stats, plan=plan, **keep)
-        c = plan.candidates(k, n_available)
+        # the GPU's checks and whether any answer is unproven, in one transfer
+        more = raise_flagged(flags.get(), queries, metric) if flags is not None else bool(unsure.any())
+        keep.pop("flags", None)  # (the rounds below check their own)
         retries = 0
-        while bool(unsure.any()) and c < n_available:
+        while more and c < n_available:
             c = min(n_available, 4 * c)
             retries += 1
             rows = _nonzero(unsure)
@@ -116,6 +135,7 @@ def _exact_unnamed(dev: Device, base, queries, k, metric, *, graph, select, memo
             d[rows], i[rows] = rd, ri
             unsure[:] = False
             unsure[rows] = ru
+            more = bool(unsure.any())
         if stats is not None:
             stats["exactness_retries"] = retries
     return d, i
@@ -292,7 +312,10 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
     k = check_k(k, base.shape[0])
     resolve_select(params.select, k)  # the same rule whatever path below answers (few queries, filter, ...)
     allowed = prepare_filter(filter, base.shape[0])
-    check_finite(q, "queries")
+    # the GPU search of device queries checks them for NaN and inf with its own flags (_exact)
+    queries_checked = not (dev.is_cuda and allowed is None and is_device_array(q))
+    if queries_checked:
+        check_finite(q, "queries")
     parse_memory(memory_limit)  # a bad limit is an error on every path below, the few-query one too
     if out is not None:
         check_out(out, q.shape[0], k, dev)
@@ -314,7 +337,8 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
                                   memory_limit=memory_limit, verbose=verbose, stats=stats, prepared=index._prepared)
         else:
             d, i = _exact(dev, base, q, k, index.metric, graph=False, select=params.select,
-                          memory_limit=memory_limit, verbose=verbose, stats=stats, prepared=index._prepared)
+                          memory_limit=memory_limit, verbose=verbose, stats=stats, prepared=index._prepared,
+                          queries_checked=queries_checked)
     if stats is not None:
         stats["seconds"] = time.perf_counter() - t0
     if out is not None:

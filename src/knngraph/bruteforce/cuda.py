@@ -23,7 +23,7 @@ from .._device import borrowed_streams
 from .._device import sm_count as multiprocessors
 from .._progress import progress
 from ..primitives.kselect import MAX_FILTER_K, TileSelector, resolve_select
-from ._exact import NumericPlan, finish_candidates, plan_numerics
+from ._exact import NumericPlan, finish_candidates, new_flags, plan_numerics, raise_flagged
 from ._gemm import plan_gemm
 
 __all__ = ["exact_knn", "plan_tiles"]
@@ -64,14 +64,37 @@ def plan_tiles(n: int, nq: int, d: int, k: int, budget: int, select: str, reside
 def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory_limit: int,
               select: str = "auto", device_index: int = 0, verbose: bool = True, stats: dict | None = None,
               tensor_cores: bool = True, plan: NumericPlan | None = None, candidates: int | None = None,
-              prepared: dict | None = None):
+              prepared: dict | None = None, flags=None):
     """Exact top-k on the GPU. ``base``/``queries`` are CuPy arrays (used in place) or host arrays
     (NumPy / memory-mapped, streamed). Each query selects ``candidates`` by GEMM key (default: the numeric
     plan's), then the best k are made exact and checked (:mod:`._exact`). Returns (distances float32,
     ids int32, unsure bool) [nq, k]: CuPy arrays for device queries, NumPy arrays for host queries.
 
     ``prepared``: a dict that lives with ``base`` (an index's), where the resident GEMM operand and column
-    terms are kept for later calls (:data:`KEEP_OPERAND_BYTES`); ``base`` must not change while it does."""
+    terms are kept for later calls (:data:`KEEP_OPERAND_BYTES`); ``base`` must not change while it does.
+
+    ``flags``: the caller's check flags (:func:`._exact.new_flags`) on GPU ``device_index``: the search's
+    checks set them and the caller raises with :func:`._exact.raise_flagged` once it reads them (its one
+    wait for the device). Without them this call makes its own, waits for them and raises here."""
+    import cupy as cp
+
+    if flags is not None:
+        return _exact_knn(base, queries, k, metric, graph=graph, memory_limit=memory_limit, select=select,
+                          device_index=device_index, verbose=verbose, stats=stats, tensor_cores=tensor_cores,
+                          plan=plan, candidates=candidates, prepared=prepared, flags=flags)
+    with cp.cuda.Device(device_index):
+        own = new_flags(cp)
+        out = _exact_knn(base, queries, k, metric, graph=graph, memory_limit=memory_limit, select=select,
+                         device_index=device_index, verbose=verbose, stats=stats, tensor_cores=tensor_cores,
+                         plan=plan, candidates=candidates, prepared=prepared, flags=own)
+        raise_flagged(own.get(), queries, metric)
+    return out
+
+
+def _exact_knn(base, queries, k: int, metric: str, *, graph: bool, memory_limit: int, select: str,
+               device_index: int, verbose: bool, stats: dict | None, tensor_cores: bool, plan: NumericPlan | None,
+               candidates: int | None, prepared: dict | None, flags):
+    """:func:`exact_knn` with the caller's ``flags``."""
     import cupy as cp
 
     n, d = base.shape
@@ -123,7 +146,7 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
                          scale=numerics.scale, one_pass=one_pass)
         if one_pass:
             return _one_pass(queries, xb, xb_col, xb_rows if rows_transformed else base, rows_transformed, numerics,
-                             plan, selector, k, c, graph)
+                             plan, selector, k, c, graph, flags)
         out_d = (np if host_out else cp).empty((nq, k), np.float32)
         out_i = (np if host_out else cp).empty((nq, k), np.int32)
         unsure = (np if host_out else cp).zeros(nq, bool)
@@ -181,7 +204,7 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
                         keys, ids = selector.finish(best_k, best_i)
                         block_d, block_i, block_u = finish_candidates(
                             cp, keys, ids, q_row, q_given, tq, xb_rows if rows_transformed else base, numerics, k,
-                            rows_transformed=rows_transformed)
+                            rows_transformed=rows_transformed, flags=flags)
                         del tq, q_given
                         if host_out:
                             block_d.get(stream=s_sel, out=out_d[qs:qe])
@@ -214,7 +237,7 @@ def _query_block(q_given, numerics: NumericPlan, plan):
 
 
 def _one_pass(queries, xb, xb_col, rows, rows_transformed: bool, numerics: NumericPlan, plan, selector, k: int,
-              c: int, graph: bool):
+              c: int, graph: bool, flags):
     """The search of device queries that fit one query block against a resident base that fits one tile
     (a small base: up to tens of thousands of rows), on the current stream: one GEMM, one selection, the
     exact finish, and the finish's arrays returned as they are. The tiled loop's second stream, events,
@@ -231,8 +254,8 @@ def _one_pass(queries, xb, xb_col, rows, rows_transformed: bool, numerics: Numer
     selector.offer_tile(dots, sel_col, sel_alpha, 0, 0 if graph else -1, best_k, best_i, first_tile=True)
     keys, ids = selector.finish(best_k, best_i)
     d, i, unsure = finish_candidates(cp, keys, ids, q_row, queries, tq, rows, numerics, k,
-                                     rows_transformed=rows_transformed)
-    return cp.ascontiguousarray(d), cp.ascontiguousarray(i), unsure
+                                     rows_transformed=rows_transformed, flags=flags)
+    return d, i, unsure  # (new C-ordered arrays: NumericPlan.to_reported)
 
 
 def _resident_operand(base, numerics: NumericPlan, plan, device_index: int, prepared: dict | None, op_bytes: int):

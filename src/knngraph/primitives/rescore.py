@@ -12,7 +12,8 @@ scaled, normalised):
   vectors are at distance exactly 0; 1 when either vector is zero (a zero vector has cosine distance 1 to
   everything). The caller normalises the vectors (no inverse norms are taken).
 
-Ids of -1 get distance inf and stay last. On the GPU, with the vectors on the device, one kernel does it
+Ids outside [0, len(base)) (-1, the selection's ``ID_NONE``) are no candidate: distance inf, id -1,
+last. On the GPU, with the vectors on the device, one kernel does it
 all (a warp per query row, ``_rescore_kernel.py``); otherwise the array code below does it with NumPy or
 CuPy, gathering rows from wherever the base lives.
 """
@@ -34,7 +35,8 @@ def _module_of(a) -> str:
 
 
 def rescore(queries, base, ids, kind: int, xp, *, transform=None):
-    """(distances float64, ids int32) of ``ids`` [nq, c] (-1 = none) of ``queries`` among ``base``, exact
+    """(distances float64, ids int32) of ``ids`` [nq, c] of ``queries`` among ``base`` (ids outside
+    [0, len(base)) are none: -1 out), exact
     (float64 sums, kept in float64 so that the caller sees values beyond float32), each row sorted by
     (distance, id).
 
@@ -42,6 +44,7 @@ def rescore(queries, base, ids, kind: int, xp, *, transform=None):
     (rows are gathered on the host, then uploaded). ``transform(rows)`` maps gathered base rows (and
     the caller has mapped ``queries``) into the space the distances are taken in (float32 out)."""
     nq, c = ids.shape
+    n = base.shape[0]
     if nq == 0 or c == 0:
         return xp.empty((nq, c), np.float64), xp.asarray(ids, dtype=np.int32)
     if xp is not np and _module_of(base) == "cupy" and transform is None:
@@ -50,6 +53,8 @@ def rescore(queries, base, ids, kind: int, xp, *, transform=None):
     out = xp.empty((nq, c), dtype=np.float64)
     rows = max(1, _CHUNK_ELEMS // max(1, c * d))
     base_here = _module_of(base) == xp.__name__.split(".")[0]
+    ids = xp.asarray(ids)
+    ids = xp.where((ids < 0) | (ids >= n), -1, ids).astype(np.int32)
     for s in range(0, nq, rows):
         e = min(nq, s + rows)
         idx = ids[s:e]
@@ -71,7 +76,7 @@ def rescore(queries, base, ids, kind: int, xp, *, transform=None):
                 zero = ((x * x).sum(axis=2) == 0) | ((q * q).sum(axis=2) == 0)
                 dist = xp.where(zero, 1.0, dist / 2)
         out[s:e] = xp.where(idx < 0, np.inf, dist)
-    return _sort_rows(out, xp.asarray(ids, dtype=np.int32), xp)
+    return _sort_rows(out, ids, xp)
 
 
 def _sort_rows(dist, ids, xp):
