@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import re
+import sys
 import tempfile
 import threading
 import time
@@ -484,15 +485,15 @@ def _memo_types(args) -> tuple:
     return tuple((a.dtype, a.ndim, a._c_contiguous) if type(a) is nd else _arg_text(a) for a in args)
 
 
-@functools.lru_cache(maxsize=1)
+class _NoCuPyArray:
+    """Stands for ``cupy.ndarray`` before CuPy is imported (no argument can be one then)."""
+
+
 def _cupy_array_type():
-    """``cupy.ndarray`` (the type that the launch paths' fast checks compare with; CuPy's own
-    ``_c_contiguous`` attribute is read from it), or a type nothing has when CuPy is absent."""
-    try:
-        import cupy
-    except ImportError:  # pragma: no cover - host-only installs launch nothing
-        return type("NoCuPy", (), {})
-    return cupy.ndarray
+    """``cupy.ndarray`` once CuPy is imported (the type that the launch paths' fast checks compare with;
+    CuPy's own ``_c_contiguous`` attribute is read from it), else a type that no argument has. Read from
+    ``sys.modules`` on each call: importing nothing, and never holding a stand-in module's answer."""
+    return getattr(sys.modules.get("cupy"), "ndarray", _NoCuPyArray)
 
 
 #: environment variables that change what a kernel module compiles (read when it is imported)
