@@ -134,8 +134,10 @@ def check_finite(x, name: str) -> None:
     if _is_cupy(x):
         import cupy
 
-        # the common case in one fused reduction (one launch, one transfer); the rows only to name the bad one
-        if bool(_all_finite_kernel()(x)):
+        # the common case in one launch (flag_nonfinite) and one transfer; the rows only to name the bad one
+        flag = cupy.zeros(1, cupy.int32)
+        flag_nonfinite(cupy.ascontiguousarray(x), flag, 0)
+        if not flag.get()[0]:
             return
         row = int(cupy.argmax(~cupy.isfinite(x).all(axis=1)))
         raise ValueError(f"{name} row {row} contains NaN or inf; remove or fix non-finite vectors")
@@ -157,7 +159,8 @@ def flag_nonfinite(x, flags, slot: int) -> bool:
     ``x`` holds NaN or inf, without waiting for the answer: a search reads its flags with the one
     transfer it makes at its end (:func:`check_finite` is a reduction and a host sync of its own, a
     tenth of a small search). Returns False, launching nothing, for arrays it does not take (other
-    dtypes, not C-contiguous): check those with :func:`check_finite`. Each value's exponent bits are
+    dtypes, not C-contiguous): check those with :func:`check_finite` (which uses this kernel on a
+    C-contiguous copy). Each value's exponent bits are
     tested (all ones: inf or NaN), as integers of the value's width."""
     if x.dtype.kind != "f" or x.dtype.itemsize not in (2, 4, 8) or not x.flags.c_contiguous:
         return False
@@ -192,14 +195,6 @@ def _nonfinite_flag_kernel(itemsize: int):
     source = (_NONFINITE_FLAG_SOURCE.replace("NAME", str(8 * itemsize)).replace("BITS", bits)
               .replace("EXPONENT", exponent))
     return cupy.RawKernel(source, f"knngraph_flag_nonfinite_{8 * itemsize}")
-
-
-@functools.lru_cache(maxsize=None)
-def _all_finite_kernel():
-    import cupy
-
-    return cupy.ReductionKernel("T x", "bool y", "isfinite((double)x)", "a && b", "y = a", "true",
-                                "knngraph_all_finite")
 
 
 def check_same_dim(base, queries, base_name="base", query_name="queries") -> None:

@@ -78,16 +78,15 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
     wait for the device). Without them this call makes its own, waits for them and raises here."""
     import cupy as cp
 
-    if flags is not None:
-        return _exact_knn(base, queries, k, metric, graph=graph, memory_limit=memory_limit, select=select,
-                          device_index=device_index, verbose=verbose, stats=stats, tensor_cores=tensor_cores,
-                          plan=plan, candidates=candidates, prepared=prepared, flags=flags)
+    own = flags is None
     with cp.cuda.Device(device_index):
-        own = new_flags(cp)
+        if own:
+            flags = new_flags(cp)
         out = _exact_knn(base, queries, k, metric, graph=graph, memory_limit=memory_limit, select=select,
                          device_index=device_index, verbose=verbose, stats=stats, tensor_cores=tensor_cores,
-                         plan=plan, candidates=candidates, prepared=prepared, flags=own)
-        raise_flagged(own.get(), queries, metric)
+                         plan=plan, candidates=candidates, prepared=prepared, flags=flags)
+        if own:
+            raise_flagged(flags.get(), queries, metric)
     return out
 
 

@@ -8,17 +8,9 @@ from numba import cuda, float32, float64, int32
 from .compile import device_function
 from .constants import FULL_MASK, ID_NONE, WARP
 from .distances import DIST_COS, DIST_IP
+from .warp import warp_sort32, warp_sum
 
 __all__ = ["rescore_rows_kernel"]
-
-
-@device_function
-def _warp_sum64(acc):
-    off = 16
-    while off > 0:
-        acc += cuda.shfl_xor_sync(FULL_MASK, acc, off)
-        off //= 2
-    return acc
 
 
 @device_function
@@ -42,12 +34,6 @@ def _candidate_distance(queries, base, row, idx, d, kind, qq):
     if kind == DIST_COS:
         return 1.0 if (qq == 0.0 or xx == 0.0) else acc * 0.5
     return acc
-
-
-@device_function
-def _before(dk, dl, ok, ol):
-    """Whether (distance ``ok``, order id ``ol``) sorts before (``dk``, ``dl``)."""
-    return ok < dk or (ok == dk and ol < dl)
 
 
 @cuda.jit
@@ -76,7 +62,7 @@ def rescore_rows_kernel(queries, base, ids, out_d, out_i, kind):
         for t in range(lane, d, WARP):
             v = float64(float32(queries[row, t]))
             qq += v * v
-        qq = _warp_sum64(qq)
+        qq = warp_sum(qq)
     if c <= WARP:
         # one candidate per lane, sorted by a bitonic network on (distance, id; none last)
         dk = float64(np.inf)
@@ -86,22 +72,7 @@ def rescore_rows_kernel(queries, base, ids, out_d, out_i, kind):
             if idx >= 0 and idx < n_base:
                 dk = _candidate_distance(queries, base, row, idx, d, kind, qq)
                 dl = idx
-        size = 2
-        while size <= WARP:
-            stride = size // 2
-            while stride > 0:
-                ok = cuda.shfl_xor_sync(FULL_MASK, dk, stride)
-                ol = cuda.shfl_xor_sync(FULL_MASK, dl, stride)
-                keep_low = ((lane & stride) == 0) == ((lane & size) == 0)
-                if keep_low:
-                    take = _before(dk, dl, ok, ol)
-                else:
-                    take = _before(ok, ol, dk, dl)
-                if take:
-                    dk = ok
-                    dl = ol
-                stride //= 2
-            size *= 2
+        dk, dl = warp_sort32(dk, dl, lane)
         if lane < c:
             out_d[row, lane] = dk
             out_i[row, lane] = dl if dl != ID_NONE else int32(-1)
