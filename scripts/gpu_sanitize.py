@@ -12,7 +12,7 @@ merges, symmetric linking with the device link placement, refinement; search) an
 pruning and the relaxed one), float32 and uint8, L2 and cosine. Sizes are small: the sanitizer runs
 kernels tens of times slower. ``exact``: exact searches of device queries on an index (the one pass and base tiles streamed
 under a small memory limit; float16 cosine's unit rows, inverse norms and key pass; the search's check
-flags, with a query that holds inf). ``--quick``: float32 and L2 only. ``--lineinfo``: kernels compiled with
+flags, with a query that holds inf; the one pass captured as a CUDA graph and replayed). ``--quick``: float32 and L2 only. ``--lineinfo``: kernels compiled with
 line information, so a report names the source line of each access instead of an offset.
 """
 
@@ -144,9 +144,14 @@ def exact_searches(t0, quick=False):
                 _, i_host = bruteforce.search(index, cp.asnumpy(q), 7, device="cpu", verbose=False)
                 if (cp.asnumpy(i) != i_host).mean() > 0.01:
                     raise SystemExit(f"exact {metric} {dtype}: GPU answers differ from the CPU's")
+            for _ in range(2):  # the one pass again: captured as a CUDA graph, then replayed
+                stats: dict = {}
+                _, i_replay = bruteforce.search(index, q, 7, verbose=False, stats=stats)
+            if not stats.get("cuda_graph") or (cp.asnumpy(i_replay) != i_host).mean() > 0.01:
+                raise SystemExit(f"exact {metric} {dtype}: the replayed search differs (or was not replayed)")
             q[3, 3] = cp.inf
             try:
-                bruteforce.search(index, q, 7, verbose=False)
+                bruteforce.search(index, q, 7, verbose=False)  # (replayed: the flags come through the graph)
             except ValueError as exc:
                 if "queries row 3 contains NaN or inf" not in str(exc):
                     raise

@@ -7,7 +7,9 @@ plan, the GEMM operand of the base, the launches. Both libraries are timed the w
 them: an index built once (``bruteforce.build`` / cuVS ``brute_force.build``; knngraph's first search
 keeps the base's plan and operand with the index, as cuVS's build computes its norms), then repeated
 searches of device-resident queries, median of ``--repeats`` calls after a warm-up (each call ends with a
-device synchronisation). Cases:
+device synchronisation). knngraph is timed twice: as it runs by default (from its second call with the same
+shapes a search is replayed as a CUDA graph, ``cuda_graph``) and with ``KNNGRAPH_CUDA_GRAPHS=0`` (every
+launch issued from Python, ``knngraph_uncaptured_seconds``). Cases:
 
 * ``minilm-words``: the first ``n`` rows and ``nq`` queries of the real float16 sentence embeddings
   (cosine), from ``$KNNGRAPH_MINILM_DIR`` (``base.npy``, ``query.npy``) or the shared datasets;
@@ -100,13 +102,17 @@ def main(argv=None):
         if cuvs is not None:
             cindex = cuvs.build(None, base, metric)
         for k in (int(v) for v in args.k.split(",")):
+            search = lambda: bruteforce.search(index, queries, k, device="cuda", verbose=False)  # noqa: E731
+            os.environ["KNNGRAPH_CUDA_GRAPHS"] = "0"  # every launch issued by the host, call after call
+            uncaptured = time_calls(search, args.repeats)
+            os.environ["KNNGRAPH_CUDA_GRAPHS"] = "1"  # the default: replayed as a CUDA graph from the 2nd call
+            ours = time_calls(search, args.repeats)
             stats: dict = {}
             bruteforce.search(index, queries, k, device="cuda", verbose=False, stats=stats)
-            ours = time_calls(lambda: bruteforce.search(index, queries, k, device="cuda", verbose=False),
-                              args.repeats)
             row = {"case": case, "gpu": gpu, "n": int(base.shape[0]), "nq": int(queries.shape[0]),
                    "d": int(base.shape[1]), "dtype": str(base.dtype), "metric": metric, "k": k,
                    "knngraph_seconds": ours.median_s, "knngraph_all_s": ours.all_s,
+                   "cuda_graph": stats.get("cuda_graph"), "knngraph_uncaptured_seconds": uncaptured.median_s,
                    "candidates": stats.get("candidates"), "gemm": stats.get("gemm"),
                    "exactness_retries": stats.get("exactness_retries")}
             if cuvs is not None:

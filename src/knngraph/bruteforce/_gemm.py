@@ -30,7 +30,9 @@ falls back to ``fp32`` if they disagree (for example on a cuBLAS without these k
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import os
 import threading
 import warnings
 
@@ -59,8 +61,15 @@ def _gemm_ex(q, x, out, a_type, c_type, compute):
     nq, d = q.shape
     nb = x.shape[0]
     handle = cp.cuda.device.get_cublas_handle()
-    cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
     alpha, beta = _ONE_ZERO[compute == _COMPUTE_32I]
+    stream = cp.cuda.get_current_stream().ptr
+    try:
+        cublas.setStream(handle, stream)
+    except NotImplementedError:
+        # CuPy refuses cuBLAS calls while the stream captures a CUDA graph (knngraph._cuda_graphs), which
+        # cuBLAS itself supports: the same calls, made to the library CuPy loaded
+        _captured_gemm_ex(handle, stream, nb, nq, d, alpha, x, q, beta, out, a_type, c_type, compute)
+        return
     mode = cublas.getPointerMode(handle)
     cublas.setPointerMode(handle, 0)  # host pointers for alpha/beta
     try:
@@ -69,6 +78,63 @@ def _gemm_ex(q, x, out, a_type, c_type, compute):
                       q.data.ptr, a_type, d, beta.ctypes.data, out.data.ptr, c_type, nb, compute, _GEMM_DEFAULT)
     finally:
         cublas.setPointerMode(handle, mode)
+
+
+@functools.lru_cache(maxsize=None)
+def _squared_norms_kernel():
+    import cupy as cp
+
+    return cp.ReductionKernel("T x", "float32 y", "(double)x * (double)x", "a + b", "y = (float)a", "0",
+                              "knngraph_squared_norms", reduce_type="double")
+
+
+def _captured_gemm_ex(handle, stream, m, n, k, alpha, x, q, beta, out, a_type, c_type, compute):
+    """:func:`_gemm_ex`'s cuBLAS calls (stream, host pointer mode, GemmEx) through :func:`_cublas_library`,
+    the handle's stream and pointer mode restored after."""
+    lib = _cublas_library()
+    mode = ctypes.c_int()
+    previous = ctypes.c_void_p()
+    _check_cublas(lib.cublasGetStream_v2(handle, ctypes.byref(previous)), "cublasGetStream")
+    _check_cublas(lib.cublasSetStream_v2(handle, stream), "cublasSetStream")
+    _check_cublas(lib.cublasGetPointerMode_v2(handle, ctypes.byref(mode)), "cublasGetPointerMode")
+    _check_cublas(lib.cublasSetPointerMode_v2(handle, 0), "cublasSetPointerMode")
+    try:
+        _check_cublas(lib.cublasGemmEx(handle, _OP_T, _OP_N, m, n, k, alpha.ctypes.data, x.data.ptr, a_type, k,
+                                       q.data.ptr, a_type, k, beta.ctypes.data, out.data.ptr, c_type, m, compute,
+                                       _GEMM_DEFAULT), "cublasGemmEx")
+    finally:
+        # the handle as CuPy left it: its later calls set their own stream, but nothing else should run on
+        # the capturing one
+        lib.cublasSetPointerMode_v2(handle, mode.value)
+        lib.cublasSetStream_v2(handle, previous)
+
+
+def _check_cublas(status: int, call: str) -> None:
+    if status != 0:
+        raise RuntimeError(f"{call} failed with cuBLAS status {status}")
+
+
+@functools.lru_cache(maxsize=1)
+def _cublas_library():
+    """The cuBLAS library that CuPy loaded (found in this process's memory map: a handle CuPy made is
+    valid only there), through ctypes."""
+    path = None
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            name = line.rsplit(None, 1)[-1] if line.count("/") else ""
+            if os.path.basename(name).startswith("libcublas.so"):
+                path = name
+                break
+    if path is None:
+        raise RuntimeError("the cuBLAS library CuPy uses is not loaded in this process")
+    lib = ctypes.CDLL(path)
+    vp, i = ctypes.c_void_p, ctypes.c_int
+    lib.cublasSetStream_v2.argtypes = (vp, vp)
+    lib.cublasGetStream_v2.argtypes = (vp, ctypes.POINTER(vp))
+    lib.cublasGetPointerMode_v2.argtypes = (vp, ctypes.POINTER(i))
+    lib.cublasSetPointerMode_v2.argtypes = (vp, i)
+    lib.cublasGemmEx.argtypes = (vp, i, i, i, i, i, vp, vp, i, i, vp, i, i, vp, vp, i, i, i, i)
+    return lib
 
 
 def unit_rows(x, *, inverse: bool = False):
@@ -219,11 +285,12 @@ class GemmPlan:
         return cp.ascontiguousarray(x)
 
     def _terms(self, block, op):
-        """(norm^2, sum of shifted components) in float32 from the original block."""
+        """(norm^2, sum of shifted components) in float32 from the original block (the norms summed in
+        float64 and rounded once: one reduction launch, which a CUDA graph can capture; CuPy's einsum
+        calls cuBLAS, which it refuses while a stream captures)."""
         import cupy as cp
 
-        xf = block.astype(cp.float32)
-        norm2 = cp.einsum("ij,ij->i", xf, xf)
+        norm2 = _squared_norms_kernel()(block, axis=1)
         ssum = op.astype(cp.float32).sum(axis=1) if self.shift else None
         return norm2, ssum
 
@@ -281,14 +348,14 @@ class GemmPlan:
         """out = q_op . x_op^T (on the current stream); with :attr:`scaled`, the keys
         -(out[i, j] q_scale[i]) x_scale[j] instead (the inverse norms of :meth:`query_scale` and
         :meth:`column_term`)."""
-        import cupy as cp
-
         if self.mode == "int8":
             _gemm_ex(q_op, x_op, out, _R_8I, _R_32I, _COMPUTE_32I)
         elif self.mode == "fp16":
             _gemm_ex(q_op, x_op, out, _R_16F, _R_32F, _COMPUTE_32F)
         else:
-            cp.matmul(q_op, x_op.T, out=out)
+            # float32 arithmetic (CUBLAS_COMPUTE_32F, as cupy.matmul without CUPY_TF32), through the one call
+            # that can also be captured in a CUDA graph
+            _gemm_ex(q_op, x_op, out, _R_32F, _R_32F, _COMPUTE_32F)
         if self.scaled:
             rows, cols = out.shape
             if rows and cols:
@@ -315,13 +382,15 @@ class GemmPlan:
 
 _CONSTANTS: dict = {}
 _CONSTANTS_LOCK = threading.Lock()
+_OUTGROWN: list = []  # replaced constants, never freed
 
 
 def _constant(device_id: int, value: float, m: int):
     """``m`` float32 copies of ``value`` on GPU ``device_id``, read-only, shared by every call and thread
     (the selection's zero column terms, cosine's unit row terms; making them was a fill launch per call):
     a slice of one array per device and value, made again longer when a longer one is asked for
-    (complete before it is handed out, so any stream may read it)."""
+    (complete before it is handed out, so any stream may read it; the shorter one is kept, never freed,
+    for the graphs that read it)."""
     import cupy as cp
 
     key = (device_id, value)
@@ -331,8 +400,11 @@ def _constant(device_id: int, value: float, m: int):
             held = _CONSTANTS.get(key)
             if held is None or held.shape[0] < m:
                 with cp.cuda.Device(device_id):
-                    held = cp.full(max(m, 1 << 16), value, cp.float32)
+                    held = cp.full(max(m, 1 << 16, 2 * (0 if held is None else held.shape[0])), value, cp.float32)
                     cp.cuda.get_current_stream().synchronize()
+                if key in _CONSTANTS:
+                    # CUDA graphs captured earlier (knngraph._cuda_graphs) may read the shorter array
+                    _OUTGROWN.append(_CONSTANTS[key])
                 _CONSTANTS[key] = held
     return held[:m]
 

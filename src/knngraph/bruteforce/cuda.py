@@ -64,7 +64,7 @@ def plan_tiles(n: int, nq: int, d: int, k: int, budget: int, select: str, reside
 def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory_limit: int,
               select: str = "auto", device_index: int = 0, verbose: bool = True, stats: dict | None = None,
               tensor_cores: bool = True, plan: NumericPlan | None = None, candidates: int | None = None,
-              prepared: dict | None = None, flags=None):
+              prepared: dict | None = None, flags=None, one_pass_only: bool = False):
     """Exact top-k on the GPU. ``base``/``queries`` are CuPy arrays (used in place) or host arrays
     (NumPy / memory-mapped, streamed). Each query selects ``candidates`` by GEMM key (default: the numeric
     plan's), then the best k are made exact and checked (:mod:`._exact`). Returns (distances float32,
@@ -75,7 +75,11 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
 
     ``flags``: the caller's check flags (:func:`._exact.new_flags`) on GPU ``device_index``: the search's
     checks set them and the caller raises with :func:`._exact.raise_flagged` once it reads them (its one
-    wait for the device). Without them this call makes its own, waits for them and raises here."""
+    wait for the device). Without them this call makes its own, waits for them and raises here.
+
+    ``one_pass_only``: raise :class:`knngraph._cuda_graphs.NotCapturable`, before any GPU work, unless the
+    search runs in one pass (device queries in one block, a resident base in one tile): the only search
+    that is captured as a CUDA graph."""
     import cupy as cp
 
     own = flags is None
@@ -84,7 +88,8 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
             flags = new_flags(cp)
         out = _exact_knn(base, queries, k, metric, graph=graph, memory_limit=memory_limit, select=select,
                          device_index=device_index, verbose=verbose, stats=stats, tensor_cores=tensor_cores,
-                         plan=plan, candidates=candidates, prepared=prepared, flags=flags)
+                         plan=plan, candidates=candidates, prepared=prepared, flags=flags,
+                         one_pass_only=one_pass_only)
         if own:
             raise_flagged(flags.get(), queries, metric)
     return out
@@ -92,7 +97,7 @@ def exact_knn(base, queries, k: int, metric: str, *, graph: bool = False, memory
 
 def _exact_knn(base, queries, k: int, metric: str, *, graph: bool, memory_limit: int, select: str,
                device_index: int, verbose: bool, stats: dict | None, tensor_cores: bool, plan: NumericPlan | None,
-               candidates: int | None, prepared: dict | None, flags):
+               candidates: int | None, prepared: dict | None, flags, one_pass_only: bool = False):
     """:func:`exact_knn` with the caller's ``flags``."""
     import cupy as cp
 
@@ -126,6 +131,16 @@ def _exact_knn(base, queries, k: int, metric: str, *, graph: bool, memory_limit:
         resident = op_bytes <= budget // 2
         base_on_gpu = isinstance(base, cp.ndarray)
         qb, bt = plan_tiles(n, nq, d, c, budget, select, op_bytes if resident else 0)
+        # results for host queries go back to the host block by block, so query sets larger than GPU
+        # memory work; device queries get device results
+        host_out = not isinstance(queries, cp.ndarray)
+        n_q_blocks = (nq + qb - 1) // qb
+        n_tiles = (n + bt - 1) // bt
+        one_pass = resident and not host_out and n_q_blocks == 1 and n_tiles == 1
+        if one_pass_only and not one_pass:
+            from .._cuda_graphs import NotCapturable
+
+            raise NotCapturable("only a one-pass exact search is captured")
         xb_rows = None
         if resident:
             xb, xb_col, xb_rows = _resident_operand(base, numerics, plan, device_index, prepared, op_bytes)
@@ -133,12 +148,6 @@ def _exact_knn(base, queries, k: int, metric: str, *, graph: bool, memory_limit:
         # them), else the base as given
         rows_transformed = xb_rows is not None
         selector = TileSelector(select, c, sm_count)
-        # results for host queries go back to the host block by block, so query sets larger than GPU
-        # memory work; device queries get device results
-        host_out = not isinstance(queries, cp.ndarray)
-        n_q_blocks = (nq + qb - 1) // qb
-        n_tiles = (n + bt - 1) // bt
-        one_pass = resident and not host_out and n_q_blocks == 1 and n_tiles == 1
         if stats is not None:
             stats.update(select=select, gemm=plan.mode, query_block=qb, base_tile=bt, base_resident=bool(resident),
                          base_on_gpu=base_on_gpu, candidates=c, centered=numerics.shift is not None,
