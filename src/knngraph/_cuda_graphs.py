@@ -7,22 +7,28 @@ service or an evaluation loop calls the same search with the same shapes again a
 that sequence once (CUDA stream capture) and replaying it costs one graph launch plus the copies in and
 out.
 
-:class:`CapturedCall` captures ``fn(*inputs, capturing=True)`` (a function of C-contiguous CuPy arrays that
-returns ``(outputs, extra)``: a tuple of CuPy arrays and any host value, with no host synchronisation
-inside; it may raise :class:`NotCapturable` when this call is not to be captured) on a lent capture
-stream. The graph reads
-its inputs from buffers of its own and leaves its outputs in one staging buffer; a replay copies the
-caller's inputs in, launches the graph and copies the staging buffer into one new allocation, whose views
-are the outputs; every step is on the caller's current stream, ordered after the previous replay on any
-stream. Every block allocated during the capture is held by the call (never returned to CuPy's pool
-while the graph may write it), so a graph costs the memory of its temporaries: :data:`MAX_GRAPH_BYTES`
-bounds it.
+:class:`CapturedCall` captures ``fn(*inputs, capturing=True)`` on a lent capture stream: a function of
+C-contiguous CuPy arrays that returns ``(outputs, extra)`` (a tuple of CuPy arrays and any host value),
+with no host synchronisation inside; it may raise :class:`NotCapturable` when this call is not to be
+captured. The graph reads its inputs from buffers of its own and leaves its outputs in one staging buffer.
+A replay copies the caller's inputs in, launches the graph and copies the staging buffer into one new
+allocation, whose views are the outputs; every step is on the caller's current stream, ordered after the
+previous replay on any stream. Every block allocated for the graph is held by it (never returned to
+CuPy's pool while the graph may write it), so a graph costs the memory of its temporaries.
 
-:class:`GraphCache` keeps up to :data:`GRAPHS_PER_CACHE` captured calls by key, least recently used out,
-and captures a key only at its second call (one-off shapes are never captured). A key whose capture
-failed (a host synchronisation inside, an unsupported operation) or whose graph would be too large is
-remembered and runs uncaptured from then on. ``KNNGRAPH_CUDA_GRAPHS=0`` turns replay off (every call
-uncaptured).
+A capture happens only while the calling thread is the process's only Python thread. While any stream of
+a GPU captures, CUDA refuses a device-wide synchronisation from every other thread
+(``cudaDeviceSynchronize``, ``cupy.cuda.Device().synchronize()``, ``torch.cuda.synchronize()``: "operation
+not permitted when stream is capturing", measured on an H200 with CUDA 13), so a capture beside other
+threads could make an unrelated thread's call fail. Replays have no such effect: graphs captured
+single-threaded (a script, a notebook, a service's warm-up before it starts its workers) are replayed from
+any number of threads.
+
+:class:`GraphCache` keeps up to :data:`GRAPHS_PER_CACHE` captured calls by key, holding at most
+:data:`MAX_GRAPH_BYTES` together (least recently used out), and captures a key only at its second call
+(one-off shapes are never captured). A key whose capture failed (a host synchronisation inside, an
+unsupported operation) or whose graph alone would pass the byte bound is remembered and runs uncaptured
+from then on. ``KNNGRAPH_CUDA_GRAPHS=0`` turns replay off (every call uncaptured).
 """
 
 from __future__ import annotations
@@ -32,12 +38,17 @@ import logging
 import os
 import threading
 
-__all__ = ["CapturedCall", "GraphCache", "GRAPHS_PER_CACHE", "MAX_GRAPH_BYTES", "NotCapturable", "graphs_enabled"]
+__all__ = ["CapturedCall", "GraphCache", "GRAPHS_PER_CACHE", "MAX_GRAPH_BYTES", "NotCapturable", "REPLAYS_PER_CAPTURE",
+           "graphs_enabled"]
 
-#: the most memory (inputs, temporaries, outputs) one captured call may hold; larger calls run uncaptured
+#: the most memory (inputs, temporaries, outputs) the captured calls of one cache may hold together (a
+#: larger call runs uncaptured)
 MAX_GRAPH_BYTES = 256 << 20
 #: captured calls kept per cache (an index keeps one cache per GPU)
-GRAPHS_PER_CACHE = 4
+GRAPHS_PER_CACHE = 8
+#: replays that pay for a new capture once a cache has made ``GRAPHS_PER_CACHE`` captures
+REPLAYS_PER_CAPTURE = 8
+_MAX_SEEN = 4096
 _ALIGN = 256
 _log = logging.getLogger("knngraph")
 _D2D = 3  # cudaMemcpyDeviceToDevice
@@ -52,6 +63,12 @@ class NotCapturable(Exception):
     """Raised by a captured function (before any GPU work) when this call must not be captured."""
 
 
+def _alone() -> bool:
+    """Whether this is the process's only Python thread: the condition for a capture (see the module's
+    text)."""
+    return threading.active_count() == 1
+
+
 def _aligned(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
@@ -62,7 +79,9 @@ class CapturedCall:
     call's inputs (only their shapes are used: a capture runs nothing). ``extra`` is any host value the
     capture's function returned through ``fn``'s second result (e.g. statistics), kept as it was.
     ``keep_alive``: the arrays made before the capture that the graph reads (an index's resident operand),
-    held as long as the graph, whatever their owner drops meanwhile.
+    or a function that returns them (called when the captured function has returned), held as long as the
+    graph, whatever their owner drops meanwhile. The graph's own blocks come from CuPy's pool on a lent
+    capture stream and go back to it only through :meth:`retire`, once the last replay has finished.
 
     Raises whatever ``fn`` raised, or :class:`NotCapturable`, with nothing kept."""
 
@@ -72,7 +91,7 @@ class CapturedCall:
         from ._device import borrowed_streams
 
         self.device_id = device_id
-        held: list = []  # every block allocated while capturing, held as long as the graph
+        held: list = []  # every block allocated for the graph, held as long as it: its buffers and temporaries
         pool = cp.get_default_memory_pool()
 
         def allocate(size):
@@ -80,15 +99,14 @@ class CapturedCall:
             held.append(mem)
             return mem
 
-        self.inputs = tuple(cp.empty(a.shape, a.dtype) for a in example_inputs)
         self.graph = None
         with borrowed_streams(device_id, "capture") as (stream,):
-            # the input buffers are made on the caller's stream: the capture stream must see them complete
-            stream.wait_event(cp.cuda.get_current_stream().record())
             with stream, cp.cuda.using_allocator(allocate):
+                self.inputs = tuple(cp.empty(a.shape, a.dtype) for a in example_inputs)
                 stream.begin_capture()
                 try:
                     outputs, self.extra = fn(*self.inputs, capturing=True)
+                    self._keep_alive = tuple(keep_alive() if callable(keep_alive) else keep_alive)
                     outputs = tuple(o if o.flags.c_contiguous else cp.ascontiguousarray(o) for o in outputs)
                     offsets, total = [], 0
                     for o in outputs:
@@ -103,23 +121,25 @@ class CapturedCall:
                     graph = stream.end_capture()  # (raises when the capture was invalidated)
         self.graph = graph
         self._held = held
-        self._keep_alive = keep_alive
         self._staging = staging
         self._layout = tuple((o.shape, o.dtype, off) for o, off in zip(outputs, offsets))
         self._total = total
-        self.nbytes = sum(m.mem.size for m in held) + sum(a.nbytes for a in self.inputs)
+        self.nbytes = sum(m.mem.size for m in held)
         self._lock = threading.Lock()
         self._done = None  # event recorded after the last replay's copy out
 
     def replay(self, inputs):
         """The outputs (new CuPy arrays, views of one allocation) of the captured function for ``inputs``
         (C-contiguous CuPy arrays of the captured shapes and dtypes), on the current stream; None when
-        another thread is replaying this call at this moment (run the function uncaptured then)."""
+        another thread is replaying this call at this moment, or it was retired (run the function uncaptured
+        then)."""
         import cupy as cp
 
         if not self._lock.acquire(blocking=False):
             return None
         try:
+            if self.graph is None:
+                return None  # retired meanwhile
             stream = cp.cuda.get_current_stream()
             if self._done is not None:
                 stream.wait_event(self._done)  # the last replay (any stream) has read its inputs and copied out
@@ -136,10 +156,25 @@ class CapturedCall:
         finally:
             self._lock.release()
 
+    def retire(self) -> None:
+        """Wait for the last replay (its copies out included) to finish on the GPU, then let the graph and its
+        memory go: a dropped graph's blocks return to CuPy's pool, where any stream may take them next."""
+        with self._lock:
+            if self._done is not None:
+                self._done.synchronize()
+            self.graph = None
+            self._held = self._keep_alive = self._staging = self.inputs = None
+
 
 class GraphCache:
     """Captured calls by key (see the module's text): :meth:`call` replays a key's graph, captures it at
-    the key's second call, or runs the function uncaptured."""
+    the key's second call, or runs the function uncaptured.
+
+    Bounds: at most ``capacity`` graphs holding at most ``max_bytes`` together (least recently used out;
+    one larger than ``max_bytes`` alone is refused). A capture costs about as much as a few uncaptured
+    calls, so callers that cycle through more shapes than the cache keeps would pay it on every call:
+    once the cache is full, a new capture must be paid for by :data:`REPLAYS_PER_CAPTURE` replays since
+    the last one, and keys then run uncaptured until it is."""
 
     def __init__(self, capacity: int | None = None, max_bytes: int | None = None):
         self.capacity = GRAPHS_PER_CACHE if capacity is None else capacity
@@ -147,46 +182,88 @@ class GraphCache:
         self._graphs: collections.OrderedDict = collections.OrderedDict()
         self._seen: set = set()
         self._refused: set = set()
+        self._capturing: set = set()
+        self._captures = 0  # graphs stored
+        self._replays_since_capture = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._graphs)
 
+    @property
+    def nbytes(self) -> int:
+        """The memory the kept graphs hold."""
+        with self._lock:
+            return sum(g.nbytes for g in self._graphs.values())
+
+    def close(self) -> None:
+        """Let every graph go (each once its last replay has finished)."""
+        with self._lock:
+            dropped = list(self._graphs.values())
+            self._graphs.clear()
+        for g in dropped:
+            g.retire()
+
+    def _may_capture(self, key) -> bool:
+        """(Under the lock.) Whether ``key``, called before, may be captured now."""
+        if key in self._refused or key in self._capturing or not _alone():
+            return False
+        return self._captures < self.capacity or self._replays_since_capture >= REPLAYS_PER_CAPTURE
+
     def call(self, key, fn, inputs, device_id: int, keep_alive=()):
         """``(outputs, extra, replayed)`` of ``fn(*inputs)`` (see :class:`CapturedCall`): replayed from the
-        key's graph, else captured now when the key was called before (``keep_alive``: see
-        :class:`CapturedCall`), else run as it is. ``fn`` runs
-        uncaptured whenever the key cannot be captured (and is then never tried again)."""
+        key's graph, else captured now when the key was called before and the bounds allow it
+        (``keep_alive``: see :class:`CapturedCall`), else run as it is. ``fn`` runs uncaptured whenever the
+        key cannot be captured (and is then not tried again), while another thread captures it, and while
+        another thread replays its graph."""
         if not graphs_enabled():
             outputs, extra = fn(*inputs, capturing=False)
             return outputs, extra, False
         with self._lock:
             captured = self._graphs.get(key)
+            capture = False
             if captured is not None:
                 self._graphs.move_to_end(key)
-            first = key not in self._seen
-            self._seen.add(key)
-            refused = key in self._refused
-        if captured is not None:
-            outputs = captured.replay(inputs)
-            if outputs is not None:
-                return outputs, captured.extra, True
-        elif not first and not refused:
+            elif key in self._seen:
+                capture = self._may_capture(key)
+                if capture:
+                    self._capturing.add(key)
+            else:
+                if len(self._seen) >= _MAX_SEEN:
+                    # a caller of ever new shapes: forget them (the kept graphs stay)
+                    self._seen.clear()
+                    self._refused.clear()
+                self._seen.add(key)
+        if capture:
             try:
                 captured = CapturedCall(fn, inputs, device_id, keep_alive)
             except Exception as exc:  # noqa: BLE001 - anything the capture could not take: run uncaptured
                 _log.debug("knngraph: %r runs uncaptured (%s: %s)", key, type(exc).__name__, exc)
                 captured = None
+            dropped = []
             with self._lock:
+                self._capturing.discard(key)
                 if captured is None or captured.nbytes > self.max_bytes:
                     self._refused.add(key)
+                    if captured is not None:
+                        dropped.append(captured)
+                    captured = None
                 else:
                     self._graphs[key] = captured
-                    while len(self._graphs) > self.capacity:
-                        self._graphs.popitem(last=False)
-            if captured is not None and key not in self._refused:
-                outputs = captured.replay(inputs)
-                if outputs is not None:
-                    return outputs, captured.extra, True
+                    self._captures += 1
+                    self._replays_since_capture = 0
+                    held = sum(g.nbytes for g in self._graphs.values())
+                    while len(self._graphs) > self.capacity or held > self.max_bytes:
+                        old = self._graphs.popitem(last=False)[1]
+                        held -= old.nbytes
+                        dropped.append(old)
+            for old in dropped:
+                old.retire()  # (outside the lock: waits for the GPU)
+        if captured is not None:
+            outputs = captured.replay(inputs)
+            if outputs is not None:
+                with self._lock:
+                    self._replays_since_capture += 1
+                return outputs, captured.extra, True
         outputs, extra = fn(*inputs, capturing=False)
         return outputs, extra, False

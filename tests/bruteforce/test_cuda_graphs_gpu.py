@@ -12,6 +12,15 @@ from tests.bruteforce.test_exactness import exact_answer
 
 pytestmark = pytest.mark.gpu
 
+
+@pytest.fixture(autouse=True)
+def _alone_but_the_runner(monkeypatch):
+    """Captures happen only in a process's only Python thread; the test runner may run threads of its own."""
+    from knngraph import _cuda_graphs
+
+    baseline = threading.active_count()
+    monkeypatch.setattr(_cuda_graphs, "_alone", lambda: threading.active_count() == baseline)
+
 CASES = [("sqeuclidean", np.float32, 128), ("inner_product", np.float32, 64), ("cosine", np.float16, 384),
          ("euclidean", np.uint8, 96), ("cosine", np.float32, 32)]
 
@@ -89,17 +98,21 @@ def test_replayed_search_retries_unproven_answers(rng, monkeypatch):
 
 def test_threads_searching_one_index_with_replays_get_their_own_rows(rng, monkeypatch):
     """Eight threads, each on its own stream, search one index with one of eight query sets: a replay
-    holds the graph for its own copies (others run uncaptured meanwhile) and every answer is its own."""
+    holds the graph for its own copies (others run uncaptured meanwhile) and every answer is its own.
+    Another shape searched beside the threads is not captured."""
     import cupy as cp
 
     base = _vectors(rng, (4000, 96), np.float16)
     index = bruteforce.build(bruteforce.IndexParams(metric="cosine"), base, device="cuda", verbose=False)
     sets = [_vectors(rng, (500, 96), np.float16) for _ in range(8)]
     want = [cp.asnumpy(_search(index, q, 10, False, monkeypatch)[1]) for q in sets]
-    monkeypatch.setenv("KNNGRAPH_CUDA_GRAPHS", "1")
+    for _ in range(2):  # captured before the threads start (no capture is made beside other threads)
+        _search(index, sets[0], 10, True, monkeypatch)
     wrong, replays = [], []
+    go = threading.Event()
 
     def work(t):
+        go.wait()
         stream = cp.cuda.Stream(non_blocking=True)
         with stream:
             for rep in range(20):
@@ -113,9 +126,17 @@ def test_threads_searching_one_index_with_replays_get_their_own_rows(rng, monkey
     threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
     for t in threads:
         t.start()
+    other = _vectors(rng, (300, 96), np.float16)
+    beside = []
+    for _ in range(3):  # (the threads are alive, waiting)
+        stats: dict = {}
+        bruteforce.search(index, other, 10, verbose=False, stats=stats)
+        beside.append(stats["cuda_graph"])
+    go.set()
     for t in threads:
         t.join()
     assert wrong == [] and len(replays) == 160 and any(replays)
+    assert beside == [False, False, False]
 
 
 def test_release_drops_graphs_and_later_searches_capture_again(rng, monkeypatch):
@@ -165,3 +186,28 @@ def test_graphs_over_the_memory_cap_run_uncaptured_and_strided_queries_replay(rn
         got = _search(other, wide[:, ::2], 3, True, monkeypatch, stats)
         assert stats["cuda_graph"] is (rep > 0)
         cp.testing.assert_array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("case", ["gps", "offset_1e4", "huge_spread"])
+def test_replayed_search_of_centred_and_scaled_l2_data(case, rng, monkeypatch):
+    """Data that the numeric plan centres (its mean on the device, made once) or scales: the replay equals
+    the uncaptured search and the exact answer."""
+    import cupy as cp
+
+    from tests.bruteforce.test_exactness import CASES
+
+    base, queries = (a.astype(np.float32) for a in CASES[case](rng))
+    index = bruteforce.build(bruteforce.IndexParams(metric="euclidean"), cp.asarray(base), device="cuda",
+                             verbose=False)
+    q = cp.asarray(queries)
+    flags = []
+    for _ in range(3):
+        stats: dict = {}
+        d, i = _search(index, q, 10, True, monkeypatch, stats)
+        flags.append(stats["cuda_graph"])
+    assert flags == [False, True, True]
+    du, iu = _search(index, q, 10, False, monkeypatch)
+    cp.testing.assert_array_equal(i, iu)
+    cp.testing.assert_array_equal(d, du)
+    td, ti = exact_answer(base, queries, 10, "euclidean")
+    np.testing.assert_allclose(cp.asnumpy(d), td, rtol=1e-5, atol=1e-6 * max(1.0, float(np.abs(td).max())))

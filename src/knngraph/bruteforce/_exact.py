@@ -69,6 +69,21 @@ class NumericPlan:
     #: float base only: the largest |value| when every value is an integer of at most _MAX_EXACT_INT and
     #: nothing is transformed (see :meth:`for_queries`), else None
     integer_top: float | None = None
+    #: ``shift`` on each GPU that used it, by device id (made once, complete before use: a search captured
+    #: as a CUDA graph must not upload it from the host)
+    device_shift: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    def _shift_on(self, xp):
+        """``shift`` as an array of ``xp`` (on the GPU: this device's copy, made on first use)."""
+        if xp is np:
+            return self.shift
+        dev = xp.cuda.Device().id
+        held = self.device_shift.get(dev)
+        if held is None:
+            held = xp.asarray(self.shift)
+            xp.cuda.get_current_stream().synchronize()  # complete before any thread's stream reads it
+            self.device_shift[dev] = held
+        return held
 
     @property
     def kind(self) -> int:
@@ -86,7 +101,7 @@ class NumericPlan:
             return block
         x = block.astype(xp.float32)
         if self.shift is not None:
-            x = x - xp.asarray(self.shift)
+            x = x - self._shift_on(xp)
         if self.scale != 1.0:
             x = x * xp.float32(self.scale)
         return xp.ascontiguousarray(x)
@@ -105,7 +120,7 @@ class NumericPlan:
             return unit_rows(block)  # float16 rows read as they are: no float32 copy first
         x = block.astype(xp.float32, copy=False)
         if self.shift is not None:
-            x = x - xp.asarray(self.shift)
+            x = x - self._shift_on(xp)
         if self.scale != 1.0:
             x = x * xp.float32(self.scale)
         if self.metric == "cosine":

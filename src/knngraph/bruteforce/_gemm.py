@@ -116,18 +116,21 @@ def _check_cublas(status: int, call: str) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _cublas_library():
-    """The cuBLAS library that CuPy loaded (found in this process's memory map: a handle CuPy made is
-    valid only there), through ctypes."""
-    path = None
+    """The cuBLAS library that CuPy loaded, through ctypes: the one mapped into this process whose major
+    version is CuPy's CUDA's (a handle CuPy made is valid only there; another cuBLAS, say a framework's
+    for another CUDA, may be loaded too). RuntimeError, before any call, unless exactly one matches."""
+    import cupy as cp
+
+    major = cp.cuda.runtime.runtimeGetVersion() // 1000
+    paths = set()
     with open("/proc/self/maps") as fh:
         for line in fh:
-            name = line.rsplit(None, 1)[-1] if line.count("/") else ""
-            if os.path.basename(name).startswith("libcublas.so"):
-                path = name
-                break
-    if path is None:
-        raise RuntimeError("the cuBLAS library CuPy uses is not loaded in this process")
-    lib = ctypes.CDLL(path)
+            name = line.rsplit(None, 1)[-1] if "/" in line else ""
+            if os.path.basename(name).startswith(f"libcublas.so.{major}"):
+                paths.add(name)
+    if len(paths) != 1:
+        raise RuntimeError(f"cannot tell which cuBLAS {major} library CuPy uses (mapped: {sorted(paths)})")
+    lib = ctypes.CDLL(paths.pop())
     vp, i = ctypes.c_void_p, ctypes.c_int
     lib.cublasSetStream_v2.argtypes = (vp, vp)
     lib.cublasGetStream_v2.argtypes = (vp, ctypes.POINTER(vp))

@@ -50,8 +50,13 @@ class Index(IndexBase):
     _params_class = IndexParams
 
     def release(self) -> None:
-        """Drop what searches kept (the numeric plan, GPU copies of the GEMM operand)."""
+        """Drop what searches kept (the numeric plan, GPU copies of the GEMM operand, the CUDA graphs of
+        repeated searches, each once its last replay has finished)."""
+        kept = tuple(self._prepared.values())
         self._prepared.clear()
+        for value in kept:
+            if hasattr(value, "close"):
+                value.close()
 
 
 def _budget(memory_limit, dev: Device):
@@ -179,8 +184,11 @@ def _gpu_first_round(impl, dev: Device, base, queries, k, metric, *, graph, sele
         if cache is None:
             cache = prepared.setdefault(("cuda graphs", dev.index), GraphCache())
         key = (queries.shape, queries.dtype.str, k, metric, select, plan.gamma, repr(memory_limit), deferred)
-        # what the graph reads that the index holds (its resident operand), whatever release() drops meanwhile
-        held = (base,) + tuple(v for v in prepared.values() if not isinstance(v, GraphCache))
+        def held():
+            # what the graph reads that the index holds (its resident operand), whatever release() drops
+            # meanwhile (tuple() of a dict's values is one step: other threads may add entries)
+            return (base,) + tuple(v for v in tuple(prepared.values()) if not isinstance(v, GraphCache))
+
         (d, i, unsure, flags), seen, replayed = cache.call(key, first_round, (queries,), dev.index, held)
     if stats is not None:
         stats.update(seen, cuda_graph=replayed)
