@@ -212,3 +212,15 @@ def test_check_finite_names_the_first_bad_row_of_small_large_and_chunked_inputs(
         _validate.check_finite(x, "queries")
     with pytest.raises(ValueError, match=f"queries row {first} contains NaN or inf"):
         _validate.check_finite(x[:, ::-1], "queries")  # a strided view
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_nonfinite_flaggable_takes_contiguous_floats_only(dtype):
+    """The GPU search defers its NaN check to the flag kernel exactly for the arrays the kernel takes."""
+    from knngraph._validate import nonfinite_flaggable
+
+    x = np.zeros((4, 6), dtype)
+    assert nonfinite_flaggable(x)
+    assert not nonfinite_flaggable(x[:, ::2])
+    assert not nonfinite_flaggable(x.astype(np.int32))
+    assert not nonfinite_flaggable(x.astype(np.uint8))

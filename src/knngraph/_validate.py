@@ -160,9 +160,9 @@ def flag_nonfinite(x, flags, slot: int) -> bool:
     transfer it makes at its end (:func:`check_finite` is a reduction and a host sync of its own, a
     tenth of a small search). Returns False, launching nothing, for arrays it does not take (other
     dtypes, not C-contiguous): check those with :func:`check_finite` (which uses this kernel on a
-    C-contiguous copy). Each value's exponent bits are
-    tested (all ones: inf or NaN), as integers of the value's width."""
-    if x.dtype.kind != "f" or x.dtype.itemsize not in (2, 4, 8) or not x.flags.c_contiguous:
+    C-contiguous copy; :func:`nonfinite_flaggable` says which arrays it takes). Each value's exponent bits
+    are tested (all ones: inf or NaN), as integers of the value's width."""
+    if not nonfinite_flaggable(x):
         return False
     size = x.size
     if size:
@@ -171,6 +171,11 @@ def flag_nonfinite(x, flags, slot: int) -> bool:
         _nonfinite_flag_kernel(x.dtype.itemsize)((blocks,), (threads,),
                                                  (x, np.int64(size), flags[slot:slot + 1]))
     return True
+
+
+def nonfinite_flaggable(x) -> bool:
+    """Whether :func:`flag_nonfinite` takes the array ``x``: C-contiguous float16, float32 or float64."""
+    return x.dtype.kind == "f" and x.dtype.itemsize in (2, 4, 8) and x.flags.c_contiguous
 
 
 _NONFINITE_FLAG_SOURCE = r"""

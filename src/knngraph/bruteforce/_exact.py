@@ -40,7 +40,7 @@ from ..metrics import normalize_rows
 from ..primitives.constants import ID_NONE, pow2_at_least
 from ..primitives.distances import DIST_COS, DIST_IP, DIST_L2SQ
 from ..primitives.rescore import rescore
-from ._gemm import unit_rows
+from ._gemm import squared_norms, unit_rows
 
 __all__ = ["NumericPlan", "plan_numerics", "finish_candidates"]
 
@@ -340,7 +340,9 @@ def finish_candidates(xp, keys, ids, row_term, queries, tq, rows, plan: NumericP
     # cosine queries are unit rows: their norms are neither needed nor checked
     qn2 = None
     if plan.metric != "cosine":
-        qn2 = (tq.astype(xp.float64) ** 2).sum(axis=1) if not gpu else _squared_norms64_kernel()(tq, axis=1)
+        # (on the GPU one launch; its order of summation differs from NumPy's, by far less than the
+        # factor 2 of slack in the key bound)
+        qn2 = (tq.astype(xp.float64) ** 2).sum(axis=1) if not gpu else squared_norms(tq, "float64")
     if not gpu and qn2 is not None and not bool(np.all(np.isfinite(qn2))):
         raise ValueError(_QUERY_NORMS_MESSAGE)  # (on the GPU: the unproven kernel's flag, below)
     s2 = plan.scale * plan.scale
@@ -424,16 +426,6 @@ def _cosine_reported_kernel():
     return cp.ElementwiseKernel("float64 d, int32 id_in", "float32 y, int32 id_out",
                                 "y = (float)(d < 0.0 ? 0.0 : (d > 2.0 ? 2.0 : d)); id_out = id_in",
                                 "knngraph_cosine_reported")
-
-
-@functools.lru_cache(maxsize=None)
-def _squared_norms64_kernel():
-    import cupy as cp
-
-    # each row's float64 sum of squares in one launch (a widening copy, a square and a sum before); the
-    # order of the sum differs from NumPy's, by far less than the factor 2 of slack in the key bound
-    return cp.ReductionKernel("T x", "float64 y", "(double)x * (double)x", "a + b", "y = a", "0",
-                              "knngraph_squared_norms64")
 
 
 @functools.lru_cache(maxsize=None)

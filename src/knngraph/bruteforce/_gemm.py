@@ -21,8 +21,9 @@ The selection kernels rank by ``key = colterm[j] + alpha * dot(q, x_j)`` and the
           (:meth:`knngraph.bruteforce._exact.NumericPlan.key_error`). On an H200, 2k x 18k x 384 float16
           (MiniLM sentence embeddings): 0.65 ms for SGEMM of the normalised float32 rows against
           about 0.03 + 0.1 ms for this GEMM and its pass.
-``fp32``  everything else (float32 data, cosine of float32 vectors on their normalised rows): cupy.matmul
-          (SGEMM).
+``fp32``  everything else (float32 data, cosine of float32 vectors on their normalised rows): SGEMM
+          through the same cublasGemmEx call, CUBLAS_COMPUTE_32F (what cupy.matmul computes without
+          CUPY_TF32; the one call that a CUDA graph can also capture, :func:`_gemm_ex`).
 
 A one-time self-check per process compares each tensor-core path with fp32 on a small product and
 falls back to ``fp32`` if they disagree (for example on a cuBLAS without these kernels).
@@ -38,7 +39,7 @@ import warnings
 
 import numpy as np
 
-__all__ = ["GemmPlan", "plan_gemm", "unit_rows", "rounded_inverse_norms"]
+__all__ = ["GemmPlan", "plan_gemm", "unit_rows", "rounded_inverse_norms", "squared_norms"]
 
 # cuBLAS / CUDA enums (cublas_api.h, library_types.h)
 _OP_N, _OP_T = 0, 1
@@ -80,12 +81,19 @@ def _gemm_ex(q, x, out, a_type, c_type, compute):
         cublas.setPointerMode(handle, mode)
 
 
+def squared_norms(x, out_type: str):
+    """Each row's squared norm of a 2-D CuPy array in one reduction launch: the squares summed in float64
+    (in CuPy's order), the sum rounded once to ``out_type`` ("float32" or "float64"). A CUDA graph can
+    capture it (CuPy's einsum calls cuBLAS, which CuPy refuses while a stream captures)."""
+    return _squared_norms_kernel(out_type)(x, axis=1)
+
+
 @functools.lru_cache(maxsize=None)
-def _squared_norms_kernel():
+def _squared_norms_kernel(out_type: str):
     import cupy as cp
 
-    return cp.ReductionKernel("T x", "float32 y", "(double)x * (double)x", "a + b", "y = (float)a", "0",
-                              "knngraph_squared_norms", reduce_type="double")
+    return cp.ReductionKernel("T x", f"{out_type} y", "(double)x * (double)x", "a + b", "y = a", "0",
+                              f"knngraph_squared_norms_{out_type}", reduce_type="double")
 
 
 def _captured_gemm_ex(handle, stream, m, n, k, alpha, x, q, beta, out, a_type, c_type, compute):
@@ -288,12 +296,11 @@ class GemmPlan:
         return cp.ascontiguousarray(x)
 
     def _terms(self, block, op):
-        """(norm^2, sum of shifted components) in float32 from the original block (the norms summed in
-        float64 and rounded once: one reduction launch, which a CUDA graph can capture; CuPy's einsum
-        calls cuBLAS, which it refuses while a stream captures)."""
+        """(norm^2, sum of shifted components) in float32 from the original block (the norms:
+        :func:`squared_norms`)."""
         import cupy as cp
 
-        norm2 = _squared_norms_kernel()(block, axis=1)
+        norm2 = squared_norms(block, "float32")
         ssum = op.astype(cp.float32).sum(axis=1) if self.shift else None
         return norm2, ssum
 

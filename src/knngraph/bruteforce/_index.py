@@ -23,7 +23,7 @@ from ..index import Index as IndexBase
 from ..index import KNNResult, assembling, check_out, cpu_threads, fill_out, load_index, runtime_docs, save_index
 from ..primitives.filters import prepare_filter
 from ..primitives.kselect import resolve_select
-from .._validate import flag_nonfinite
+from .._validate import flag_nonfinite, nonfinite_flaggable
 from ._exact import FLAG_QUERIES_NONFINITE, new_flags, plan_numerics, raise_flagged
 from ._params import IndexParams, SearchParams
 
@@ -160,7 +160,7 @@ def _gpu_first_round(impl, dev: Device, base, queries, k, metric, *, graph, sele
     from .._cuda_graphs import GraphCache
 
     deferred = (not queries_checked and select != "quickselect" and resolve_select("auto", candidates) == "warp_filter"
-                and is_device_array(queries) and queries.dtype.kind == "f" and queries.flags.c_contiguous)
+                and is_device_array(queries) and nonfinite_flaggable(queries))
     if not queries_checked and not deferred:
         check_finite(queries, "queries")
 
