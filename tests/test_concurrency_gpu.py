@@ -67,3 +67,32 @@ def test_repeated_gpu_searches_do_not_grow_the_memory_pool(data, name):
     worker.join()
     grown = pool.total_bytes() - before
     assert grown <= 4 << 20, f"{name}: the pool grew by {grown} bytes over 60 calls"
+
+
+@pytest.mark.parametrize("name", ["song", "ggnn"])
+def test_one_thread_queueing_searches_on_two_streams_gets_the_serial_rows(data, name):
+    """One thread queues searches on two streams without waiting between them, so their kernels may overlap
+    on the GPU (what a replicated search does on each GPU): each stream has its own launch plan (query
+    counter, counts). The index is built on the CPU, so the first of these calls makes its device copies on
+    one stream while the other stream's search reads them next."""
+    import cupy as cp
+    import numpy as np
+
+    base, queries = data
+    if name == "song":
+        index = song.build(song.IndexParams(graph_degree=16, intermediate_graph_degree=32), base, device="cpu")
+    else:
+        index = ggnn.build(ggnn.IndexParams(graph_degree=16, refinements=0), base, device="cpu")
+    module = song if name == "song" else ggnn
+    streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+    batches = [queries[j::4] for j in range(4)]
+    queued = []
+    for j, batch in enumerate(batches):
+        with streams[j % 2]:
+            queued.append(module.search(index, cp.asarray(batch), 10, device="cuda"))
+    for s in streams:
+        s.synchronize()
+    for batch, got in zip(batches, queued):
+        want = module.search(index, batch, 10, device="cuda")
+        np.testing.assert_array_equal(cp.asnumpy(got.indices), np.asarray(want.indices))
+        np.testing.assert_array_equal(cp.asnumpy(got.distances), np.asarray(want.distances))

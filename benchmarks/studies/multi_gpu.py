@@ -103,22 +103,26 @@ def sift() -> data.Dataset:
 def part_replicated(lines, n_gpus, queues=(32, 64), repeat=10):
     """Also one GPU without ``devices=`` (the plain search: host queries copied whole, then searched; what a
     one-device search runs) and, for comparison, ``chunks='whole'``: every GPU's share staged in page-locked
-    memory and searched in one piece (``knngraph._gpu_queue.replica_chunks`` with one chunk per device)."""
+    memory and searched in one piece (``knngraph._gpu_queue.replica_chunks`` with one chunk per device), and
+    ``chunks='chunked, one stream per GPU'``: the chunks queued on one stream of each GPU
+    (``knngraph._gpu_queue.STREAMS_PER_DEVICE`` = 1), so each chunk's last queries hold its GPU alone."""
     import knngraph
     from knngraph import _gpu_queue, song
 
     ds = sift()
     index = song.build(song.IndexParams(), ds.base, device=dev(0), verbose=False)
     batch = np.ascontiguousarray(np.concatenate([ds.queries] * repeat))
-    defaults = (_gpu_queue.MIN_CHUNK_ROWS, _gpu_queue.MAX_CHUNK_ROWS)
+    defaults = (_gpu_queue.MIN_CHUNK_ROWS, _gpu_queue.MAX_CHUNK_ROWS, _gpu_queue.STREAMS_PER_DEVICE)
+    ways = {"whole": ((1 << 40), (1 << 40), defaults[2]), "chunked, one stream per GPU": (*defaults[:2], 1),
+            "chunked": defaults}
     for q in queues:
         sp = song.SearchParams(queue_size=q)
         plain = time_calls(lambda: song.search(index, batch, 10, sp), repeats=5)
         lines.write(part="replicated", gpus=1, queue_size=q, batch=batch.shape[0], chunks="plain search",
                     qps=batch.shape[0] / plain.median_s, seconds=plain.median_s,
                     recall_at_10=quality.recall(ds, knngraph._device.as_numpy(plain.result.indices)[:ds.nq], 10))
-        for way, setting in {"whole": ((1 << 40), (1 << 40)), "chunked": defaults}.items():
-            _gpu_queue.MIN_CHUNK_ROWS, _gpu_queue.MAX_CHUNK_ROWS = setting
+        for way, setting in ways.items():
+            _gpu_queue.MIN_CHUNK_ROWS, _gpu_queue.MAX_CHUNK_ROWS, _gpu_queue.STREAMS_PER_DEVICE = setting
             for devs in device_sets(n_gpus)[1:]:
                 timing = time_calls(lambda: song.search(index, batch, 10, sp, devices=devs), repeats=5)
                 qps = batch.shape[0] / timing.median_s
@@ -126,7 +130,7 @@ def part_replicated(lines, n_gpus, queues=(32, 64), repeat=10):
                             qps=qps, seconds=timing.median_s,
                             recall_at_10=quality.recall(ds, timing.result.indices[:ds.nq], 10),
                             speedup=qps * plain.median_s / batch.shape[0])
-        _gpu_queue.MIN_CHUNK_ROWS, _gpu_queue.MAX_CHUNK_ROWS = defaults
+        _gpu_queue.MIN_CHUNK_ROWS, _gpu_queue.MAX_CHUNK_ROWS, _gpu_queue.STREAMS_PER_DEVICE = defaults
     del index, knngraph
 
 

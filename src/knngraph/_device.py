@@ -28,7 +28,7 @@ import numpy as np
 
 __all__ = ["quiet_launches", "Device", "resolve_device", "gpu_available", "ArrayKind", "array_kind", "as_numpy",
            "as_cupy", "return_as", "default_memory_limit", "parse_memory", "format_bytes", "implementation",
-           "device_context", "on_input_device"]
+           "device_context", "on_input_device", "kept_for_other_streams"]
 
 
 #: a function, returned with its signature by decorators that wrap it (:func:`on_input_device`)
@@ -253,6 +253,17 @@ def borrowed_streams(device_index: int, role: str, priorities: tuple = (0,)):
     finally:
         with _IDLE_STREAMS_LOCK:
             _IDLE_STREAMS[key].append(streams)
+
+
+def kept_for_other_streams(value):
+    """``value`` (device arrays just made on the current stream, to be kept in a cache and read by later
+    calls) once the current stream has finished making them: later calls may come from other streams
+    (threads with streams of their own, the two streams per GPU of a replicated search), whose kernels
+    are not ordered after this stream's copies. One wait per cached value, when it is made."""
+    import cupy
+
+    cupy.cuda.get_current_stream().synchronize()
+    return value
 
 
 #: a user of CuPy's page-locked pool that held more than this gives the pool's free blocks back to the

@@ -64,9 +64,10 @@ def search_gpus(module, index, q, k: int, params, first: Device, filter, masks, 
     page-locked memory, each device's rows just before its turn: copies from pageable memory are
     synchronous, and those of several devices wait for each other in the driver; a replicated search
     stages, searches and copies back host queries in chunks queued round robin over the devices,
-    :func:`replica_chunks`), its search is launched there, and its results either travel back to
-    page-locked host buffers on the same stream (replicated, host queries) or are copied peer to peer to
-    ``first`` on ``first``'s stream after an event says they are ready (sharded: merged there).
+    :func:`replica_chunks`, on two streams of each device taken in turn), its search is launched there, and
+    its results either travel back to page-locked host buffers on the same stream (replicated, host
+    queries) or are copied peer to peer to ``first`` on ``first``'s stream after an event says they are
+    ready (sharded: merged there).
     Measured on 4 H200s with sift-photos 450k and 100k host queries: with one host thread per device
     (each making its device current and waiting for it) most of the call went to pageable copies waiting
     for one another and to the threads' turns at the interpreter lock; queued from one thread, the
@@ -248,10 +249,16 @@ def _queue_searches(module, index, q, staged, k: int, params, first: Device, fil
 #: searched with the automatic search width of the whole batch (one warp per query from about 16 x SMs
 #: queries on, :func:`knngraph.beam.cuda.search_width`), so chunking does not change any row's result.
 #: Measured on 2 H200s (sift-photos 450k, 100k host queries, ``benchmarks/studies/multi_gpu.py``): 7.6 /
-#: 12.6 ms a batch at queue 32 / 64 against 8.7 / 13.1 ms with each GPU's share staged and searched whole.
+#: 12.6 ms a batch at queue 32 / 64 against 8.7 / 13.1 ms with each GPU's share staged and searched whole;
+#: with the chunks taken in turn by two streams per GPU (:data:`STREAMS_PER_DEVICE`) 6.8 / 11.5 ms, 1.98x /
+#: 1.90x the one-GPU search (with one stream, the same day: 7.6 / 12.4 ms). Chunks of 2k-8k rows were no
+#: faster with two streams (100k and 400k queries).
 #: On one GPU chunks cost more than they hide (13.3 / 23.2 ms against 12.8 / 21.2 ms for the plain search,
 #: the smaller launches' tails), so a one-device search is the algorithm's own (:mod:`knngraph.multidevice`).
 #: Copying each chunk from the caller's memory instead of staging it measured the same on one GPU.
+#: Page-locking the caller's queries and the results in place for the call (``cudaHostRegister``) instead
+#: of staging them was slower on the 2 H200s: 8.4-9.0 ms against 7.3 ms at queue 32 (registering 12.8 MB
+#: took 0.5 ms and letting it go 0.25 ms, on top of the copies it saves).
 MAX_CHUNK_ROWS = 16384
 MIN_CHUNK_ROWS = 4096
 
@@ -282,9 +289,10 @@ def replica_chunks(nq: int, n_devices: int, *, max_rows: int = MAX_CHUNK_ROWS,
 def _replicated_to_host(module, parts, devs, staged, k: int, params, filter, per_device_stats, kw, nq: int):
     """A replicated search of host queries (``staged``), results on the host: the chunks of
     :func:`replica_chunks` queued round robin, each one copied to its device, searched and copied back into
-    page-locked buffers on the device's stream; then, chunk by chunk in queue order, the host waits for a
-    chunk's event and copies its rows into the results (the later chunks still computing). With ``stats``
-    each device searches its share in one piece, so that its figures are its whole share's."""
+    page-locked buffers on one of the device's two lent streams (:data:`STREAMS_PER_DEVICE`, taken in
+    turn); then, chunk by chunk in queue order, the host waits for a chunk's event and copies its rows into
+    the results (the later chunks still computing). With ``stats`` each device searches its share in one
+    piece, so that its figures are its whole share's."""
     import cupy as cp
 
     whole = any(s is not None for s in per_device_stats)
@@ -293,16 +301,20 @@ def _replicated_to_host(module, parts, devs, staged, k: int, params, filter, per
     host_d = staged.page_locked((nq, k), np.float32)
     host_i = staged.page_locked((nq, k), np.int32)
     queued = []
-    for j, a, b in chunks:
-        with device_context(devs[j]), named(devs[j]):
-            d_j, i_j = module.search(parts[j], cp.asarray(staged.rows(a, b), blocking=False), k, params,
-                                     device=devs[j], filter=filter, stats=per_device_stats[j], **kw)
-            stream = cp.cuda.get_current_stream()
-            cp.asnumpy(cp.ascontiguousarray(d_j, dtype=cp.float32), stream, out=host_d[a:b], blocking=False)
-            cp.asnumpy(cp.ascontiguousarray(i_j, dtype=cp.int32), stream, out=host_i[a:b], blocking=False)
-            done = cp.cuda.Event(disable_timing=True)
-            done.record(stream)
-            queued.append((j, a, b, done))
+    with contextlib.ExitStack() as lent:
+        lanes = [lent.enter_context(_lent_lanes(dev)) for dev in devs]
+        turns = [0] * len(devs)
+        for j, a, b in chunks:
+            stream = lanes[j][turns[j] % STREAMS_PER_DEVICE]
+            turns[j] += 1
+            with device_context(devs[j]), named(devs[j]), stream:
+                d_j, i_j = module.search(parts[j], cp.asarray(staged.rows(a, b), blocking=False), k, params,
+                                         device=devs[j], filter=filter, stats=per_device_stats[j], **kw)
+                cp.asnumpy(cp.ascontiguousarray(d_j, dtype=cp.float32), stream, out=host_d[a:b], blocking=False)
+                cp.asnumpy(cp.ascontiguousarray(i_j, dtype=cp.int32), stream, out=host_i[a:b], blocking=False)
+                done = cp.cuda.Event(disable_timing=True)
+                done.record(stream)
+                queued.append((j, a, b, done))
     d = np.empty((nq, k), np.float32)
     i = np.empty((nq, k), np.int32)
     for j, a, b, done in queued:
@@ -311,6 +323,37 @@ def _replicated_to_host(module, parts, devs, staged, k: int, params, filter, per
         d[a:b] = host_d[a:b]
         i[a:b] = host_i[a:b]
     return d, i
+
+
+#: streams of each GPU that a replicated search of host queries takes its chunks on, in turn: the kernels of
+#: chunk c+1 start on the SMs that chunk c's last queries leave idle (a beam search ends with its slowest
+#: queries: about 0.3 ms of a 12,500-query chunk's 1.55 ms on an H200 at queue 32, timed chunk by chunk with
+#: CUDA events in benchmarks/studies/multi_gpu.py's setting), instead of after them
+STREAMS_PER_DEVICE = 2
+
+
+@contextlib.contextmanager
+def _lent_lanes(dev: Device):
+    """:data:`STREAMS_PER_DEVICE` lent streams of ``dev`` that start after the work queued so far on its
+    current stream (the queries' searchers may have made their device copies there), and that the current
+    stream waits for when the block ends (on any exit: what is queued there must finish before a caller
+    that synchronises the current stream lets its buffers go). ``dev`` stays current within the block;
+    blocks of several devices nest (an ``ExitStack``), each entering its own device for its work."""
+    import cupy as cp
+
+    from ._device import borrowed_streams
+
+    with device_context(dev), borrowed_streams(dev.index, "replica", (0,) * STREAMS_PER_DEVICE) as streams:
+        current = cp.cuda.get_current_stream()
+        ready = current.record()
+        for s in streams:
+            s.wait_event(ready)
+        try:
+            yield streams
+        finally:
+            with device_context(dev):
+                for s in streams:
+                    current.wait_event(s.record())
 
 
 @contextlib.contextmanager

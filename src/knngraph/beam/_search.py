@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._device import Device, as_numpy, device_context, is_device_array, resolve_device, sm_count
+from .._device import (Device, as_numpy, device_context, is_device_array, kept_for_other_streams, resolve_device,
+                       sm_count)
 from .._typing import Array, DeviceLike
 from .._validate import check_finite, check_int
 from ..index import check_n_threads, check_out, cpu_threads
@@ -140,6 +141,7 @@ class GraphView:
                 e = cp.asarray(self.entry_points)
                 xb = cp.asarray(self.vectors)
                 inv_b = inverse_norms(xb, cp) if cosine else cp.zeros(1, cp.float32)
+                g_ids, xb, inv_b, e = kept_for_other_streams((g_ids, xb, inv_b, e))
         else:
             g_ids = np.ascontiguousarray(as_numpy(self.graph_ids))
             e = self.entry_points
@@ -532,15 +534,16 @@ def _search_gpu(dev: Device, view: GraphView, queries, k, queue_size, search_wid
         if not search_width or allowed is not None:  # automatic, or a filter's longer list: no wider than fits
             width = gpu.fitting_width(width, queue_size, dim, mode)
         if raw:
-            # one plan per configuration and calling thread: the list's length within its capacity, GGNN's slack
-            # values (tau, nn1, ...) and a filter's bitset are written per call; a plan's query counters and
-            # counts are its caller's (threads may search on streams of their own, whose kernels overlap on the
-            # GPU). The GPU by its ordinal (an int hashes in C; the device object's hash is Python code)
+            # one plan per configuration, stream and calling thread: the list's length within its capacity,
+            # GGNN's slack values (tau, nn1, ...) and a filter's bitset are written per call; a plan's query
+            # counters and counts are its caller's, and calls on different streams may overlap on the GPU
+            # (threads with streams of their own; a replicated search's two streams per GPU). The GPU by its
+            # ordinal (an int hashes in C; the device object's hash is Python code)
             key = (dev.index, "beam", gpu.list_capacity(queue_size), k, mode, qdtype.char, dim, regs, width,
-                   slack is not None, bits is not None, threading.get_ident())
+                   slack is not None, bits is not None, cp.cuda.get_current_stream().ptr, threading.get_ident())
             plan = view.cache.get(key)
             if plan is None:
-                drop_plans_of_ended_threads(view.cache)
+                make_room_for_plan(view.cache, key)
                 plan = gpu.BeamPlan(g_ids, xb, _norms(dev, view, mode, inv_b), entries, kind, k, queue_size, mode,
                                     bk.report_code(view.metric), dim, sms, regs, width, qdtype, slack is not None,
                                     bits is not None)
@@ -560,6 +563,24 @@ def _search_gpu(dev: Device, view: GraphView, queries, k, queue_size, search_wid
     if stats is not None:
         stats["seconds"] = time.perf_counter() - t0
     return d, i
+
+
+#: plans kept per configuration and thread, one per stream it searched on (the oldest dropped beyond it):
+#: a thread that makes a stream per call must not keep a plan, and its GPU buffers, per stream it ever used
+PLANS_PER_THREAD_AND_CONFIGURATION = 4
+
+
+def make_room_for_plan(cache: dict, key: tuple) -> None:
+    """Before the plan of ``key`` (configuration..., stream, thread ident) goes into a view's ``cache``: drop
+    the plans of threads that have ended (:func:`drop_plans_of_ended_threads`) and the oldest plans of the
+    same configuration and thread beyond :data:`PLANS_PER_THREAD_AND_CONFIGURATION` - 1. A dropped plan's
+    kernels may still run on its stream: its buffers go back to CuPy's pool for that stream, which orders
+    their next use after them."""
+    drop_plans_of_ended_threads(cache)
+    same = [other for other in list(cache) if isinstance(other, tuple) and len(other) == len(key)
+            and other[1] == "beam" and other[-1] == key[-1] and other[:-2] == key[:-2]]
+    for other in same[:max(0, len(same) - PLANS_PER_THREAD_AND_CONFIGURATION + 1)]:
+        cache.pop(other, None)
 
 
 def drop_plans_of_ended_threads(cache: dict) -> int:
@@ -588,5 +609,5 @@ def _norms(dev: Device, view: GraphView, mode: int, inv_b):
 
         from .cuda import square_norms
 
-        view.cache[key] = square_norms(view.arrays(dev)[1], cp)
+        view.cache[key] = kept_for_other_streams(square_norms(view.arrays(dev)[1], cp))
     return view.cache[key]

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import beam
-from .._device import Device, as_numpy, default_memory_limit, device_context, implementation, parse_memory
+from .._device import (Device, as_numpy, default_memory_limit, device_context, implementation, kept_for_other_streams,
+                       parse_memory)
 from ..graphops import merge_topk
 from ..primitives.cpu_inputs import cpu_vectors
 from ..primitives.distances import distance_kind, inverse_norms, report_distances
@@ -62,7 +63,7 @@ def _shard_arrays(index, s: int, dev: Device):
             g = cp.asarray(local)
             xb = cp.asarray(x)
             inv = inverse_norms(xb, cp) if cosine else cp.zeros(1, cp.float32)
-            e = cp.asarray(entries)
+            g, xb, inv, e = kept_for_other_streams((g, xb, inv, cp.asarray(entries)))
     else:
         g = np.ascontiguousarray(local)
         xb = np.ascontiguousarray(cpu_vectors(x))

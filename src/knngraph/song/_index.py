@@ -18,8 +18,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .. import beam, multidevice, registry
-from .._device import (Device, array_kind, as_numpy, device_context, implementation, is_device_array, parse_memory,
-                       resolve_device, return_as)
+from .._device import (Device, array_kind, as_numpy, device_context, implementation, is_device_array,
+                       kept_for_other_streams, parse_memory, resolve_device, return_as)
 from .._deletion import compact_rows, delete_rows
 from .._device import on_input_device
 from .._typing import Array, DeviceLike, Devices, FileTarget, MemoryLimit
@@ -94,7 +94,7 @@ class Index(IndexBase):
             with cp.cuda.Device(dev.index):
                 g_ids = cp.ascontiguousarray(cp.asarray(self.graph.indices))
                 e = cp.asarray(self.entry_points)
-                codes = cp.asarray(self.codes)
+                g_ids, e, codes = kept_for_other_streams((g_ids, e, cp.asarray(self.codes)))
         else:
             g_ids = np.ascontiguousarray(as_numpy(self.graph.indices))
             e = self.entry_points
