@@ -77,21 +77,31 @@ def test_a_thread_keeps_a_bounded_number_of_plans_per_configuration():
     """A GPU search keeps a launch plan per configuration, stream and thread (key: ..., stream, thread ident);
     making one drops the oldest of the same configuration and thread beyond
     PLANS_PER_THREAD_AND_CONFIGURATION (a thread that makes a stream per call must not keep a plan per
-    stream), and leaves other configurations, other threads' plans and other entries alone."""
+    stream), and leaves other configurations, a live thread's plans and other entries alone."""
     from knngraph.beam._search import PLANS_PER_THREAD_AND_CONFIGURATION, make_room_for_plan
 
     me = threading.get_ident()
     config = ("cuda:0", "beam", 64, 10, 0, "B", 128, 64, 1, False, False)
     other_config = ("cuda:0", "beam", 64, 20, 0, "B", 128, 64, 1, False, False)
     cache = {("cuda:0", "arrays"): "arrays"}
-    for stream in range(1, PLANS_PER_THREAD_AND_CONFIGURATION + 3):
-        key = (*config, stream, me)
-        make_room_for_plan(cache, key)
-        cache[key] = f"plan {stream}"
-    cache[(*other_config, 1, me)] = "other configuration"
-    make_room_for_plan(cache, (*config, 99, me))
-    kept = sorted(key[-2] for key in cache if key[:-2] == config)
-    last = PLANS_PER_THREAD_AND_CONFIGURATION + 2
-    assert kept == list(range(last - PLANS_PER_THREAD_AND_CONFIGURATION + 2, last + 1))
-    assert cache[(*other_config, 1, me)] == "other configuration"
-    assert cache[("cuda:0", "arrays")] == "arrays"
+    started, release = threading.Event(), threading.Event()
+    other = threading.Thread(target=lambda: (started.set(), release.wait(10)))
+    other.start()
+    started.wait(10)
+    try:
+        cache[(*config, 1, other.ident)] = "the other thread's plan"
+        for stream in range(1, PLANS_PER_THREAD_AND_CONFIGURATION + 3):
+            key = (*config, stream, me)
+            make_room_for_plan(cache, key)
+            cache[key] = f"plan {stream}"
+        cache[(*other_config, 1, me)] = "other configuration"
+        make_room_for_plan(cache, (*config, 99, me))
+        kept = sorted(key[-2] for key in cache if key[:-2] == config and key[-1] == me)
+        last = PLANS_PER_THREAD_AND_CONFIGURATION + 2
+        assert kept == list(range(last - PLANS_PER_THREAD_AND_CONFIGURATION + 2, last + 1))
+        assert cache[(*config, 1, other.ident)] == "the other thread's plan"
+        assert cache[(*other_config, 1, me)] == "other configuration"
+        assert cache[("cuda:0", "arrays")] == "arrays"
+    finally:
+        release.set()
+        other.join()

@@ -69,15 +69,30 @@ def test_repeated_gpu_searches_do_not_grow_the_memory_pool(data, name):
     assert grown <= 4 << 20, f"{name}: the pool grew by {grown} bytes over 60 calls"
 
 
+_SPIN = r"""
+extern "C" __global__ void spin(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) { }
+}
+"""
+
+
 @pytest.mark.parametrize("name", ["song", "ggnn"])
-def test_one_thread_queueing_searches_on_two_streams_gets_the_serial_rows(data, name):
-    """One thread queues searches on two streams without waiting between them, so their kernels may overlap
-    on the GPU (what a replicated search does on each GPU): each stream has its own launch plan (query
-    counter, counts). The index is built on the CPU, so the first of these calls makes its device copies on
-    one stream while the other stream's search reads them next."""
+def test_one_thread_queueing_searches_on_two_streams_gets_the_serial_rows(data, name, monkeypatch):
+    """One thread queues searches on two streams without waiting between them (what a replicated search does
+    on each GPU). The launch plans keep a ring of query counters (two here): call i takes counter i and the
+    ring is cleared on the calling stream once it is used up. After one search on each stream, stream 0 runs
+    a kernel that spins for milliseconds, then four searches are queued in turn: with one plan for both
+    streams, stream 1's first search would take the counter its warm-up used, whose clearing waits behind
+    the spin on stream 0, and would search none of its rows. Each stream has its own plan. The index is
+    built on the CPU, so the warm-up on stream 0 makes the device copies that stream 1 reads next. (GGNN's
+    sorted search reads its statistics each call, a host wait, so its calls do not overlap; SONG's do.)"""
     import cupy as cp
     import numpy as np
 
+    from knngraph.beam import cuda as beam_cuda
+
+    monkeypatch.setattr(beam_cuda, "COUNTER_RING", 2)
     base, queries = data
     if name == "song":
         index = song.build(song.IndexParams(graph_degree=16, intermediate_graph_degree=32), base, device="cpu")
@@ -85,14 +100,23 @@ def test_one_thread_queueing_searches_on_two_streams_gets_the_serial_rows(data, 
         index = ggnn.build(ggnn.IndexParams(graph_degree=16, refinements=0), base, device="cpu")
     module = song if name == "song" else ggnn
     streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
-    batches = [queries[j::4] for j in range(4)]
+    batches = [cp.asarray(np.tile(queries[j::4], (8, 1))) for j in range(4)]
+    for j in range(2):
+        with streams[j]:
+            module.search(index, batches[j], 10, device="cuda")
+            streams[j].synchronize()
+    with streams[0]:
+        cp.RawKernel(_SPIN, "spin")((1,), (1,), (np.int64(20_000_000),))
     queued = []
     for j, batch in enumerate(batches):
         with streams[j % 2]:
-            queued.append(module.search(index, cp.asarray(batch), 10, device="cuda"))
+            queued.append(module.search(index, batch, 10, device="cuda"))
     for s in streams:
         s.synchronize()
     for batch, got in zip(batches, queued):
-        want = module.search(index, batch, 10, device="cuda")
+        want = module.search(index, cp.asnumpy(batch), 10, device="cuda")
         np.testing.assert_array_equal(cp.asnumpy(got.indices), np.asarray(want.indices))
         np.testing.assert_array_equal(cp.asnumpy(got.distances), np.asarray(want.distances))
+    if name == "song":
+        plans = [key for key in index._cache if isinstance(key, tuple) and len(key) > 2 and key[1] == "beam"]
+        assert {streams[0].ptr, streams[1].ptr} <= {key[-2] for key in plans}

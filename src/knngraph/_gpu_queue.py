@@ -337,8 +337,9 @@ def _lent_lanes(dev: Device):
     """:data:`STREAMS_PER_DEVICE` lent streams of ``dev`` that start after the work queued so far on its
     current stream (the queries' searchers may have made their device copies there), and that the current
     stream waits for when the block ends (on any exit: what is queued there must finish before a caller
-    that synchronises the current stream lets its buffers go). ``dev`` stays current within the block;
-    blocks of several devices nest (an ``ExitStack``), each entering its own device for its work."""
+    that synchronises the current stream lets its buffers go). Blocks of several devices nest (an
+    ``ExitStack``): the device entered last is current within them, so work for a device enters it
+    itself."""
     import cupy as cp
 
     from ._device import borrowed_streams

@@ -565,9 +565,11 @@ def _search_gpu(dev: Device, view: GraphView, queries, k, queue_size, search_wid
     return d, i
 
 
-#: plans kept per configuration and thread, one per stream it searched on (the oldest dropped beyond it):
-#: a thread that makes a stream per call must not keep a plan, and its GPU buffers, per stream it ever used
-PLANS_PER_THREAD_AND_CONFIGURATION = 4
+#: plans kept per configuration and thread, one per stream it searched on (the oldest made is dropped beyond
+#: it): a thread that makes a stream per call must not keep a plan, and its GPU buffers, per stream it ever
+#: used. Room for the thread's own stream and two replicated searches' lanes on one GPU (``devices=[0, 0]``:
+#: four lent streams) and more: a plan holds a few KB of GPU memory, and making one costs a launch's packing
+PLANS_PER_THREAD_AND_CONFIGURATION = 8
 
 
 def make_room_for_plan(cache: dict, key: tuple) -> None:

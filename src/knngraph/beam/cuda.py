@@ -357,9 +357,12 @@ class BeamPlan:
 
         Calls from several threads are serialised from the counter's reset to the launch, so the packed
         arguments of one call never mix with another's, and calls queued on one stream are correct from
-        any thread. The plan has one query counter and one buffer of per-query counts: calls whose kernels
-        may overlap on the GPU (several streams, CuPy's per-thread default streams included) need a plan
-        each, and ``counts`` belongs to the last call."""
+        any thread. Calls whose kernels may overlap on the GPU (several streams, CuPy's per-thread default
+        streams included) need a plan each: the ring of query counters is cleared on the calling stream once
+        it is used up, which would clear counters that another stream's queued kernels have yet to use, and
+        the buffer of per-query counts is shared (when it grows, the old one goes back to the pool of the
+        stream that made it while the other stream's kernel may still write to it). ``counts`` belongs to
+        the last call."""
         if (slack is not None) != self.slack:
             raise ValueError("a plan with GGNN's slack stop needs its values, a plan without it takes none")
         if (allowed is not None) != self.filtered:
