@@ -10,10 +10,11 @@ extend), graph preparation, SONG search (generic, packed 8-bit and hashed), the 
 distance mode, warp and block per query), the list merge. ``builders``: GGNN (build: brute force,
 merges, symmetric linking with the device link placement, refinement; search) and GRNND (the paper's
 pruning and the relaxed one), float32 and uint8, L2 and cosine. Sizes are small: the sanitizer runs
-kernels tens of times slower. ``exact``: exact searches of device queries on an index (the one pass and base tiles streamed
-under a small memory limit; float16 cosine's unit rows, inverse norms and key pass; the search's check
-flags, with a query that holds inf; the one pass captured as a CUDA graph and replayed). ``--quick``: float32 and L2 only. ``--lineinfo``: kernels compiled with
-line information, so a report names the source line of each access instead of an offset.
+kernels tens of times slower. ``exact``: exact searches of device queries on an index (the one pass and
+base tiles streamed under a small memory limit; float16 cosine's unit rows, inverse norms and key pass; the
+search's check flags, with a query that holds inf; the one pass captured as a CUDA graph and replayed).
+``--quick``: float32 and L2 only. ``--lineinfo``: kernels compiled with line information, so a report names
+the source line of each access instead of an offset.
 """
 
 from __future__ import annotations

@@ -20,13 +20,13 @@ def data(sample):
     return concurrency_data(sample)
 
 
-def _gpu_index(name, base):
-    """A small index of searcher ``name`` built on the GPU in the calling thread."""
+def _gpu_index(name, base, device="cuda"):
+    """A small index of searcher ``name`` built on ``device`` (the GPU by default) in the calling thread."""
     if name == "song":
-        return song.build(song.IndexParams(graph_degree=16, intermediate_graph_degree=32), base, device="cuda")
+        return song.build(song.IndexParams(graph_degree=16, intermediate_graph_degree=32), base, device=device)
     if name == "ggnn":
-        return ggnn.build(ggnn.IndexParams(graph_degree=16, refinements=0), base, device="cuda")
-    return bruteforce.build(bruteforce.IndexParams(), base, device="cuda")
+        return ggnn.build(ggnn.IndexParams(graph_degree=16, refinements=0), base, device=device)
+    return bruteforce.build(bruteforce.IndexParams(), base, device=device)
 
 
 @pytest.mark.parametrize("name", ["song", "ggnn", "exact"])
@@ -94,10 +94,7 @@ def test_one_thread_queueing_searches_on_two_streams_gets_the_serial_rows(data, 
 
     monkeypatch.setattr(beam_cuda, "COUNTER_RING", 2)
     base, queries = data
-    if name == "song":
-        index = song.build(song.IndexParams(graph_degree=16, intermediate_graph_degree=32), base, device="cpu")
-    else:
-        index = ggnn.build(ggnn.IndexParams(graph_degree=16, refinements=0), base, device="cpu")
+    index = _gpu_index(name, base, device="cpu")
     module = song if name == "song" else ggnn
     streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
     batches = [cp.asarray(np.tile(queries[j::4], (8, 1))) for j in range(4)]

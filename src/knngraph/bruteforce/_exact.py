@@ -35,6 +35,7 @@ import math
 
 import numpy as np
 
+from .._device import kept_for_other_streams
 from .._validate import check_finite
 from ..metrics import normalize_rows
 from ..primitives.constants import ID_NONE, pow2_at_least
@@ -80,9 +81,7 @@ class NumericPlan:
         dev = xp.cuda.Device().id
         held = self.device_shift.get(dev)
         if held is None:
-            held = xp.asarray(self.shift)
-            xp.cuda.get_current_stream().synchronize()  # complete before any thread's stream reads it
-            self.device_shift[dev] = held
+            held = self.device_shift[dev] = kept_for_other_streams(xp.asarray(self.shift))
         return held
 
     @property

@@ -39,6 +39,8 @@ import warnings
 
 import numpy as np
 
+from .._device import kept_for_other_streams
+
 __all__ = ["GemmPlan", "plan_gemm", "unit_rows", "rounded_inverse_norms", "squared_norms"]
 
 # cuBLAS / CUDA enums (cublas_api.h, library_types.h)
@@ -410,8 +412,8 @@ def _constant(device_id: int, value: float, m: int):
             held = _CONSTANTS.get(key)
             if held is None or held.shape[0] < m:
                 with cp.cuda.Device(device_id):
-                    held = cp.full(max(m, 1 << 16, 2 * (0 if held is None else held.shape[0])), value, cp.float32)
-                    cp.cuda.get_current_stream().synchronize()
+                    held = kept_for_other_streams(
+                        cp.full(max(m, 1 << 16, 2 * (0 if held is None else held.shape[0])), value, cp.float32))
                 if key in _CONSTANTS:
                     # CUDA graphs captured earlier (knngraph._cuda_graphs) may read the shorter array
                     _OUTGROWN.append(_CONSTANTS[key])

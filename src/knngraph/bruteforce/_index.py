@@ -116,8 +116,9 @@ def _exact_unnamed(dev: Device, base, queries, k, metric, *, graph, select, memo
         else:
             if not queries_checked:
                 check_finite(queries, "queries")
-            d, i, unsure = impl.exact_knn(base, queries, k, metric, graph=graph, memory_limit=_budget(memory_limit, dev),
-                                          select=select, device_index=dev.index, verbose=verbose, stats=stats, plan=plan)
+            d, i, unsure = impl.exact_knn(base, queries, k, metric, graph=graph,
+                                          memory_limit=_budget(memory_limit, dev), select=select,
+                                          device_index=dev.index, verbose=verbose, stats=stats, plan=plan)
             more = bool(unsure.any())
         keep = {"prepared": prepared} if dev.is_cuda else {}  # (the rounds below check their own flags)
         retries = 0

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._device import borrowed_streams
+from .._device import borrowed_streams, kept_for_other_streams
 from .._device import sm_count as multiprocessors
 from .._progress import progress
 from ..primitives.kselect import MAX_FILTER_K, TileSelector, resolve_select
@@ -281,7 +281,5 @@ def _resident_operand(base, numerics: NumericPlan, plan, device_index: int, prep
     xb_col = plan.column_term(x_in, xb)
     xb_rows = plan.rescore_rows(x_in, xb)
     if prepared is not None and op_bytes <= KEEP_OPERAND_BYTES:
-        # other threads search with their own streams: they may read the arrays only once they are complete
-        cp.cuda.get_current_stream().synchronize()
-        prepared[key] = (xb, xb_col, xb_rows)
+        prepared[key] = kept_for_other_streams((xb, xb_col, xb_rows))
     return xb, xb_col, xb_rows
