@@ -70,6 +70,8 @@ GPU_BENCHMARKS=(
   # folder) or the shared datasets
   "search_sift:python3 benchmarks/studies/search_gpu.py --out $OUT ${BENCH_ARGS:-}"
   "search_minilm:python3 benchmarks/studies/search_gpu.py --dataset minilm --out $OUT ${BENCH_ARGS:-}"
+  # many host queries on one GPU: the search in one piece against chunks on two streams (SONG and GGNN)
+  "host_chunks:python3 benchmarks/studies/host_chunks.py --out $OUT ${BENCH_ARGS:-}"
   # GRNND and GGNN builds, CPU against GPU step by step on sift-photos (must agree exactly; fails otherwise)
   "compare_builders:python3 scripts/compare_builders.py"
   "grnnd:python3 benchmarks/studies/grnnd_gpu.py --out $OUT ${BENCH_ARGS:-}"

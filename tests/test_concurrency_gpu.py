@@ -85,8 +85,9 @@ def test_one_thread_queueing_searches_on_two_streams_gets_the_serial_rows(data, 
     a kernel that spins for milliseconds, then four searches are queued in turn: with one plan for both
     streams, stream 1's first search would take the counter its warm-up used, whose clearing waits behind
     the spin on stream 0, and would search none of its rows. Each stream has its own plan. The index is
-    built on the CPU, so the warm-up on stream 0 makes the device copies that stream 1 reads next. (GGNN's
-    sorted search reads its statistics each call, a host wait, so its calls do not overlap; SONG's do.)"""
+    built on the CPU, so the warm-up on stream 0 makes the device copies that stream 1 reads next. (GGNN
+    checks device queries for NaN or inf before it searches, a wait for its stream, so its first queued
+    search waits for the spin; SONG's searches of device queries never wait.)"""
     import cupy as cp
     import numpy as np
 
@@ -117,3 +118,34 @@ def test_one_thread_queueing_searches_on_two_streams_gets_the_serial_rows(data, 
     if name == "song":
         plans = [key for key in index._cache if isinstance(key, tuple) and len(key) > 2 and key[1] == "beam"]
         assert {streams[0].ptr, streams[1].ptr} <= {key[-2] for key in plans}
+
+
+def test_a_cached_device_copy_dropped_under_a_queued_read_is_not_reused_before_the_read():
+    """An index that compacted keeps its users' ids on the GPU (results_as_user_ids, in the index's cache)
+    and replaces that copy when the rows change (a compaction, an extend). Here a second stream's search
+    converts its rows to ids behind a kernel that spins for tens of milliseconds; meanwhile the main
+    thread's search under new rows replaces the copy, and the main thread then allocates and fills a
+    block of the same size. In CuPy's pool that block would be the dropped copy (the pool gives a freed
+    block to the next allocation on the stream that made it, without waiting for other streams), and the
+    queued conversion would read the fill. Freeing a cached copy waits for the device's queued work."""
+    import cupy as cp
+    import numpy as np
+
+    from knngraph.primitives.filters import RowIds, results_as_user_ids
+
+    n = 1 << 20
+    before = RowIds(n, ids=np.arange(n, dtype=np.int32) * 2, id_bound=2 * n)
+    after = RowIds(n, ids=np.arange(n, dtype=np.int32) * 2 + 1, id_bound=2 * n)
+    cache = {}
+    rows = cp.arange(n, dtype=cp.int32).reshape(-1, 16)
+    results_as_user_ids(rows, before, cache)  # the copy, made on the main thread's stream
+    reader = cp.cuda.Stream(non_blocking=True)
+    with reader:
+        cp.RawKernel(_SPIN, "spin")((1,), (1,), (np.int64(200_000_000),))
+        queued = results_as_user_ids(rows, before, cache)
+    assert not reader.done, "the conversion must still be queued behind the spin for this test to mean anything"
+    np.testing.assert_array_equal(cp.asnumpy(results_as_user_ids(rows, after, cache)), cp.asnumpy(rows) * 2 + 1)
+    fill = cp.full(n, -7, cp.int32)  # the dropped copy's size, on the stream that made it
+    reader.synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(queued), cp.asnumpy(rows) * 2)
+    assert int(fill[0]) == -7

@@ -28,7 +28,7 @@ import numpy as np
 
 __all__ = ["quiet_launches", "Device", "resolve_device", "gpu_available", "ArrayKind", "array_kind", "as_numpy",
            "as_cupy", "return_as", "default_memory_limit", "parse_memory", "format_bytes", "implementation",
-           "device_context", "on_input_device", "kept_for_other_streams"]
+           "device_context", "on_input_device", "kept_across_streams"]
 
 
 #: a function, returned with its signature by decorators that wrap it (:func:`on_input_device`)
@@ -255,15 +255,65 @@ def borrowed_streams(device_index: int, role: str, priorities: tuple = (0,)):
             _IDLE_STREAMS[key].append(streams)
 
 
-def kept_for_other_streams(value):
-    """``value`` (device arrays just made on the current stream, to be kept in a cache and read by later
-    calls) once the current stream has finished making them: later calls may come from other streams
-    (threads with streams of their own, the two streams per GPU of a replicated search), whose kernels
-    are not ordered after this stream's copies. One wait per cached value, when it is made."""
+@contextlib.contextmanager
+def kept_across_streams():
+    """A ``with`` block that makes device arrays a cache keeps for later calls, which may come from any
+    stream (threads with streams of their own, the two streams per GPU of a replicated search).
+
+    * Each allocation is a block of the current allocator (CuPy's pool) that goes back to it only once the
+      device has finished every kernel queued so far, on any stream (:class:`_KeptBlock`). The pool hands a
+      freed block to the next allocation on the stream that made it, with no order against the kernels
+      of other streams: a cache entry dropped while another thread's search still had kernels queued that
+      read it (the rows of an index changed, a shard swapped out of a memory-limited GGNN search, an index
+      released or let go) could be overwritten under that search: on an H200, every row of such a read came
+      out wrong (``benchmarks/studies/cached_blocks_gpu.py``). Dropping a kept array waited the 100 ms that
+      the queued read still had to wait there, and so did ``cudaFree`` of an array of its own allocation;
+      the pool's blocks are kept for later allocations and counted where the pool is (its statistics, the
+      GPU memory budgets), where blocks of their own would not be.
+    * When the block ends, the current stream has finished making them, so a kernel of another stream
+      never reads them half-made. One wait per cached value, when it is made.
+
+    Only for arrays made once and kept: dropping one waits for the device."""
     import cupy
 
+    allocate = cupy.cuda.get_allocator()
+
+    def allocate_kept(nbytes):
+        pointer = allocate(nbytes)
+        owner = _KeptBlock(pointer)
+        return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(pointer.ptr, nbytes, owner, pointer.device_id), 0)
+
+    with cupy.cuda.using_allocator(allocate_kept):
+        yield
     cupy.cuda.get_current_stream().synchronize()
-    return value
+
+
+#: blocks of cached arrays whose device could not be synchronised when they were dropped (a stream capture
+#: in progress, a CUDA error): a queued kernel may still read them, so they are never given back
+_NEVER_GIVEN_BACK: list = []
+
+
+class _KeptBlock:
+    """The owner of one block of a cached array (:func:`kept_across_streams`): when the array's last
+    reference goes, the device finishes the work queued so far on every stream, then the block goes back
+    to the allocator."""
+
+    __slots__ = ("pointer",)
+
+    def __init__(self, pointer):
+        self.pointer = pointer
+
+    def __del__(self):
+        try:
+            import cupy
+
+            with cupy.cuda.Device(self.pointer.device_id):
+                cupy.cuda.runtime.deviceSynchronize()
+        except BaseException:  # noqa: BLE001 - a finaliser must not raise; the block is kept instead
+            try:
+                _NEVER_GIVEN_BACK.append(self.pointer)
+            except BaseException:  # noqa: BLE001 - the interpreter is shutting down
+                pass
 
 
 #: a user of CuPy's page-locked pool that held more than this gives the pool's free blocks back to the

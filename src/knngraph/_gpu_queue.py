@@ -15,7 +15,8 @@ import numpy as np
 
 from ._device import Device, as_numpy, device_context, is_device_array, is_out_of_memory
 
-__all__ = ["DeviceError", "shard_bounds", "naming", "named", "shard_k", "global_ids", "search_gpus", "replica_chunks"]
+__all__ = ["DeviceError", "shard_bounds", "naming", "named", "shard_k", "global_ids", "search_gpus", "replica_chunks",
+           "search_host_queries_in_chunks"]
 
 
 class DeviceError(RuntimeError):
@@ -253,8 +254,10 @@ def _queue_searches(module, index, q, staged, k: int, params, first: Device, fil
 #: with the chunks taken in turn by two streams per GPU (:data:`STREAMS_PER_DEVICE`) 6.8 / 11.5 ms, 1.98x /
 #: 1.90x the one-GPU search (with one stream, the same day: 7.6 / 12.4 ms). Chunks of 2k-8k rows were no
 #: faster with two streams (100k and 400k queries).
-#: On one GPU chunks cost more than they hide (13.3 / 23.2 ms against 12.8 / 21.2 ms for the plain search,
-#: the smaller launches' tails), so a one-device search is the algorithm's own (:mod:`knngraph.multidevice`).
+#: On one GPU, chunks on one stream cost more than they hide (13.3 / 23.2 ms against 12.8 / 21.2 ms for the
+#: plain search, the smaller launches' tails); on two streams they pay from about 100,000 queries on, where
+#: the fast searcher takes them (:func:`search_host_queries_in_chunks`, ``knngraph.beam``'s
+#: ``HOST_CHUNKS_MIN_ROWS``).
 #: Copying each chunk from the caller's memory instead of staging it measured the same on one GPU.
 #: Page-locking the caller's queries and the results in place for the call (``cudaHostRegister``) instead
 #: of staging them was slower on the 2 H200s: 8.4-9.0 ms against 7.3 ms at queue 32 (registering 12.8 MB
@@ -287,15 +290,43 @@ def replica_chunks(nq: int, n_devices: int, *, max_rows: int = MAX_CHUNK_ROWS,
 
 
 def _replicated_to_host(module, parts, devs, staged, k: int, params, filter, per_device_stats, kw, nq: int):
-    """A replicated search of host queries (``staged``), results on the host: the chunks of
-    :func:`replica_chunks` queued round robin, each one copied to its device, searched and copied back into
-    page-locked buffers on one of the device's two lent streams (:data:`STREAMS_PER_DEVICE`, taken in
-    turn); then, chunk by chunk in queue order, the host waits for a chunk's event and copies its rows into
-    the results (the later chunks still computing). With ``stats`` each device searches its share in one
-    piece, so that its figures are its whole share's."""
+    """A replicated search of host queries (``staged``), results on the host (:func:`_chunks_to_host`).
+    With ``stats`` each device searches its share in one piece, so that its figures are its whole
+    share's."""
+    whole = any(s is not None for s in per_device_stats)
+
+    def search_on(j: int, rows):
+        return module.search(parts[j], rows, k, params, device=devs[j], filter=filter, stats=per_device_stats[j],
+                             **kw)
+
+    return _chunks_to_host(search_on, devs, staged, k, nq, whole=whole)
+
+
+def search_host_queries_in_chunks(search_rows, q: np.ndarray, k: int, dev: Device):
+    """Host queries ``q`` (a C-contiguous NumPy array, checked) searched on the one GPU ``dev`` as a
+    replicated search's share is (:func:`_chunks_to_host`): in chunks of a quarter of the rows (within
+    :data:`MIN_CHUNK_ROWS` .. :data:`MAX_CHUNK_ROWS`), taken in turn by two lent streams, each chunk's results
+    copied back while the next ones compute. ``search_rows(rows)``: the (distances, ids) on ``dev`` of
+    device query rows, queued on the current stream without waiting. Returns NumPy (distances, ids)."""
+    staged = _StagedQueries(q)
+    try:
+        result = _chunks_to_host(lambda j, rows: search_rows(rows), [dev], staged, k, q.shape[0], whole=False)
+    except BaseException:
+        staged.release([dev], raising=False)
+        raise
+    staged.release([dev])
+    return result
+
+
+def _chunks_to_host(search_on, devs, staged, k: int, nq: int, *, whole: bool):
+    """Host queries (``staged``) searched on the GPUs ``devs`` with results on the host: the chunks of
+    :func:`replica_chunks` (one per device's share when ``whole``) queued round robin, each one copied to
+    its device, searched by ``search_on(j, rows)`` (device slot, device rows; the device current) and
+    copied back into page-locked buffers on one of the device's lent streams (:data:`STREAMS_PER_DEVICE`,
+    taken in turn); then, chunk by chunk in queue order, the host waits for a chunk's event and copies
+    its rows into the results (the later chunks still computing)."""
     import cupy as cp
 
-    whole = any(s is not None for s in per_device_stats)
     chunks = replica_chunks(nq, len(devs), max_rows=nq if whole else MAX_CHUNK_ROWS,
                             min_rows=nq if whole else MIN_CHUNK_ROWS)
     host_d = staged.page_locked((nq, k), np.float32)
@@ -308,8 +339,7 @@ def _replicated_to_host(module, parts, devs, staged, k: int, params, filter, per
             stream = lanes[j][turns[j] % STREAMS_PER_DEVICE]
             turns[j] += 1
             with device_context(devs[j]), named(devs[j]), stream:
-                d_j, i_j = module.search(parts[j], cp.asarray(staged.rows(a, b), blocking=False), k, params,
-                                         device=devs[j], filter=filter, stats=per_device_stats[j], **kw)
+                d_j, i_j = search_on(j, cp.asarray(staged.rows(a, b), blocking=False))
                 cp.asnumpy(cp.ascontiguousarray(d_j, dtype=cp.float32), stream, out=host_d[a:b], blocking=False)
                 cp.asnumpy(cp.ascontiguousarray(i_j, dtype=cp.int32), stream, out=host_i[a:b], blocking=False)
                 done = cp.cuda.Event(disable_timing=True)

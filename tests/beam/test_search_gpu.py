@@ -245,3 +245,38 @@ def test_numba_launch_path_matches_prepared_launch(sample, nnd_index, monkeypatc
         np.testing.assert_array_equal(a[0], b[0])
         assert a[2:] == b[2:]
     assert runs[1][3] < runs[0][3]  # the slack stop is real
+
+
+def test_many_host_queries_go_in_chunks_with_the_rows_of_one_piece(sample, nnd_index, monkeypatch):
+    """Host queries of a search whose results go back to the host are searched in chunks on two streams
+    from ``HOST_CHUNKS_MIN_ROWS`` rows on (lowered here: 12,000 queries in three chunks); each row is what
+    the search in one piece gives (the same queries on the device), with a filter too; NaN in a host
+    query is still refused, and fewer queries go in one piece."""
+    import cupy as cp
+
+    from knngraph import _gpu_queue, beam
+
+    monkeypatch.setattr(beam._search, "HOST_CHUNKS_MIN_ROWS", 8000)
+    chunked = []
+    real = _gpu_queue.search_host_queries_in_chunks
+    monkeypatch.setattr(_gpu_queue, "search_host_queries_in_chunks",
+                        lambda *a, **kw: chunked.append(a[1].shape[0]) or real(*a, **kw))
+    sp = song.SearchParams(queue_size=48)
+    queries = np.ascontiguousarray(np.tile(sample.queries, (12000 // len(sample.queries) + 1, 1))[:12000])
+    mask = np.random.default_rng(3).random(sample.base.shape[0]) < 0.6
+    for filt in (None, mask):
+        d, i = song.search(nnd_index, queries, 10, sp, device="cuda", verbose=False, filter=filt)
+        assert chunked and chunked[-1] == 12000, "the search must have gone in chunks"
+        assert isinstance(d, np.ndarray) and isinstance(i, np.ndarray) and i.shape == (12000, 10)
+        d1, i1 = song.search(nnd_index, cp.asarray(queries), 10, sp, device="cuda", verbose=False, filter=filt)
+        np.testing.assert_array_equal(i, i1.get())
+        np.testing.assert_array_equal(d, d1.get())
+        if filt is not None:
+            assert mask[i[i >= 0]].all()
+    calls = len(chunked)
+    bad = queries.astype(np.float32)
+    bad[9000, 3] = np.nan
+    with pytest.raises(ValueError, match="queries row 9000"):
+        song.search(nnd_index, bad, 10, sp, device="cuda", verbose=False)
+    small = song.search(nnd_index, queries[:7999], 10, sp, device="cuda", verbose=False)
+    assert len(chunked) == calls and small[1].shape == (7999, 10)

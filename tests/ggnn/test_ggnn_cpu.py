@@ -172,6 +172,28 @@ def test_small_recall(sample, small, small_index):
     assert recall_at(i, truth, 10) >= 0.97
 
 
+@pytest.mark.parametrize("cache", ["sorted", "rings"])
+def test_search_counts_its_work_only_for_a_caller_that_asks(sample, small_index, cache):
+    """The counts of ``stats=`` (distances computed, vertices expanded) cost a GPU search a wait for the
+    device (and a replicated search's chunks their overlap): the shards' search makes them only when
+    asked, and the rows are the same either way."""
+    from knngraph._device import Device
+    from knngraph._validate import check_vectors
+    from knngraph.ggnn._shards import search_shards
+
+    sp = ggnn.SearchParams(cache=cache)
+    stats = {}
+    asked = ggnn.search(small_index, sample.queries[:40], 10, sp, device="cpu", stats=stats)
+    plain = ggnn.search(small_index, sample.queries[:40], 10, sp, device="cpu")
+    np.testing.assert_array_equal(asked.indices, plain.indices)
+    assert stats["distances_per_query"] > 10 and stats["expansions_per_query"] > 1
+    q = check_vectors(sample.queries[:40], "queries", on_gpu=False)
+    d, i, nd, ne = search_shards(small_index, q, 10, sp, Device("cpu"), counts=False)
+    np.testing.assert_array_equal(i, plain.indices)
+    assert nd == ne == 0.0
+    assert search_shards(small_index, q, 10, sp, Device("cpu"))[2] == pytest.approx(stats["distances_per_query"])
+
+
 # ----------------------------------------------------------------------------------------- exactness
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._device import (Device, as_numpy, device_context, is_device_array, kept_for_other_streams, resolve_device,
+from .._device import (Device, as_numpy, device_context, is_device_array, kept_across_streams, resolve_device,
                        sm_count)
 from .._typing import Array, DeviceLike
 from .._validate import check_finite, check_int
@@ -43,6 +43,15 @@ INT8_WALK_MAX_ERROR = 0.05
 INT8_WALK_BLOCK = 16384
 #: most warps that work on one query (``search_width``)
 MAX_SEARCH_WIDTH = 8
+#: host queries of a GPU search whose caller wants its results on the host (``host_results``) are searched in
+#: chunks from this many rows on (:func:`knngraph._gpu_queue.search_host_queries_in_chunks`): two streams
+#: take the chunks in turn, so the next chunk's kernels fill the SMs that a chunk's slowest queries leave
+#: idle and its copies hide behind them, where one call copies all queries in, searches them and copies
+#: all results out one after another. SONG on one H200 (sift-photos 450k, ``benchmarks/studies/host_chunks.py``,
+#: two runs), chunks against one piece at queue 32 / 64: 0.98-1.01x / 0.99-1.03x at 16,384 queries,
+#: 1.03-1.05x / 0.99-1.02x at 32,768, 1.13-1.22x / 1.05-1.07x at 100,000 and 1.19-1.29x / 1.08-1.09x at
+#: 400,000, the same ids (``benchmarks/results/host_chunks_h200*``)
+HOST_CHUNKS_MIN_ROWS = 100_000
 
 _CPU = Device("cpu")
 
@@ -136,12 +145,11 @@ class GraphView:
         if dev.is_cuda:
             import cupy as cp
 
-            with cp.cuda.Device(dev.index):
+            with cp.cuda.Device(dev.index), kept_across_streams():
                 g_ids = cp.ascontiguousarray(cp.asarray(self.graph_ids))
                 e = cp.asarray(self.entry_points)
                 xb = cp.asarray(self.vectors)
                 inv_b = inverse_norms(xb, cp) if cosine else cp.zeros(1, cp.float32)
-                g_ids, xb, inv_b, e = kept_for_other_streams((g_ids, xb, inv_b, e))
         else:
             g_ids = np.ascontiguousarray(as_numpy(self.graph_ids))
             e = self.entry_points
@@ -195,7 +203,7 @@ def search(view: GraphView, queries: Array, k: int, queue_size: int, *, device: 
            search_width: int = 0, max_registers: int = 0, stats: dict | None = None,
            out: tuple[Array, Array] | None = None, slack: tuple[int, float, float, int] | None = None,
            n_threads: int | None = None, filter: Array | AllowedIds | None = None,
-           cpu_walk: str = "auto") -> tuple[Array, Array]:
+           cpu_walk: str = "auto", host_results: bool = False) -> tuple[Array, Array]:
     """The ``k`` nearest vertices of each query found by the fast graph searcher over ``view``.
 
     Best-first from the view's entry points over one sorted list of the ``queue_size`` nearest vertices
@@ -257,13 +265,18 @@ def search(view: GraphView, queries: Array, k: int, queue_size: int, *, device: 
         coding error (:func:`int8_plan`) is at most :data:`INT8_WALK_MAX_ERROR`, where it applies, else
         'exact'. The GPU reads the vectors (the option is for the CPU only); with 'exact' the
         CPU returns what the GPU does for ``search_width=1``.
+    host_results : bool, default=False
+        GPU only: the caller wants the results on the host. Host queries of at least
+        :data:`HOST_CHUNKS_MIN_ROWS` rows (without ``stats`` or ``out``) are then searched in chunks on two
+        streams, each chunk's results copied back while the next ones are searched, and the results are
+        NumPy arrays; the rows are those of the search in one piece.
 
     Returns
     -------
     (distances, indices)
         Reported distances of the view's metric (float32) and ids (int32), shape (n_queries, k), nearest
-        first, -1 / inf where fewer than k vertices were reached (or allowed); CuPy arrays on a GPU, NumPy
-        on the CPU.
+        first, -1 / inf where fewer than k vertices were reached (or allowed); CuPy arrays on a GPU (NumPy
+        for ``host_results`` when the search went in chunks), NumPy on the CPU.
     """
     if not isinstance(view, GraphView):
         raise TypeError(f"view must be a knngraph.beam.GraphView, got {type(view).__name__}")
@@ -287,13 +300,14 @@ def search(view: GraphView, queries: Array, k: int, queue_size: int, *, device: 
     dev = resolve_device(device, view.vectors, queries)
     return search_checked(view, queries, k, queue_size, dev, search_width=search_width,
                           max_registers=max_registers, stats=stats, out=out, slack=slack, n_threads=n_threads,
-                          allowed=allowed, cpu_walk=cpu_walk)
+                          allowed=allowed, cpu_walk=cpu_walk, host_results=host_results)
 
 
 def search_checked(view: GraphView, queries: Array, k: int, queue_size: int, dev: Device, *, search_width: int = 0,
                    max_registers: int = 0, stats: dict | None = None, out: tuple[Array, Array] | None = None,
                    slack: tuple[int, float, float, int] | None = None, n_threads: int | None = None,
-                   allowed: AllowedIds | None = None, cpu_walk: str = "auto") -> tuple[Array, Array]:
+                   allowed: AllowedIds | None = None, cpu_walk: str = "auto",
+                   host_results: bool = False) -> tuple[Array, Array]:
     """:func:`search` for a caller that has checked its arguments as :func:`search` does: ``queries`` a
     2-D array of the view's dimension, integers ``1 <= k <= queue_size <= MAX_QUEUE_SIZE``,
     ``0 <= search_width <= MAX_SEARCH_WIDTH``, ``0 <= max_registers <= 255``, ``slack`` None or four values,
@@ -323,11 +337,35 @@ def search_checked(view: GraphView, queries: Array, k: int, queue_size: int, dev
             return _no_results(dev, queries, k, stats, out)
     if dev.is_cuda:
         check_n_threads(n_threads)  # a GPU search runs no CPU kernels: nothing to set
+        if host_results and stats is None and out is None and queries.shape[0] >= HOST_CHUNKS_MIN_ROWS \
+                and isinstance(queries, np.ndarray):
+            return _search_gpu_in_chunks(dev, view, queries, k, queue_size, search_width, max_registers, slack,
+                                         allowed)
         return _search_gpu(dev, view, queries, k, queue_size, search_width, max_registers, stats, out, slack,
                            allowed)
     codes = walks_int8(view, cpu_walk, slack, allowed)
     with cpu_threads(n_threads):
         return _search_cpu(view, queries, k, queue_size, stats, out, slack, allowed, codes)
+
+
+def _search_gpu_in_chunks(dev: Device, view: GraphView, queries: np.ndarray, k, queue_size, search_width,
+                          max_registers, slack, allowed):
+    """:func:`_search_gpu` of many host queries with NumPy results, in chunks on two streams
+    (:data:`HOST_CHUNKS_MIN_ROWS`). Every chunk has at least ``MIN_CHUNK_ROWS`` queries, so the automatic
+    search width is the whole batch's (one warp per query from a few thousand queries on) and every row is
+    what the search in one piece gives."""
+    from .._gpu_queue import search_host_queries_in_chunks
+
+    check_finite(queries, "queries")
+    q = np.ascontiguousarray(queries)
+    with device_context(dev):
+        view.arrays(dev)  # the device copies, made once before the streams that read them start
+
+        def search_rows(rows):
+            return _search_gpu(dev, view, rows, k, queue_size, search_width, max_registers, None, None, slack,
+                               allowed)
+
+        return search_host_queries_in_chunks(search_rows, q, k, dev)
 
 
 def _no_results(dev: Device, queries, k, stats, out):
@@ -611,5 +649,7 @@ def _norms(dev: Device, view: GraphView, mode: int, inv_b):
 
         from .cuda import square_norms
 
-        view.cache[key] = kept_for_other_streams(square_norms(view.arrays(dev)[1], cp))
+        xb = view.arrays(dev)[1]
+        with kept_across_streams():
+            view.cache[key] = square_norms(xb, cp)
     return view.cache[key]

@@ -35,7 +35,7 @@ import math
 
 import numpy as np
 
-from .._device import kept_for_other_streams
+from .._device import kept_across_streams
 from .._validate import check_finite
 from ..metrics import normalize_rows
 from ..primitives.constants import ID_NONE, pow2_at_least
@@ -81,7 +81,8 @@ class NumericPlan:
         dev = xp.cuda.Device().id
         held = self.device_shift.get(dev)
         if held is None:
-            held = self.device_shift[dev] = kept_for_other_streams(xp.asarray(self.shift))
+            with kept_across_streams():
+                held = self.device_shift[dev] = xp.asarray(self.shift)
         return held
 
     @property

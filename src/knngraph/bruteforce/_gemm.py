@@ -39,7 +39,7 @@ import warnings
 
 import numpy as np
 
-from .._device import kept_for_other_streams
+from .._device import kept_across_streams
 
 __all__ = ["GemmPlan", "plan_gemm", "unit_rows", "rounded_inverse_norms", "squared_norms"]
 
@@ -411,9 +411,8 @@ def _constant(device_id: int, value: float, m: int):
         with _CONSTANTS_LOCK:
             held = _CONSTANTS.get(key)
             if held is None or held.shape[0] < m:
-                with cp.cuda.Device(device_id):
-                    held = kept_for_other_streams(
-                        cp.full(max(m, 1 << 16, 2 * (0 if held is None else held.shape[0])), value, cp.float32))
+                with cp.cuda.Device(device_id), kept_across_streams():
+                    held = cp.full(max(m, 1 << 16, 2 * (0 if held is None else held.shape[0])), value, cp.float32)
                 if key in _CONSTANTS:
                     # CUDA graphs captured earlier (knngraph._cuda_graphs) may read the shorter array
                     _OUTGROWN.append(_CONSTANTS[key])

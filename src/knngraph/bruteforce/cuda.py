@@ -17,9 +17,11 @@ Tile sizes come from ``memory_limit``; everything allocated is accounted for the
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
-from .._device import borrowed_streams, kept_for_other_streams
+from .._device import borrowed_streams, kept_across_streams
 from .._device import sm_count as multiprocessors
 from .._progress import progress
 from ..primitives.kselect import MAX_FILTER_K, TileSelector, resolve_select
@@ -276,10 +278,12 @@ def _resident_operand(base, numerics: NumericPlan, plan, device_index: int, prep
     held = None if prepared is None else prepared.get(key)
     if held is not None:
         return held
-    x_in = numerics.prepare(cp.asarray(base), cp)
-    xb = plan.operand(x_in)
-    xb_col = plan.column_term(x_in, xb)
-    xb_rows = plan.rescore_rows(x_in, xb)
-    if prepared is not None and op_bytes <= KEEP_OPERAND_BYTES:
-        prepared[key] = kept_for_other_streams((xb, xb_col, xb_rows))
+    keep = prepared is not None and op_bytes <= KEEP_OPERAND_BYTES
+    with kept_across_streams() if keep else contextlib.nullcontext():
+        x_in = numerics.prepare(cp.asarray(base), cp)
+        xb = plan.operand(x_in)
+        xb_col = plan.column_term(x_in, xb)
+        xb_rows = plan.rescore_rows(x_in, xb)
+    if keep:
+        prepared[key] = (xb, xb_col, xb_rows)
     return xb, xb_col, xb_rows

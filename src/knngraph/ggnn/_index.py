@@ -511,7 +511,7 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
             nd = ne = 0.0
         else:
             d, i, nd, ne = search_shards(index, q, k, sp, dev, memory_limit=memory_limit, verbose=verbose,
-                                         allowed=allowed)
+                                         allowed=allowed, counts=stats is not None)
     i = results_as_user_ids(i, index.row_ids, index._cache)
     if stats is not None:
         stats.update(distances_per_query=float(nd), expansions_per_query=float(ne),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import beam
-from .._device import (Device, as_numpy, default_memory_limit, device_context, implementation, kept_for_other_streams,
+from .._device import (Device, as_numpy, default_memory_limit, device_context, implementation, kept_across_streams,
                        parse_memory)
 from ..graphops import merge_topk
 from ..primitives.cpu_inputs import cpu_vectors
@@ -59,11 +59,11 @@ def _shard_arrays(index, s: int, dev: Device):
     if dev.is_cuda:
         import cupy as cp
 
-        with cp.cuda.Device(dev.index):
+        with cp.cuda.Device(dev.index), kept_across_streams():
             g = cp.asarray(local)
             xb = cp.asarray(x)
             inv = inverse_norms(xb, cp) if cosine else cp.zeros(1, cp.float32)
-            g, xb, inv, e = kept_for_other_streams((g, xb, inv, cp.asarray(entries)))
+            e = cp.asarray(entries)
     else:
         g = np.ascontiguousarray(local)
         xb = np.ascontiguousarray(cpu_vectors(x))
@@ -89,13 +89,17 @@ def _sorted_view(index, s: int):
     return view
 
 
-def _search_sorted(index, s: int, q, k: int, sp, dev: Device, allowed=None):
+def _search_sorted(index, s: int, q, k: int, sp, dev: Device, allowed=None, counts: bool = True):
     """GGNN search of shard s with the sorted cache: the fast searcher's list of ``sp.queue`` entries,
     stopped by the slack rule (Eq. 2 with the shard's d+_nn1, d_k the list's max(k, 10)-th entry) or
     ``max_iterations`` expansions; ``allowed``: None or the shard's part of a filter
     (:class:`~knngraph.primitives.filters.AllowedIds` over its rows): the fast searcher's filtered walk,
     whose list and d_k entry grow by the allowed share (:func:`knngraph.beam.search`). Returns (reported
-    distances, shard-local ids, distances computed, expansions per query)."""
+    distances, shard-local ids, distances computed, expansions per query); without ``counts`` the two
+    counts are 0 and the search never waits for the GPU to read them (the GPU searcher counts only when
+    asked, a host wait per call). The fast searcher's chunks for many host queries
+    (``host_results``) are not asked for: GGNN's searches, longer per query, went 0.96x-0.98x as fast in
+    chunks on an H200 (sift-photos 450k, 16k-400k host queries, ``benchmarks/studies/host_chunks.py``)."""
     view = _sorted_view(index, s)
     kb = max(k, 10)
     slack = (kb, float(sp.tau), float(index.nn1[s]), int(sp.max_iterations))
@@ -104,20 +108,22 @@ def _search_sorted(index, s: int, q, k: int, sp, dev: Device, allowed=None):
     parts, nd, ne = [], 0.0, 0.0
     for b0 in range(0, nq, batch):
         qb = q[b0:b0 + batch]
-        st = {}
+        st = {} if counts else None
         parts.append(beam.search(view, qb, k, sp.queue, device=dev, search_width=sp.search_width, stats=st,
                                  slack=slack, filter=allowed))
-        nd += st["distances_per_query"] * qb.shape[0]
-        ne += st["expansions_per_query"] * qb.shape[0]
+        if counts:
+            nd += st["distances_per_query"] * qb.shape[0]
+            ne += st["expansions_per_query"] * qb.shape[0]
     xp = np if isinstance(parts[0][1], np.ndarray) else __import__("cupy")
     d = parts[0][0] if len(parts) == 1 else xp.concatenate([p[0] for p in parts])
     i = parts[0][1] if len(parts) == 1 else xp.concatenate([p[1] for p in parts])
     return d, i, nd / max(nq, 1), ne / max(nq, 1)
 
 
-def _search_rings(index, s: int, q, k: int, sp, dev: Device, kind: int):
+def _search_rings(index, s: int, q, k: int, sp, dev: Device, kind: int, counts: bool = True):
     """GGNN search of shard s with the paper's cache (:func:`knngraph.ggnn.cpu.search` or its GPU twin).
-    Returns (internal distances, shard-local ids, distances computed, expansions per query)."""
+    Returns (internal distances, shard-local ids, distances computed, expansions per query; the counts 0
+    without ``counts``)."""
     g, xb, inv, e = _shard_arrays(index, s, dev)
     if dev.is_cuda:
         import cupy as cp
@@ -130,15 +136,18 @@ def _search_rings(index, s: int, q, k: int, sp, dev: Device, kind: int):
     out_d, out_i, nd, ne = implementation(__package__, dev).search(
         g, xb, qs, inv, inv_q, kind, e, k, sp.tau, float(index.nn1[s]), sp.max_iterations, sp.queue,
         sp.cache_size, batch_size=sp.batch_size)
-    return out_d, out_i, float(nd.mean()) if nd.size else 0.0, float(ne.mean()) if ne.size else 0.0
+    if not counts or not nd.size:
+        return out_d, out_i, 0.0, 0.0
+    return out_d, out_i, float(nd.mean()), float(ne.mean())
 
 
-def search_shards(index, q, k: int, sp, dev: Device, *, memory_limit=None, verbose=False, allowed=None):
+def search_shards(index, q, k: int, sp, dev: Device, *, memory_limit=None, verbose=False, allowed=None,
+                  counts: bool = True):
     """Search every shard of ``index`` for the validated queries ``q`` (with the cache layout
     ``sp.cache``) on ``dev``; ``allowed``: None or the rows a search may return
     (:class:`~knngraph.primitives.filters.AllowedIds`, ``cache='sorted'`` only), each shard its part.
-    Returns (reported distances, global row ids, mean distances computed, mean vertices expanded) on the
-    host or on ``dev``."""
+    Returns (reported distances, global row ids, mean distances computed, mean vertices expanded; the two
+    means 0 without ``counts``, which spares a GPU search a host wait) on the host or on ``dev``."""
     devs = [dev]
     kind = distance_kind(index.metric)
     n_sh = index.n_shards
@@ -155,9 +164,9 @@ def search_shards(index, q, k: int, sp, dev: Device, *, memory_limit=None, verbo
         with device_context(d_s):
             if sp.cache == "sorted":
                 part = None if allowed is None else allowed.rows(a, int(index.shard_bounds[s + 1]))
-                out_d, out_i, nd, ne = _search_sorted(index, s, q, kk, sp, d_s, part)
+                out_d, out_i, nd, ne = _search_sorted(index, s, q, kk, sp, d_s, part, counts)
             else:
-                out_d, out_i, nd, ne = _search_rings(index, s, q, kk, sp, d_s, kind)
+                out_d, out_i, nd, ne = _search_rings(index, s, q, kk, sp, d_s, kind, counts)
             if (len(devs) > 1 or n_sh > 1) and d_s.is_cuda:
                 out_d, out_i = as_numpy(out_d), as_numpy(out_i)
             xp = np if isinstance(out_i, np.ndarray) else __import__("cupy")

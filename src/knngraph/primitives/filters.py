@@ -143,9 +143,10 @@ def results_as_user_ids(row_ids, rows: "RowIds | None", cache: dict):
     kept = cache.get(key)
     if kept is None or kept[0] is not rows.ids:
         if on_gpu:
-            from .._device import kept_for_other_streams
+            from .._device import kept_across_streams
 
-            kept = cache[key] = (rows.ids, kept_for_other_streams(__import__("cupy").asarray(rows.ids)))
+            with kept_across_streams():
+                kept = cache[key] = (rows.ids, __import__("cupy").asarray(rows.ids))
         else:
             kept = cache[key] = (rows.ids, rows.ids)
     return user_ids(row_ids, kept[1])

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from .._cuda_launch import launch
-from .._device import kept_for_other_streams
+from .._device import kept_across_streams
 from .._device import sm_count as multiprocessors
 
 __all__ = ["SELECT_STRATEGIES", "MAX_FILTER_K", "resolve_select", "TileSelector", "sort_rows", "smallest_per_row",
@@ -74,9 +74,8 @@ def _placeholders(device_id: int):
     per device: three allocations and fills per selector were a tenth of a small exact search's host time."""
     import cupy as cp
 
-    with cp.cuda.Device(device_id):
-        return kept_for_other_streams((cp.zeros((1, 1), dtype=cp.float32), cp.zeros((1, 1), dtype=cp.int32),
-                                       cp.zeros(1, dtype=cp.float32)))
+    with cp.cuda.Device(device_id), kept_across_streams():
+        return cp.zeros((1, 1), dtype=cp.float32), cp.zeros((1, 1), dtype=cp.int32), cp.zeros(1, dtype=cp.float32)
 
 
 class TileSelector:

@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike
 
 from .. import beam, multidevice, registry
 from .._device import (Device, array_kind, as_numpy, device_context, implementation, is_device_array,
-                       kept_for_other_streams, parse_memory, resolve_device, return_as)
+                       kept_across_streams, parse_memory, resolve_device, return_as)
 from .._deletion import compact_rows, delete_rows
 from .._device import on_input_device
 from .._typing import Array, DeviceLike, Devices, FileTarget, MemoryLimit
@@ -91,10 +91,10 @@ class Index(IndexBase):
         if dev.is_cuda:
             import cupy as cp
 
-            with cp.cuda.Device(dev.index):
+            with cp.cuda.Device(dev.index), kept_across_streams():
                 g_ids = cp.ascontiguousarray(cp.asarray(self.graph.indices))
                 e = cp.asarray(self.entry_points)
-                g_ids, e, codes = kept_for_other_streams((g_ids, e, cp.asarray(self.codes)))
+                codes = cp.asarray(self.codes)
         else:
             g_ids = np.ascontiguousarray(as_numpy(self.graph.indices))
             e = self.entry_points
@@ -444,7 +444,7 @@ def search(index: Index | multidevice.MultiDeviceIndex, queries: Array, k: int, 
         # itself; device queries are used in place, not copied back to be checked
         d, i = beam.search_checked(index._beam_view(), q, k, sp.queue_size, dev, search_width=sp.search_width,
                                    max_registers=sp.max_registers, stats=stats, out=out, n_threads=n_threads,
-                                   cpu_walk=sp.cpu_walk)
+                                   cpu_walk=sp.cpu_walk, host_results=not qkind.on_gpu)
     else:
         if out is not None:
             check_out(out, q.shape[0], k, dev)
