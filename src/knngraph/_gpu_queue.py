@@ -228,7 +228,8 @@ def _queue_searches(module, index, q, staged, k: int, params, first: Device, fil
         parts_out = gathered(launched)
         with device_context(first):
             return cp.concatenate([p[0] for p in parts_out]), cp.concatenate([p[1] for p in parts_out])
-    from .graphops import merge_topk
+    # the merge alone: the graph operations import the fast searcher, which imports this module
+    from .graphops.merge import merge_topk
 
     launched = []
     for j, dev in enumerate(devs):
