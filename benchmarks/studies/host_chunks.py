@@ -19,13 +19,13 @@ way with its fast build setting and default search on an H200, chunks went 0.96x
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks._common import read_plot_input  # noqa: E402
 from benchmarks.runner import data  # noqa: E402
 from benchmarks.runner.measure import JsonLines, time_calls  # noqa: E402
 
@@ -51,16 +51,9 @@ def measure(lines, name, search, queries, batches, label):
 
 
 def plot(jsonl: Path, png: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    rows = [json.loads(x) for x in jsonl.read_text().splitlines() if x.strip()]
+    rows, plt = read_plot_input(jsonl)
     rows = [r for r in rows if "ratio" in r]
-    if not rows:
+    if plt is None or not rows:
         return
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for key in dict.fromkeys((r["part"], r["setting"]) for r in rows):
